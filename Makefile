@@ -1,0 +1,58 @@
+# The entry for humans (DESIGN.md section 1). `make install` builds both distributions into .venv;
+# `make test` runs everything CI runs; `make bench` measures; `make bench-gate` checks the ratios.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+CARGO  := cargo
+NATIVE := native/Cargo.toml
+NATIVE_SRC := $(wildcard native/src/*.rs) native/Cargo.toml native/Cargo.lock native/pyproject.toml native/hongbao_native.pyi
+STAMP_NATIVE := $(VENV)/.native-built
+STAMP_DEPS   := $(VENV)/.deps-installed
+BENCH_JSON   := bench-results/native.json
+
+.PHONY: install test test-rust test-python stubtest fuzz bench bench-gate clean
+
+install: $(STAMP_NATIVE) $(STAMP_DEPS)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Release build of the native module (maturin, PEP 517), then hongbao itself.
+$(STAMP_NATIVE): $(BIN)/python $(NATIVE_SRC)
+	$(BIN)/pip install -q ./native
+	touch $@
+
+$(STAMP_DEPS): $(BIN)/python $(STAMP_NATIVE) pyproject.toml setup.py
+	$(BIN)/pip install -q --config-settings editable_mode=strict -e '.[test]'
+	touch $@
+
+test: install test-rust stubtest test-python
+
+test-rust:
+	$(CARGO) test --manifest-path $(NATIVE) --quiet
+	$(CARGO) clippy --manifest-path $(NATIVE) --tests --quiet -- -D warnings
+
+stubtest: install
+	$(BIN)/python -m mypy.stubtest hongbao_native --concise
+	$(BIN)/python -m mypy --strict native/hongbao_native.pyi
+
+# Every benchmark runs once as a correctness test; fuzz targets run for a short, bounded time.
+test-python: install
+	$(BIN)/python -m pytest --benchmark-disable -q -p no:cacheprovider
+	$(MAKE) fuzz
+
+FUZZ_SECONDS ?= 20
+fuzz: install
+	$(BIN)/python tests/fuzz/fuzz_ws_frame.py -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 tests/fuzz/corpus_ws
+	$(BIN)/python tests/fuzz/fuzz_http.py -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 tests/fuzz/corpus_http
+
+bench: install
+	mkdir -p bench-results
+	$(BIN)/python -m pytest bench -q -p no:randomly --benchmark-only --benchmark-json=$(BENCH_JSON) --benchmark-disable-gc --benchmark-columns=min,median,mean,ops,rounds
+
+bench-gate: bench
+	$(BIN)/python -m hongbao.bench.gate $(BENCH_JSON)
+
+clean:
+	rm -rf $(VENV) native/target build bench-results *.egg-info
