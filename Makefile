@@ -44,8 +44,8 @@ test-python: install
 
 FUZZ_SECONDS ?= 20
 fuzz: install
-	$(BIN)/python tests/fuzz/fuzz_ws_frame.py -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 tests/fuzz/corpus_ws
-	$(BIN)/python tests/fuzz/fuzz_http.py -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 tests/fuzz/corpus_http
+	$(BIN)/python tests/fuzz/fuzz_ws_frame.py -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048
+	$(BIN)/python tests/fuzz/fuzz_http.py -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048
 
 bench: install
 	mkdir -p bench-results
