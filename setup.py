@@ -1,10 +1,12 @@
 """Build `hongbao` from the top-level folders: core/ -> hongbao.core, server/ -> hongbao.server,
-bench/ -> hongbao.bench (DESIGN.md section 1). Metadata lives in pyproject.toml."""
+bench/ -> hongbao.bench (DESIGN.md section 1). Metadata lives in pyproject.toml.
+
+`hongbao` itself is a namespace package (PEP 420): the repository has no `hongbao/` folder, so
+a test run from the checkout never shadows the installed mapping."""
 
 from setuptools import setup
 
 PACKAGES = {
-    "hongbao": "hongbao",
     "hongbao.core": "core",
     "hongbao.server": "server",
     "hongbao.bench": "bench",
@@ -13,5 +15,5 @@ PACKAGES = {
 setup(
     packages=list(PACKAGES),
     package_dir=PACKAGES,
-    package_data={"hongbao": ["py.typed"]},
+    package_data={name: ["py.typed"] for name in PACKAGES},
 )

@@ -1,0 +1,122 @@
+"""The one error hierarchy of hongbao, mapped once to HTTP statuses and error codes.
+
+Every error carries the ``code`` of the JSON error body ``{"error": {"code", "message"}}`` and the
+HTTP ``status`` it maps to (DESIGN.md section 12). Stdlib bases are added where the meaning matches,
+so callers may also catch ``ValueError`` or ``PermissionError``.
+"""
+
+from __future__ import annotations
+
+
+class HongbaoError(Exception):
+    """Base of every hongbao error: ``code`` (str) and ``status`` (int) of the HTTP answer."""
+
+    code = "invalid_request"
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(HongbaoError, ValueError):
+    """Malformed or inconsistent input (400 invalid_request)."""
+
+
+class InvalidAmount(HongbaoError, ValueError):
+    """An amount that is not a positive integer of fen within limits (400 invalid_amount)."""
+
+    code = "invalid_amount"
+
+
+class InvalidCount(HongbaoError, ValueError):
+    """A share count outside 1..max_count, or above the total in fen (400 invalid_count)."""
+
+    code = "invalid_count"
+
+
+class BadOrderId(HongbaoError, ValueError):
+    """An order id that fails the codec or its Damm check digit (400 bad_order_id)."""
+
+    code = "bad_order_id"
+
+
+class Unauthorized(HongbaoError, PermissionError):
+    """Missing, expired or wrongly signed token (401 unauthorized)."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(HongbaoError, PermissionError):
+    """Authenticated but not allowed, e.g. a non-admin on an admin route (403 forbidden)."""
+
+    code = "forbidden"
+    status = 403
+
+
+class NotMember(HongbaoError, PermissionError):
+    """The caller is not a member of the packet's group, or not its receiver (403 not_member)."""
+
+    code = "not_member"
+    status = 403
+
+
+class NotFound(HongbaoError, LookupError):
+    """Unknown packet, group or route (404 not_found)."""
+
+    code = "not_found"
+    status = 404
+
+
+class InsufficientBalance(HongbaoError):
+    """The sender's balance in fen is below the packet's total (409 insufficient_balance)."""
+
+    code = "insufficient_balance"
+    status = 409
+
+
+class NotPaid(HongbaoError):
+    """The packet is still a pre-order awaiting payment (409 not_paid)."""
+
+    code = "not_paid"
+    status = 409
+
+
+class Finished(HongbaoError):
+    """Every share is opened (410 finished)."""
+
+    code = "finished"
+    status = 410
+
+
+class Expired(HongbaoError):
+    """The packet is past its expiry or its pre-order's pay-by time (410 expired)."""
+
+    code = "expired"
+    status = 410
+
+
+class PayloadTooLarge(HongbaoError):
+    """The request body is over the configured limit in bytes (413 payload_too_large)."""
+
+    code = "payload_too_large"
+    status = 413
+
+
+class Busy(HongbaoError):
+    """Admission refused under load; retry after ``retry_after`` seconds (429 busy)."""
+
+    code = "busy"
+    status = 429
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Degraded(HongbaoError):
+    """A dependency is down and the operation has no degraded path (503 degraded)."""
+
+    code = "degraded"
+    status = 503
