@@ -120,3 +120,10 @@ class Degraded(HongbaoError):
 
     code = "degraded"
     status = 503
+
+
+class Conflict(HongbaoError):
+    """The request conflicts with the resource's state, e.g. cancelling a paid packet (409 conflict)."""
+
+    code = "conflict"
+    status = 409

@@ -1,0 +1,57 @@
+"""One SQLite connection per worker, driven from a dedicated thread so the event loop never blocks.
+
+Settings for money (DESIGN.md section 5): WAL journal, ``synchronous=FULL`` (a committed
+transaction survives power loss), ``BEGIN IMMEDIATE`` for every money transaction (the write lock
+is taken up front, so two workers never deadlock upgrading a read lock), and a busy timeout so
+concurrent workers queue for the lock instead of failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from hongbao.core.adapters.sqlite_schema import migrate
+
+T = TypeVar("T")
+BUSY_TIMEOUT_S = 30.0
+
+
+class SqliteDb:
+    """A SQLite file opened for money: ``path`` (created with its schema), ``n_tables`` per day."""
+
+    __slots__ = ("conn", "n_tables", "_executor")
+
+    def __init__(self, path: Path, n_tables: int = 1) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.n_tables = n_tables
+        migrate(self.conn, n_tables)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the connection's own thread; every call is serialised in submit order."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    @contextmanager
+    def immediate(self) -> Iterator[sqlite3.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction: commit on success, roll back on any exception."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Finish queued calls and close the connection."""
+        self._executor.shutdown(wait=True)
+        self.conn.close()

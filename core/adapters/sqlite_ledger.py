@@ -1,0 +1,63 @@
+"""LedgerStore on SQLite: accounts and ledger entries, each movement applied exactly once.
+
+The (kind, ref) unique key is the idempotency of every movement (DESIGN.md section 5); the
+``balance_fen >= 0`` CHECK makes an overdraft impossible even if a caller forgot to look first.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from hongbao.core.adapters.sqlite_db import SqliteDb
+from hongbao.core.errors import InsufficientBalance
+from hongbao.core.ports import LedgerEntry
+
+
+class SqliteLedgerStore:
+    """The embedded LedgerStore (see hongbao.core.ports.LedgerStore for the contract)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqliteDb) -> None:
+        self._db = db
+
+    async def post(self, entry: LedgerEntry) -> bool:
+        """Apply ``entry`` once; False if already applied. Raises InsufficientBalance on overdraft."""
+
+        def post() -> bool:
+            try:
+                with self._db.immediate() as conn:
+                    cur = conn.execute(
+                        "INSERT INTO t_ledger (user_id, kind, ref, amount_fen, created_at) VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT (kind, ref) DO NOTHING",
+                        (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms),
+                    )
+                    if cur.rowcount == 0:
+                        return False
+                    # UPDATE first: SQLite checks CHECK constraints on an upsert's candidate row
+                    # before the conflict, so a debit must never go through INSERT ... ON CONFLICT.
+                    cur = conn.execute("UPDATE t_account SET balance_fen = balance_fen + ? WHERE user_id = ?",
+                                       (entry.amount_fen, entry.user_id))
+                    if cur.rowcount == 0:
+                        conn.execute("INSERT INTO t_account (user_id, balance_fen) VALUES (?, ?)", (entry.user_id, entry.amount_fen))
+                    return True
+            except sqlite3.IntegrityError as exc:
+                if "balance_fen" not in str(exc):
+                    raise
+                raise InsufficientBalance(f"balance of {entry.user_id} is below {-entry.amount_fen} fen") from None
+
+        return await self._db.run(post)
+
+    async def balance(self, user_id: str) -> int:
+        """The balance in fen; 0 for a user with no account row."""
+
+        def get() -> int:
+            row = self._db.conn.execute("SELECT balance_fen FROM t_account WHERE user_id = ?", (user_id,)).fetchone()
+            return 0 if row is None else int(row[0])
+
+        return await self._db.run(get)
+
+    async def entries(self, user_id: str, offset: int, limit: int) -> list[LedgerEntry]:
+        """The user's entries, newest first."""
+        sql = "SELECT user_id, kind, ref, amount_fen, created_at FROM t_ledger WHERE user_id = ? ORDER BY id DESC LIMIT ? OFFSET ?"
+        return await self._db.run(lambda: [LedgerEntry(*r) for r in self._db.conn.execute(sql, (user_id, limit, offset))])

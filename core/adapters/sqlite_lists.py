@@ -1,0 +1,98 @@
+"""UserListStore and ProfileStore on SQLite (t_user_list, t_packet_note, t_profile)."""
+
+from __future__ import annotations
+
+from hongbao.core.adapters.sqlite_db import SqliteDb
+from hongbao.core.ports import ListItem
+
+
+class SqliteUserListStore:
+    """The embedded UserListStore (hongbao.core.ports.UserListStore)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqliteDb) -> None:
+        self._db = db
+
+    async def add(self, user_id: str, direction: str, order_id: str, amount_fen: int, created_at_ms: int) -> None:
+        """Record a list row once."""
+
+        def add() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("INSERT OR IGNORE INTO t_user_list (user_id, direction, order_id, amount_fen, created_at) "
+                             "VALUES (?, ?, ?, ?, ?)", (user_id, direction, order_id, amount_fen, created_at_ms))
+
+        await self._db.run(add)
+
+    async def mark_best_luck(self, user_id: str, order_id: str) -> None:
+        """Flag the received row as best luck."""
+
+        def mark() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("UPDATE t_user_list SET best_luck = 1 WHERE user_id = ? AND direction = 'received' AND order_id = ?",
+                             (user_id, order_id))
+
+        await self._db.run(mark)
+
+    async def page(self, user_id: str, direction: str, start_ms: int, end_ms: int, offset: int, limit: int) -> list[ListItem]:
+        """Rows in [start_ms, end_ms), newest first."""
+        sql = ("SELECT order_id, amount_fen, created_at, best_luck FROM t_user_list WHERE user_id = ? AND direction = ? "
+               "AND created_at >= ? AND created_at < ? ORDER BY created_at DESC, order_id DESC LIMIT ? OFFSET ?")
+        args = (user_id, direction, start_ms, end_ms, limit, offset)
+        return await self._db.run(lambda: [ListItem(str(o), int(a), int(c), bool(b)) for o, a, c, b in self._db.conn.execute(sql, args)])
+
+    async def summary(self, user_id: str, direction: str, start_ms: int, end_ms: int) -> tuple[int, int, int]:
+        """(count, total fen, best-luck count) in [start_ms, end_ms)."""
+        sql = ("SELECT COUNT(*), COALESCE(SUM(amount_fen), 0), COALESCE(SUM(best_luck), 0) FROM t_user_list "
+               "WHERE user_id = ? AND direction = ? AND created_at >= ? AND created_at < ?")
+
+        def get() -> tuple[int, int, int]:
+            count, total, best = self._db.conn.execute(sql, (user_id, direction, start_ms, end_ms)).fetchone()
+            return int(count), int(total), int(best)
+
+        return await self._db.run(get)
+
+
+class SqliteProfileStore:
+    """The embedded ProfileStore (hongbao.core.ports.ProfileStore)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqliteDb) -> None:
+        self._db = db
+
+    async def set_greeting(self, order_id: str, greeting: str) -> None:
+        """Keep the greeting."""
+
+        def put() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("INSERT OR REPLACE INTO t_packet_note (order_id, greeting) VALUES (?, ?)", (order_id, greeting))
+
+        await self._db.run(put)
+
+    async def greeting(self, order_id: str) -> str | None:
+        """The greeting, or None."""
+
+        def get() -> str | None:
+            row = self._db.conn.execute("SELECT greeting FROM t_packet_note WHERE order_id = ?", (order_id,)).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._db.run(get)
+
+    async def set_profile(self, user_id: str, nickname: str, avatar_url: str) -> None:
+        """Keep the profile fields."""
+
+        def put() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("INSERT OR REPLACE INTO t_profile (user_id, nickname, avatar_url) VALUES (?, ?, ?)", (user_id, nickname, avatar_url))
+
+        await self._db.run(put)
+
+    async def profile(self, user_id: str) -> tuple[str, str] | None:
+        """(nickname, avatar_url), or None."""
+
+        def get() -> tuple[str, str] | None:
+            row = self._db.conn.execute("SELECT nickname, avatar_url FROM t_profile WHERE user_id = ?", (user_id,)).fetchone()
+            return None if row is None else (str(row[0]), str(row[1]))
+
+        return await self._db.run(get)

@@ -1,0 +1,239 @@
+"""PacketStore on SQLite: packets and receipts in their day tables, the batched open transaction.
+
+Every money transaction is ``BEGIN IMMEDIATE`` (see sqlite_db), which on SQLite is the row lock
+of DESIGN.md section 6: one writer at a time, so a refund racing the last open is serialised.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+import hongbao_native
+
+from hongbao.core.adapters.sqlite_db import SqliteDb
+from hongbao.core.adapters.sqlite_schema import DAYS, packet_table, receipt_table
+from hongbao.core.packet import Kind, Packet, Receipt, Status
+from hongbao.core.ports import Draw, OpenResult
+
+_PACKET_COLUMNS = (
+    "order_id, sender_id, kind, count, total_fen, group_id, receiver_id, remaining_fen, "
+    "remaining_count, status, created_at, pay_by, expires_at, refunded_fen"
+)
+_RECEIPT_COLUMNS = "order_id, user_id, amount_fen, opened_at, credit_status"
+
+
+def _packet(row: tuple[object, ...]) -> Packet:
+    (order_id, sender, kind, count, total, group, receiver, rem_fen, rem_count, status, created, pay_by, expires, refunded) = row
+    return Packet(
+        str(order_id), str(sender), Kind(str(kind)), int(count), int(total),  # type: ignore[call-overload]
+        group if group is None else str(group), receiver if receiver is None else str(receiver),
+        int(rem_fen), int(rem_count), Status(str(status)), int(created), int(pay_by), int(expires), int(refunded),  # type: ignore[call-overload]
+    )
+
+
+def _receipt(row: tuple[object, ...]) -> Receipt:
+    order_id, user_id, amount, opened_at, credit_status = row
+    return Receipt(str(order_id), str(user_id), int(amount), int(opened_at), credit_status == "credited")  # type: ignore[call-overload]
+
+
+class SqlitePacketStore:
+    """The embedded PacketStore (see hongbao.core.ports.PacketStore for the contract)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqliteDb) -> None:
+        self._db = db
+
+    def _tables(self, order_id: str) -> tuple[str, str]:
+        _, table, day = hongbao_native.shard_of(order_id, 1, self._db.n_tables)
+        return packet_table(table, day), receipt_table(table, day)
+
+    def _all_tables(self) -> list[tuple[str, str]]:
+        return [(packet_table(t, d), receipt_table(t, d)) for t in range(self._db.n_tables) for d in DAYS]
+
+    async def insert_packet(self, packet: Packet) -> bool:
+        """Insert the packet row; False if the order id exists (idempotent pay)."""
+        ptable, _ = self._tables(packet.order_id)
+        values = (
+            packet.order_id, packet.sender_id, packet.kind.value, packet.count, packet.total_fen,
+            packet.group_id, packet.receiver_id, packet.remaining_fen, packet.remaining_count,
+            packet.status.value, packet.created_at_ms, packet.pay_by_ms, packet.expires_at_ms, packet.refunded_fen,
+        )
+
+        def insert() -> bool:
+            with self._db.immediate() as conn:
+                cur = conn.execute(f"INSERT INTO {ptable} ({_PACKET_COLUMNS}) VALUES ({','.join('?' * 14)}) "
+                                   "ON CONFLICT (order_id) DO NOTHING", values)
+                return cur.rowcount == 1
+
+        return await self._db.run(insert)
+
+    async def get_packet(self, order_id: str) -> Packet | None:
+        """The packet row, or None."""
+        ptable, _ = self._tables(order_id)
+
+        def get() -> Packet | None:
+            row = self._db.conn.execute(f"SELECT {_PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+            return None if row is None else _packet(row)
+
+        return await self._db.run(get)
+
+    async def open_batch(self, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
+        """The batched open transaction (hongbao.core.ports.PacketStore.open_batch)."""
+        ptable, rtable = self._tables(order_id)
+        return await self._db.run(lambda: self._open_batch(ptable, rtable, order_id, user_ids, now_ms, draw))
+
+    def _open_batch(self, ptable: str, rtable: str, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
+        with self._db.immediate() as conn:
+            row = conn.execute(f"SELECT {_PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+            if row is None:
+                return [OpenResult(None, "not_found") for _ in user_ids]
+            packet = _packet(row)
+            existing = self._existing(conn, rtable, order_id, user_ids)
+            rem_fen, rem_count = packet.remaining_fen, packet.remaining_count
+            results: list[OpenResult] = []
+            inserts: list[tuple[object, ...]] = []
+            for user_id in user_ids:
+                if user_id in existing:
+                    results.append(OpenResult(existing[user_id], repeat=True))
+                elif packet.status is not Status.ACTIVE or rem_count == 0:
+                    results.append(OpenResult(None, "finished" if packet.status in (Status.ACTIVE, Status.FINISHED) else "expired"))
+                elif now_ms >= packet.expires_at_ms:
+                    results.append(OpenResult(None, "expired"))
+                else:
+                    amount = draw(rem_fen, rem_count) if packet.kind is Kind.LUCKY else rem_fen // rem_count
+                    position = packet.count - rem_count + 1
+                    rem_fen, rem_count = rem_fen - amount, rem_count - 1
+                    receipt = Receipt(order_id, user_id, amount, now_ms)
+                    existing[user_id] = receipt
+                    inserts.append((order_id, user_id, position, amount, now_ms))
+                    results.append(OpenResult(receipt, last=rem_count == 0))
+            if inserts:
+                conn.executemany(f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES (?, ?, ?, ?, ?)", inserts)
+                finished = rem_count == 0
+                best = self._best_luck(conn, rtable, order_id) if finished else None
+                conn.execute(
+                    f"UPDATE {ptable} SET remaining_fen = ?, remaining_count = ?, status = ?, best_luck_user_id = ? WHERE order_id = ?",
+                    (rem_fen, rem_count, (Status.FINISHED if finished else Status.ACTIVE).value, best, order_id),
+                )
+            return results
+
+    @staticmethod
+    def _existing(conn: sqlite3.Connection, rtable: str, order_id: str, user_ids: Sequence[str]) -> dict[str, Receipt]:
+        marks = ",".join("?" * len(user_ids))
+        rows = conn.execute(f"SELECT {_RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? AND user_id IN ({marks})", (order_id, *user_ids))
+        return {str(r[1]): _receipt(r) for r in rows}
+
+    @staticmethod
+    def _best_luck(conn: sqlite3.Connection, rtable: str, order_id: str) -> str | None:
+        row = conn.execute(f"SELECT user_id FROM {rtable} WHERE order_id = ? ORDER BY amount_fen DESC, position ASC LIMIT 1", (order_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    async def best_luck(self, order_id: str) -> str | None:
+        """The best-luck user id once the packet is finished (largest share, earliest open on ties)."""
+        ptable, _ = self._tables(order_id)
+
+        def get() -> str | None:
+            row = self._db.conn.execute(f"SELECT best_luck_user_id FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+            return None if row is None or row[0] is None else str(row[0])
+
+        return await self._db.run(get)
+
+    async def receipts(self, order_id: str) -> list[Receipt]:
+        """Every receipt of the packet, in open order."""
+        _, rtable = self._tables(order_id)
+        sql = f"SELECT {_RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? ORDER BY position"
+        return await self._db.run(lambda: [_receipt(r) for r in self._db.conn.execute(sql, (order_id,))])
+
+    async def receipt(self, order_id: str, user_id: str) -> Receipt | None:
+        """The user's receipt for the packet, or None."""
+        _, rtable = self._tables(order_id)
+        sql = f"SELECT {_RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? AND user_id = ?"
+
+        def get() -> Receipt | None:
+            row = self._db.conn.execute(sql, (order_id, user_id)).fetchone()
+            return None if row is None else _receipt(row)
+
+        return await self._db.run(get)
+
+    async def refund(self, order_id: str, now_ms: int) -> Packet | None:
+        """Record the refund of the remainder once, at or after expiry (PacketStore.refund)."""
+        ptable, _ = self._tables(order_id)
+
+        def refund() -> Packet | None:
+            with self._db.immediate() as conn:
+                cur = conn.execute(
+                    f"UPDATE {ptable} SET refunded_fen = remaining_fen, remaining_fen = 0, "
+                    "status = CASE WHEN remaining_fen > 0 THEN ? ELSE ? END "
+                    "WHERE order_id = ? AND status = ? AND expires_at <= ?",
+                    (Status.EXPIRED.value, Status.FINISHED.value, order_id, Status.ACTIVE.value, now_ms),
+                )
+                if cur.rowcount != 1:
+                    return None
+                row = conn.execute(f"SELECT {_PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+                packet = _packet(row)
+                return packet if packet.status is Status.EXPIRED else None
+
+        return await self._db.run(refund)
+
+    async def mark_refunded(self, order_id: str) -> None:
+        """Expired -> refunded once the sender's refund is in the ledger."""
+        ptable, _ = self._tables(order_id)
+
+        def mark() -> None:
+            with self._db.immediate() as conn:
+                conn.execute(f"UPDATE {ptable} SET status = ? WHERE order_id = ? AND status = ?",
+                             (Status.REFUNDED.value, order_id, Status.EXPIRED.value))
+
+        await self._db.run(mark)
+
+    async def unpaid_refunds(self, limit: int) -> list[Packet]:
+        """Expired packets whose refund has not been credited yet."""
+
+        def scan() -> list[Packet]:
+            found: list[Packet] = []
+            for ptable, _ in self._all_tables():
+                rows = self._db.conn.execute(f"SELECT {_PACKET_COLUMNS} FROM {ptable} WHERE status = ? LIMIT ?", (Status.EXPIRED.value, limit))
+                found += (_packet(r) for r in rows)
+            return found[:limit]
+
+        return await self._db.run(scan)
+
+    async def due_refunds(self, now_ms: int, limit: int) -> list[str]:
+        """Active packets past expiry, oldest first (the scan behind the refund scheduler)."""
+
+        def scan() -> list[str]:
+            found: list[tuple[int, str]] = []
+            for ptable, _ in self._all_tables():
+                found += self._db.conn.execute(
+                    f"SELECT expires_at, order_id FROM {ptable} WHERE status = ? AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+                    (Status.ACTIVE.value, now_ms, limit),
+                ).fetchall()
+            return [order_id for _, order_id in sorted(found)[:limit]]
+
+        return await self._db.run(scan)
+
+    async def mark_credited(self, order_id: str, user_id: str) -> None:
+        """Mark the receipt credited."""
+        _, rtable = self._tables(order_id)
+
+        def mark() -> None:
+            with self._db.immediate() as conn:
+                conn.execute(f"UPDATE {rtable} SET credit_status = 'credited' WHERE order_id = ? AND user_id = ?", (order_id, user_id))
+
+        await self._db.run(mark)
+
+    async def uncredited(self, opened_before_ms: int, limit: int) -> list[Receipt]:
+        """Pending receipts opened before ``opened_before_ms``, oldest first (the reconciler's scan)."""
+
+        def scan() -> list[Receipt]:
+            found: list[Receipt] = []
+            for _, rtable in self._all_tables():
+                rows = self._db.conn.execute(
+                    f"SELECT {_RECEIPT_COLUMNS} FROM {rtable} WHERE credit_status = 'pending' AND opened_at < ? "
+                    "ORDER BY opened_at LIMIT ?", (opened_before_ms, limit))
+                found += (_receipt(r) for r in rows)
+            return sorted(found, key=lambda r: r.opened_at_ms)[:limit]
+
+        return await self._db.run(scan)

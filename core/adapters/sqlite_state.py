@@ -1,0 +1,206 @@
+"""The embedded backend's shared state: pre-orders, groups, sequence blocks and the queue, in SQLite.
+
+State shared between worker processes lives in the database file, never in process memory, so
+``--workers N`` stays correct on the embedded backend (DESIGN.md section 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hongbao.core.adapters.sqlite_db import SqliteDb
+
+SEQUENCE_BLOCK = 1000
+DB_SOURCE = 1  # DESIGN.md section 4: source 1 = the DB's block allocator
+
+
+class SqlitePreOrderStore:
+    """PreOrderStore on the t_preorder table; expired rows read as absent and are purged lazily."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqliteDb) -> None:
+        self._db = db
+
+    async def put(self, order_id: str, body: bytes, expires_at_ms: int) -> None:
+        """Store the pre-order body until ``expires_at_ms``."""
+
+        def put() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("INSERT OR REPLACE INTO t_preorder (order_id, body, expires_at) VALUES (?, ?, ?)",
+                             (order_id, body.decode(), expires_at_ms))
+
+        await self._db.run(put)
+
+    async def get(self, order_id: str, now_ms: int) -> bytes | None:
+        """The body, or None when unknown or expired."""
+
+        def get() -> bytes | None:
+            row = self._db.conn.execute("SELECT body FROM t_preorder WHERE order_id = ? AND expires_at > ?", (order_id, now_ms)).fetchone()
+            return None if row is None else str(row[0]).encode()
+
+        return await self._db.run(get)
+
+    async def delete(self, order_id: str) -> bool:
+        """Remove the pre-order; False if absent."""
+
+        def delete() -> bool:
+            with self._db.immediate() as conn:
+                return conn.execute("DELETE FROM t_preorder WHERE order_id = ?", (order_id,)).rowcount == 1
+
+        return await self._db.run(delete)
+
+
+class SqliteGroupStore:
+    """GroupStore on t_group and t_group_member."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqliteDb) -> None:
+        self._db = db
+
+    async def create(self, group_id: str, creator_id: str, members: Sequence[str], now_ms: int) -> None:
+        """Create the group with its members (the creator included)."""
+
+        def create() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("INSERT INTO t_group (group_id, creator_id, created_at) VALUES (?, ?, ?)", (group_id, creator_id, now_ms))
+                conn.executemany("INSERT OR IGNORE INTO t_group_member (group_id, user_id) VALUES (?, ?)",
+                                 [(group_id, m) for m in {creator_id, *members}])
+
+        await self._db.run(create)
+
+    async def add_members(self, group_id: str, members: Sequence[str]) -> int:
+        """Add members; returns how many were new."""
+
+        def add() -> int:
+            with self._db.immediate() as conn:
+                before = conn.total_changes
+                conn.executemany("INSERT OR IGNORE INTO t_group_member (group_id, user_id) VALUES (?, ?)", [(group_id, m) for m in members])
+                return conn.total_changes - before
+
+        return await self._db.run(add)
+
+    async def remove_member(self, group_id: str, user_id: str) -> bool:
+        """Remove one member; False if absent."""
+
+        def remove() -> bool:
+            with self._db.immediate() as conn:
+                return conn.execute("DELETE FROM t_group_member WHERE group_id = ? AND user_id = ?", (group_id, user_id)).rowcount == 1
+
+        return await self._db.run(remove)
+
+    async def creator(self, group_id: str) -> str | None:
+        """The creator, or None for an unknown group."""
+
+        def get() -> str | None:
+            row = self._db.conn.execute("SELECT creator_id FROM t_group WHERE group_id = ?", (group_id,)).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._db.run(get)
+
+    async def is_member(self, group_id: str, user_id: str) -> bool:
+        """Whether the user is a member now."""
+        sql = "SELECT 1 FROM t_group_member WHERE group_id = ? AND user_id = ?"
+        return await self._db.run(lambda: self._db.conn.execute(sql, (group_id, user_id)).fetchone() is not None)
+
+    async def members(self, group_id: str) -> list[str]:
+        """Every member, sorted."""
+        sql = "SELECT user_id FROM t_group_member WHERE group_id = ? ORDER BY user_id"
+        return await self._db.run(lambda: [str(r[0]) for r in self._db.conn.execute(sql, (group_id,))])
+
+
+class SqliteSequenceSource:
+    """The DB block allocator (source 1): each worker takes blocks of 1000 in a transaction."""
+
+    __slots__ = ("_db", "_blocks")
+
+    def __init__(self, db: SqliteDb) -> None:
+        self._db = db
+        self._blocks: dict[tuple[int, int], tuple[int, int]] = {}
+
+    async def next(self, region: int, yymmdd: int) -> tuple[int, int]:
+        """The next (1, sequence) for the region and day; never repeats across workers or restarts."""
+        key = (region, yymmdd)
+        start, end = self._blocks.get(key, (0, 0))
+        if start >= end:
+            def take() -> int:
+                with self._db.immediate() as conn:
+                    row = conn.execute(
+                        "INSERT INTO t_seq_block (region, yymmdd, next_seq) VALUES (?, ?, ?) "
+                        "ON CONFLICT (region, yymmdd) DO UPDATE SET next_seq = next_seq + ? RETURNING next_seq",
+                        (region, yymmdd, SEQUENCE_BLOCK, SEQUENCE_BLOCK)).fetchone()
+                    return int(row[0])
+
+            end = await self._db.run(take)
+            start = end - SEQUENCE_BLOCK
+        self._blocks[key] = (start + 1, end)
+        return DB_SOURCE, start
+
+
+class SqliteQueue:
+    """Queue on t_queue: a claim leases messages (visible_at moves ahead); ack deletes."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqliteDb) -> None:
+        self._db = db
+
+    async def publish(self, stream: str, body: bytes) -> None:
+        """Append a message, visible at once."""
+
+        def publish() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("INSERT INTO t_queue (stream, body, visible_at) VALUES (?, ?, 0)", (stream, body.decode()))
+
+        await self._db.run(publish)
+
+    async def claim(self, stream: str, count: int, lease_ms: int, now_ms: int) -> list[tuple[int, bytes]]:
+        """Lease up to ``count`` visible messages for ``lease_ms``."""
+
+        def claim() -> list[tuple[int, bytes]]:
+            with self._db.immediate() as conn:
+                rows = conn.execute(
+                    "UPDATE t_queue SET visible_at = ?, attempts = attempts + 1 WHERE id IN "
+                    "(SELECT id FROM t_queue WHERE stream = ? AND visible_at <= ? ORDER BY id LIMIT ?) RETURNING id, body",
+                    (now_ms + lease_ms, stream, now_ms, count)).fetchall()
+            return sorted((int(i), str(b).encode()) for i, b in rows)
+
+        return await self._db.run(claim)
+
+    async def ack(self, stream: str, message_id: int) -> None:
+        """Delete a handled message."""
+
+        def ack() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("DELETE FROM t_queue WHERE id = ? AND stream = ?", (message_id, stream))
+
+        await self._db.run(ack)
+
+
+class SqliteFlags:
+    """Flags on the t_meta table, under the ``flag:`` prefix."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqliteDb) -> None:
+        self._db = db
+
+    async def get(self, name: str) -> str | None:
+        """The flag's value, or None."""
+
+        def get() -> str | None:
+            row = self._db.conn.execute("SELECT value FROM t_meta WHERE key = ?", (f"flag:{name}",)).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._db.run(get)
+
+    async def set(self, name: str, value: str) -> None:
+        """Set the flag."""
+
+        def put() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("INSERT INTO t_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                             (f"flag:{name}", value))
+
+        await self._db.run(put)

@@ -1,0 +1,79 @@
+"""The clock port: every expiry and TTL reads time through it, so tests can move time.
+
+Times are integer milliseconds since the Unix epoch, UTC.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Source of the current time in milliseconds since the epoch (UTC)."""
+
+    def now_ms(self) -> int:
+        """Current time, ms since the Unix epoch."""
+        ...
+
+
+class SystemClock:
+    """The wall clock (time.time_ns), truncated to milliseconds."""
+
+    __slots__ = ()
+
+    def now_ms(self) -> int:
+        """Current wall-clock time, ms since the Unix epoch."""
+        return time.time_ns() // 1_000_000
+
+
+class ManualClock:
+    """A clock that only moves when told to (tests, replays)."""
+
+    __slots__ = ("_now_ms",)
+
+    def __init__(self, start_ms: int) -> None:
+        self._now_ms = start_ms
+
+    def now_ms(self) -> int:
+        """The time last set, ms since the Unix epoch."""
+        return self._now_ms
+
+    def set_ms(self, now_ms: int) -> None:
+        """Jump to ``now_ms`` (ms since the epoch); time may move backwards only in tests."""
+        self._now_ms = now_ms
+
+    def advance_ms(self, delta_ms: int) -> None:
+        """Move forward by ``delta_ms`` milliseconds."""
+        self._now_ms += delta_ms
+
+
+class OffsetFileClock:
+    """The wall clock plus an offset in ms kept in a file, shared by every worker of a test
+    server (``test_clock``); the file is replaced on every change and re-read only when its
+    (inode, mtime) changes."""
+
+    __slots__ = ("_path", "_offset_ms", "_version")
+
+    def __init__(self, path: Path) -> None:
+        self._path, self._offset_ms, self._version = path, 0, (0, 0)
+
+    def now_ms(self) -> int:
+        """Wall-clock ms since the epoch plus the shared offset."""
+        try:
+            st = self._path.stat()
+            version = (st.st_ino, st.st_mtime_ns)
+        except FileNotFoundError:
+            version, self._offset_ms = (0, 0), 0
+        if version != self._version and version != (0, 0):
+            self._offset_ms = int(self._path.read_text() or 0)
+        self._version = version
+        return time.time_ns() // 1_000_000 + self._offset_ms
+
+    def set_ms(self, now_ms: int) -> None:
+        """Move every worker's clock so that it reads ``now_ms`` now."""
+        offset = now_ms - time.time_ns() // 1_000_000
+        tmp = self._path.with_suffix(".tmp")
+        tmp.write_text(str(offset))
+        tmp.replace(self._path)

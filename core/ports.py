@@ -1,0 +1,253 @@
+"""The ports the services depend on, as small ``typing.Protocol`` classes.
+
+Adapters: the embedded default (SQLite + in-process) in ``hongbao.core.adapters``; MySQL/MariaDB
+and Redis with the production backend. Every method that moves money is idempotent, keyed as
+DESIGN.md section 5 says, so a retry after any failure never moves money twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from hongbao.core.packet import Packet, Receipt
+
+#: draw(remaining_fen, remaining_count) -> the next share in fen (DESIGN.md section 3).
+Draw = Callable[[int, int], int]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenResult:
+    """The outcome of one opener in a batch: a receipt, or the error code that refused it.
+
+    ``refusal`` is one of "finished", "expired", "not_found", "not_paid" (None on success);
+    ``repeat`` is True when the receipt already existed (an idempotent repeat of an open);
+    ``last`` is True for the open that took the packet's last share (it finished the packet).
+    """
+
+    receipt: Receipt | None
+    refusal: str | None = None
+    repeat: bool = False
+    last: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """A movement of ``amount_fen`` (signed: debits are negative) on ``user_id``'s balance.
+
+    ``kind`` is topup | send | credit | refund; ``ref`` is unique per kind (the order id for send
+    and refund, ``order_id:user_id`` for a credit, the Idempotency-Key for a top-up).
+    """
+
+    user_id: str
+    kind: str
+    ref: str
+    amount_fen: int
+    created_at_ms: int
+
+
+class PacketStore(Protocol):
+    """Packets and receipts, on the packet's shard (DESIGN.md section 5)."""
+
+    async def insert_packet(self, packet: Packet) -> bool:
+        """Insert an active packet; False (and no change) if the order id already exists."""
+        ...
+
+    async def get_packet(self, order_id: str) -> Packet | None:
+        """The packet row, or None."""
+        ...
+
+    async def open_batch(self, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
+        """Open for each user, in order, in ONE transaction: lock the packet row once, return the
+        existing receipt for repeat openers, draw and insert a receipt for each new one while
+        shares remain, update the remainder once, and mark the packet finished (with best luck:
+        the largest share, ties to the earliest open) when the last share goes.
+        Refusals: "not_found", "expired" (now_ms >= expires_at), "finished"."""
+        ...
+
+    async def best_luck(self, order_id: str) -> str | None:
+        """The best-luck user id once the packet is finished (largest share, earliest on ties)."""
+        ...
+
+    async def receipts(self, order_id: str) -> list[Receipt]:
+        """Every receipt of the packet, in open order."""
+        ...
+
+    async def receipt(self, order_id: str, user_id: str) -> Receipt | None:
+        """The user's receipt for the packet, or None."""
+        ...
+
+    async def refund(self, order_id: str, now_ms: int) -> Packet | None:
+        """Lock the packet; if it is active and ``now_ms >= expires_at``, move its remainder to
+        refunded_fen and mark it expired (refund recorded, not yet credited). Returns that packet,
+        or None when there is nothing to refund (not expired yet, finished, already done: exactly
+        once). A packet that expires with nothing left is marked finished."""
+        ...
+
+    async def mark_refunded(self, order_id: str) -> None:
+        """Expired -> refunded, once the sender's refund entry is in the ledger."""
+        ...
+
+    async def unpaid_refunds(self, limit: int) -> list[Packet]:
+        """Expired packets whose refund has not reached the sender yet (the reconciler's scan)."""
+        ...
+
+    async def due_refunds(self, now_ms: int, limit: int) -> list[str]:
+        """Order ids of active packets whose expiry has passed, oldest first, at most ``limit``."""
+        ...
+
+    async def mark_credited(self, order_id: str, user_id: str) -> None:
+        """Record that the receipt's amount reached the receiver's balance."""
+        ...
+
+    async def uncredited(self, opened_before_ms: int, limit: int) -> list[Receipt]:
+        """Receipts still pending that were opened before ``opened_before_ms`` (the reconciler)."""
+        ...
+
+
+class LedgerStore(Protocol):
+    """Accounts and ledger entries, on the user's shard."""
+
+    async def post(self, entry: LedgerEntry) -> bool:
+        """Apply the entry once: False if (kind, ref) was already applied (nothing changes).
+        Raises InsufficientBalance when a debit would take the balance below 0 fen."""
+        ...
+
+    async def balance(self, user_id: str) -> int:
+        """The balance in fen (0 for an unknown user)."""
+        ...
+
+    async def entries(self, user_id: str, offset: int, limit: int) -> list[LedgerEntry]:
+        """The user's entries, newest first."""
+        ...
+
+
+class PreOrderStore(Protocol):
+    """Pre-orders awaiting payment, with a TTL (the cache; the DB while the cache is down)."""
+
+    async def put(self, order_id: str, body: bytes, expires_at_ms: int) -> None:
+        """Store the pre-order's serialised body until ``expires_at_ms``."""
+        ...
+
+    async def get(self, order_id: str, now_ms: int) -> bytes | None:
+        """The body, or None when unknown or past its expiry."""
+        ...
+
+    async def delete(self, order_id: str) -> bool:
+        """Remove the pre-order; False if it was not there."""
+        ...
+
+
+class GroupStore(Protocol):
+    """Groups and their members."""
+
+    async def create(self, group_id: str, creator_id: str, members: Sequence[str], now_ms: int) -> None:
+        """Create the group with ``members`` (the creator included)."""
+        ...
+
+    async def add_members(self, group_id: str, members: Sequence[str]) -> int:
+        """Add members (idempotent); returns how many were new."""
+        ...
+
+    async def remove_member(self, group_id: str, user_id: str) -> bool:
+        """Remove one member; False if they were not in the group."""
+        ...
+
+    async def creator(self, group_id: str) -> str | None:
+        """The creator's user id, or None for an unknown group."""
+        ...
+
+    async def is_member(self, group_id: str, user_id: str) -> bool:
+        """Whether ``user_id`` is a member of ``group_id`` now."""
+        ...
+
+    async def members(self, group_id: str) -> list[str]:
+        """Every member, sorted."""
+        ...
+
+
+class SequenceSource(Protocol):
+    """Order-id sequence numbers: (source, sequence) unique per region and day (DESIGN.md section 4)."""
+
+    async def next(self, region: int, yymmdd: int) -> tuple[int, int]:
+        """The next (source, sequence) for ``region`` on the business day ``yymmdd``."""
+        ...
+
+
+class Queue(Protocol):
+    """A reliable queue: messages stay until acked; unacked ones come back after a lease."""
+
+    async def publish(self, stream: str, body: bytes) -> None:
+        """Append a message to ``stream``."""
+        ...
+
+    async def claim(self, stream: str, count: int, lease_ms: int, now_ms: int) -> list[tuple[int, bytes]]:
+        """Up to ``count`` (id, body) messages nobody holds, leased for ``lease_ms``."""
+        ...
+
+    async def ack(self, stream: str, message_id: int) -> None:
+        """Remove a handled message."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ListItem:
+    """A row of a user's sent or received list: amounts in fen, time in ms (UTC)."""
+
+    order_id: str
+    amount_fen: int
+    created_at_ms: int
+    best_luck: bool
+
+
+class UserListStore(Protocol):
+    """Sent and received lists on the user's shard, written from the lists queue."""
+
+    async def add(self, user_id: str, direction: str, order_id: str, amount_fen: int, created_at_ms: int) -> None:
+        """Record a row once (``direction`` is "sent" or "received"); a repeat changes nothing."""
+        ...
+
+    async def mark_best_luck(self, user_id: str, order_id: str) -> None:
+        """Flag the user's received row of ``order_id`` as best luck."""
+        ...
+
+    async def page(self, user_id: str, direction: str, start_ms: int, end_ms: int, offset: int, limit: int) -> list[ListItem]:
+        """Rows created in [start_ms, end_ms), newest first."""
+        ...
+
+    async def summary(self, user_id: str, direction: str, start_ms: int, end_ms: int) -> tuple[int, int, int]:
+        """(count, total fen, best-luck count) of the rows in [start_ms, end_ms)."""
+        ...
+
+
+class ProfileStore(Protocol):
+    """The non-critical store: greetings, nicknames, avatars; callers fall back to defaults."""
+
+    async def set_greeting(self, order_id: str, greeting: str) -> None:
+        """Keep the packet's greeting."""
+        ...
+
+    async def greeting(self, order_id: str) -> str | None:
+        """The packet's greeting, or None."""
+        ...
+
+    async def set_profile(self, user_id: str, nickname: str, avatar_url: str) -> None:
+        """Keep the user's nickname and avatar URL."""
+        ...
+
+    async def profile(self, user_id: str) -> tuple[str, str] | None:
+        """(nickname, avatar_url), or None."""
+        ...
+
+
+class Flags(Protocol):
+    """Run-time switches shared by every worker and node (e.g. the crediting mode)."""
+
+    async def get(self, name: str) -> str | None:
+        """The flag's value, or None when unset."""
+        ...
+
+    async def set(self, name: str, value: str) -> None:
+        """Set the flag for everyone; workers pick it up within their sync interval."""
+        ...

@@ -1,0 +1,300 @@
+"""The money flow of DESIGN.md section 6 over the ports: send, pay, cancel, grab, open, credit,
+refund and details.
+
+The service owns no storage: every state lives behind the ports (hongbao.core.ports), so the
+embedded and production backends run the same code. Every step that moves money is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import hongbao_native
+import orjson
+
+from hongbao.core import errors
+from hongbao.core.batching import OpenBatcher
+from hongbao.core.clock import Clock
+from hongbao.core.packet import Kind, Packet, Receipt, Status
+from hongbao.core.ports import (
+    Draw, Flags, GroupStore, LedgerEntry, LedgerStore, OpenResult, PacketStore, PreOrderStore, ProfileStore, Queue,
+    SequenceSource, UserListStore,
+)
+from hongbao.core.rules import Limits, validate_send
+from hongbao.core.times import business_yymmdd
+
+log = logging.getLogger("hongbao.service")
+
+CREDIT_STREAM = "credit"
+LISTS_STREAM = "lists"
+_REFUSALS: dict[str, type[errors.HongbaoError]] = {
+    "finished": errors.Finished, "expired": errors.Expired, "not_found": errors.NotFound,
+}
+
+
+class CreditingMode(StrEnum):
+    """When a receipt's amount reaches the receiver's balance (DESIGN.md section 6)."""
+
+    REALTIME_LARGE = "realtime_large"  # amounts >= the threshold in the request, the rest queued
+    QUEUED = "queued"  # every credit through the queue
+    DEFERRED = "deferred"  # none in the request path: the reconciler credits from the receipts
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """The adapters one service instance runs on."""
+
+    packets: PacketStore
+    ledger: LedgerStore
+    preorders: PreOrderStore
+    groups: GroupStore
+    sequence: SequenceSource
+    queue: Queue
+    clock: Clock
+    lists: UserListStore
+    profiles: ProfileStore
+    flags: Flags
+
+
+def check_order_id(order_id: str) -> str:
+    """Return ``order_id`` if it decodes (region, date, source, Damm check digit); else BadOrderId."""
+    try:
+        hongbao_native.decode_order_id(order_id)
+    except (ValueError, TypeError) as exc:
+        raise errors.BadOrderId(f"bad order id: {exc}") from None
+    return order_id
+
+
+class PacketService:
+    """send -> pay -> grab -> open -> credit -> refund over ``ports``.
+
+    ``admission`` is the host's shared AdmissionTable and ``max_in_db`` the number of open
+    transactions per packet allowed in the database at once (K); concurrent opens in this worker
+    are batched (hongbao.core.batching). ``draw`` computes a lucky share (native split_lucky by
+    default); ``region`` is 1 (north) or 2 (south); ``realtime_threshold_fen`` splits the
+    realtime_large crediting mode.
+    """
+
+    __slots__ = ("ports", "limits", "batcher", "draw", "region", "crediting_mode", "realtime_threshold_fen")
+
+    def __init__(self, ports: Ports, limits: Limits, admission: hongbao_native.AdmissionTable, *, max_in_db: int = 2,
+                 draw: Draw = hongbao_native.split_lucky, region: int = 1,
+                 crediting_mode: CreditingMode = CreditingMode.REALTIME_LARGE, realtime_threshold_fen: int = 2000) -> None:
+        self.ports, self.limits, self.draw = ports, limits, draw
+        self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
+        self.region, self.crediting_mode, self.realtime_threshold_fen = region, crediting_mode, realtime_threshold_fen
+
+    async def open_batch(self, order_id: str, user_ids: Sequence[str]) -> list[OpenResult]:
+        """The batcher's transaction: open for ``user_ids`` at the clock's current time."""
+        return await self.ports.packets.open_batch(order_id, user_ids, self.ports.clock.now_ms(), self.draw)
+
+    async def topup(self, user_id: str, amount_fen: int, key: str) -> bool:
+        """Add ``amount_fen`` to the balance once per idempotency ``key``; False on a repeat."""
+        return await self.ports.ledger.post(LedgerEntry(user_id, "topup", key, amount_fen, self.ports.clock.now_ms()))
+
+    async def send(self, sender_id: str, body: dict[str, object]) -> tuple[str, int]:
+        """Validate, assign an order id, store the pre-order; returns (order_id, pay_by_ms).
+
+        Raises InvalidAmount/InvalidCount/InvalidRequest, NotMember for a group the sender is not in."""
+        spec = validate_send(body, sender_id, self.limits)
+        if spec.group_id is not None and not await self.ports.groups.is_member(spec.group_id, sender_id):
+            raise errors.NotMember(f"{sender_id} is not a member of group {spec.group_id}")
+        now = self.ports.clock.now_ms()
+        yymmdd = business_yymmdd(now)
+        source, sequence = await self.ports.sequence.next(self.region, yymmdd)
+        order_id = hongbao_native.encode_order_id(self.region, yymmdd, source, sequence)
+        pay_by = now + self.limits.pay_ttl_ms
+        preorder = {"sender_id": sender_id, "kind": spec.kind.value, "count": spec.count, "total_fen": spec.total_fen,
+                    "group_id": spec.group_id, "receiver_id": spec.receiver_id, "greeting": spec.greeting,
+                    "created_at": now, "pay_by": pay_by}
+        await self.ports.preorders.put(order_id, orjson.dumps(preorder), pay_by)
+        return order_id, pay_by
+
+    async def pay(self, sender_id: str, order_id: str) -> Packet:
+        """Debit the sender and activate the packet; a repeat (or a retry of a half-done pay)
+        completes it and changes nothing else. Raises NotFound (unknown or lapsed pre-order),
+        Forbidden (not the sender), InsufficientBalance."""
+        check_order_id(order_id)
+        packet = await self.ports.packets.get_packet(order_id)
+        if packet is not None:
+            if packet.sender_id != sender_id:
+                raise errors.Forbidden("only the sender can pay for a packet")
+            return packet
+        now = self.ports.clock.now_ms()
+        raw = await self.ports.preorders.get(order_id, now)
+        if raw is None:
+            raise errors.NotFound(f"no pre-order {order_id} awaiting payment (unknown, cancelled or past pay_by)")
+        pre = orjson.loads(raw)
+        if pre["sender_id"] != sender_id:
+            raise errors.Forbidden("only the sender can pay for a packet")
+        await self.ports.ledger.post(LedgerEntry(sender_id, "send", order_id, -pre["total_fen"], now))
+        packet = Packet(order_id, sender_id, Kind(pre["kind"]), pre["count"], pre["total_fen"], pre["group_id"],
+                        pre["receiver_id"], pre["total_fen"], pre["count"], Status.ACTIVE, pre["created_at"],
+                        pre["pay_by"], now + self.limits.expiry_ms)
+        if await self.ports.packets.insert_packet(packet):
+            await self._note(pre["greeting"], order_id)
+            await self._publish(LISTS_STREAM, {"t": "sent", "u": sender_id, "o": order_id, "a": packet.total_fen, "c": now})
+        await self.ports.preorders.delete(order_id)
+        stored = await self.ports.packets.get_packet(order_id)
+        return stored if stored is not None else packet
+
+    async def cancel(self, sender_id: str, order_id: str) -> None:
+        """The sender drops an unpaid pre-order. Raises NotFound, Forbidden, or a 409 for a paid packet."""
+        check_order_id(order_id)
+        if await self.ports.packets.get_packet(order_id) is not None:
+            raise errors.Conflict("the packet is already paid and cannot be cancelled")
+        raw = await self.ports.preorders.get(order_id, self.ports.clock.now_ms())
+        if raw is None:
+            raise errors.NotFound(f"no pre-order {order_id}")
+        if orjson.loads(raw)["sender_id"] != sender_id:
+            raise errors.Forbidden("only the sender can cancel a pre-order")
+        await self.ports.preorders.delete(order_id)
+
+    async def visible_packet(self, user_id: str, order_id: str) -> Packet:
+        """The packet if ``user_id`` may see it (a member of its group, or the sender or receiver
+        of an exclusive packet). Raises BadOrderId, NotFound, NotPaid, NotMember."""
+        check_order_id(order_id)
+        packet = await self.ports.packets.get_packet(order_id)
+        if packet is None:
+            if await self.ports.preorders.get(order_id, self.ports.clock.now_ms()) is not None:
+                raise errors.NotPaid(f"packet {order_id} is awaiting payment")
+            raise errors.NotFound(f"no packet {order_id}")
+        if packet.kind is Kind.EXCLUSIVE:
+            if user_id not in (packet.receiver_id, packet.sender_id):
+                raise errors.NotMember(f"packet {order_id} is for someone else")
+        elif packet.group_id is not None and not await self.ports.groups.is_member(packet.group_id, user_id):
+            raise errors.NotMember(f"{user_id} is not a member of the packet's group")
+        return packet
+
+    async def grab(self, user_id: str, order_id: str) -> dict[str, object]:
+        """Advisory admission check: {"status": "ok"}, or {"status": "opened", "amount_fen"} for a
+        user who already opened. Raises Finished/Expired (410), NotFound, NotPaid, NotMember."""
+        packet = await self.visible_packet(user_id, order_id)
+        receipt = await self.ports.packets.receipt(order_id, user_id)
+        if receipt is not None:
+            return {"status": "opened", "amount_fen": receipt.amount_fen}
+        if packet.status is Status.FINISHED or packet.remaining_count == 0:
+            raise errors.Finished(f"packet {order_id} is finished")
+        if packet.status is not Status.ACTIVE or self.ports.clock.now_ms() >= packet.expires_at_ms:
+            raise errors.Expired(f"packet {order_id} has expired")
+        if packet.kind is Kind.EXCLUSIVE and user_id != packet.receiver_id:
+            raise errors.NotMember(f"packet {order_id} is for someone else")
+        return {"status": "ok"}
+
+    async def open(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
+        """Open the packet for ``user_id``: (receipt, repeat). A repeat returns the first amount.
+        Raises Finished/Expired (410), NotFound, NotPaid, NotMember, Busy (429)."""
+        packet = await self.visible_packet(user_id, order_id)
+        if packet.kind is Kind.EXCLUSIVE and user_id != packet.receiver_id:
+            raise errors.NotMember(f"packet {order_id} is for someone else")
+        result = await self.batcher.open(order_id, user_id)
+        if result.receipt is None:
+            raise _REFUSALS.get(result.refusal or "", errors.HongbaoError)(f"packet {order_id}: {result.refusal}")
+        if not result.repeat:
+            receipt = result.receipt
+            await self._dispatch_credit(receipt)
+            await self._publish(LISTS_STREAM, {"t": "received", "u": user_id, "o": order_id, "a": receipt.amount_fen,
+                                               "c": receipt.opened_at_ms})
+            if result.last:
+                await self._publish(LISTS_STREAM, {"t": "best", "o": order_id})
+        return result.receipt, result.repeat
+
+    async def set_crediting_mode(self, mode: CreditingMode) -> None:
+        """Switch the crediting mode for every worker (they sync within their interval) and here now."""
+        await self.ports.flags.set("crediting_mode", mode.value)
+        self.crediting_mode = mode
+
+    async def sync_flags(self) -> None:
+        """Pick up run-time switches made by other workers or nodes."""
+        mode = await self.ports.flags.get("crediting_mode")
+        if mode is not None:
+            self.crediting_mode = CreditingMode(mode)
+
+    async def _note(self, greeting: str, order_id: str) -> None:
+        if greeting:
+            try:
+                await self.ports.profiles.set_greeting(order_id, greeting)
+            except Exception:  # non-critical: details fall back to the default greeting
+                log.exception("could not keep the greeting of %s", order_id)
+
+    async def _publish(self, stream: str, message: dict[str, object]) -> None:
+        try:
+            await self.ports.queue.publish(stream, orjson.dumps(message))
+        except Exception:  # lists are rebuilt by the reconciler from packets and receipts
+            log.exception("could not queue %s on %s", message.get("t"), stream)
+
+    async def _dispatch_credit(self, receipt: Receipt) -> None:
+        if self.crediting_mode is CreditingMode.REALTIME_LARGE and receipt.amount_fen >= self.realtime_threshold_fen:
+            try:
+                await self.credit(receipt.order_id, receipt.user_id)
+            except Exception:  # the receipt is committed: the reconciler credits it later
+                log.exception("realtime credit of %s/%s failed; left to the reconciler", receipt.order_id, receipt.user_id)
+        elif self.crediting_mode is not CreditingMode.DEFERRED:
+            await self._publish(CREDIT_STREAM, {"t": "receipt", "o": receipt.order_id, "u": receipt.user_id})
+
+    async def credit(self, order_id: str, user_id: str) -> bool:
+        """Credit one receipt to its receiver, once (the receipt is the ledger ref); False if
+        there is no such receipt. Safe to repeat at any point."""
+        receipt = await self.ports.packets.receipt(order_id, user_id)
+        if receipt is None:
+            return False
+        if not receipt.credited:
+            ref = f"{order_id}:{user_id}"
+            await self.ports.ledger.post(LedgerEntry(user_id, "credit", ref, receipt.amount_fen, self.ports.clock.now_ms()))
+            await self.ports.packets.mark_credited(order_id, user_id)
+        return True
+
+    async def refund_due(self, limit: int = 500) -> int:
+        """Record and pay the refund of every packet past expiry; returns how many were refunded
+        now. Exactly once per packet however many workers run it at the same time."""
+        now = self.ports.clock.now_ms()
+        done = 0
+        for order_id in await self.ports.packets.due_refunds(now, limit):
+            packet = await self.ports.packets.refund(order_id, now)
+            if packet is not None:
+                await self.pay_refund(packet)
+                done += 1
+        return done
+
+    async def pay_refund(self, packet: Packet) -> None:
+        """Credit an expired packet's refunded fen to its sender (ref = order id), then mark it refunded."""
+        entry = LedgerEntry(packet.sender_id, "refund", packet.order_id, packet.refunded_fen, self.ports.clock.now_ms())
+        await self.ports.ledger.post(entry)
+        await self.ports.packets.mark_refunded(packet.order_id)
+
+    async def drain_credits(self, max_messages: int = 100, lease_ms: int = 30_000) -> int:
+        """Credit what the queue holds (one claim of up to ``max_messages``); returns how many."""
+        messages = await self.ports.queue.claim(CREDIT_STREAM, max_messages, lease_ms, self.ports.clock.now_ms())
+        for message_id, body in messages:
+            message = orjson.loads(body)
+            await self.credit(message["o"], message["u"])
+            await self.ports.queue.ack(CREDIT_STREAM, message_id)
+        return len(messages)
+
+    async def drain_lists(self, max_messages: int = 100, lease_ms: int = 30_000) -> int:
+        """Write queued sent/received/best-luck rows to the user lists; returns how many messages."""
+        messages = await self.ports.queue.claim(LISTS_STREAM, max_messages, lease_ms, self.ports.clock.now_ms())
+        for message_id, body in messages:
+            m = orjson.loads(body)
+            if m["t"] == "best":
+                best = await self.ports.packets.best_luck(m["o"])
+                if best is not None:
+                    await self.ports.lists.mark_best_luck(best, m["o"])
+            else:
+                await self.ports.lists.add(m["u"], m["t"], m["o"], m["a"], m["c"])
+            await self.ports.queue.ack(LISTS_STREAM, message_id)
+        return len(messages)
+
+    async def reconcile(self, window_ms: int, limit: int = 500) -> int:
+        """Credit receipts still pending ``window_ms`` after their open, and pay recorded refunds
+        not yet credited; returns how many movements it completed."""
+        done = 0
+        for receipt in await self.ports.packets.uncredited(self.ports.clock.now_ms() - window_ms, limit):
+            done += await self.credit(receipt.order_id, receipt.user_id)
+        for packet in await self.ports.packets.unpaid_refunds(limit):
+            await self.pay_refund(packet)
+            done += 1
+        return done

@@ -1,0 +1,162 @@
+"""One worker's application: routes, auth, error mapping, metrics and background jobs.
+
+``App.handle`` takes a parsed request and returns a Response; it never raises: every error is
+answered as ``{"error": {"code", "message"}}`` with its status (DESIGN.md section 12), and an
+unexpected exception is logged and answered 500 without taking the worker down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from hongbao.core import errors
+from hongbao.core.clock import OffsetFileClock
+from hongbao.core.embedded import Embedded
+from hongbao.server.auth import Identity, TokenVerifier
+from hongbao.server.config import Settings
+from hongbao.server.context import Context
+from hongbao.server.handlers import Handlers
+from hongbao.server.metrics import CONTENT_TYPE, WorkerMetrics
+from hongbao.server.responses import Response, error_response, from_error, json_response
+from hongbao.server.router import Route, Router
+
+log = logging.getLogger("hongbao.server")
+
+
+class App:
+    """Routes of DESIGN.md section 12 over one embedded backend, for one worker process."""
+
+    def __init__(self, settings: Settings, backend: Embedded, verifier: TokenVerifier, metrics: WorkerMetrics) -> None:
+        self.settings, self.backend, self.verifier, self.metrics = settings, backend, verifier, metrics
+        h = Handlers(backend.service)
+        routes = [
+            Route("GET", "/healthz", self.healthz, auth="none"),
+            Route("GET", "/readyz", self.readyz, auth="none"),
+            Route("GET", "/metrics", self.scrape, auth="none"),
+            Route("POST", "/v1/admin/accounts/{user_id}/topup", h.topup, auth="admin"),
+            Route("POST", "/v1/admin/crediting-mode", h.crediting_mode, auth="admin"),
+            Route("GET", "/v1/balance", h.balance),
+            Route("POST", "/v1/groups", h.create_group),
+            Route("GET", "/v1/groups/{group_id}", h.get_group),
+            Route("POST", "/v1/groups/{group_id}/members", h.add_members),
+            Route("DELETE", "/v1/groups/{group_id}/members/{user_id}", h.remove_member),
+            Route("POST", "/v1/packets", h.send),
+            Route("POST", "/v1/packets/{order_id}/pay", h.pay),
+            Route("DELETE", "/v1/packets/{order_id}", h.cancel),
+            Route("POST", "/v1/packets/{order_id}/grab", h.grab),
+            Route("POST", "/v1/packets/{order_id}/open", h.open),
+            Route("GET", "/v1/packets/{order_id}", h.details),
+            Route("GET", "/v1/me/received", h.received),
+            Route("GET", "/v1/me/sent", h.sent),
+            Route("GET", "/v1/me/ledger", h.ledger),
+            Route("PUT", "/v1/me/profile", h.profile),
+        ]
+        if settings.test_clock:
+            routes.append(Route("POST", "/v1/admin/clock", self.move_clock, auth="admin"))
+        self.router = Router(routes)
+
+    async def handle(self, method: str, path: str, query: str, headers: list[tuple[str, str]], body: bytes) -> Response:
+        """Answer one request; never raises."""
+        started = time.perf_counter()
+        route, params, path_known = self.router.match(method, path)
+        name = route.template if route else "unmatched"
+        try:
+            if route is None:
+                if path_known:
+                    raise _MethodNotAllowed(f"{method} is not allowed on {path}")
+                raise errors.NotFound(f"no route {method} {path}")
+            identity = self._authenticate(route, headers)
+            response: Response = await route.handler(Context(identity, params, body, query, headers))
+        except errors.HongbaoError as exc:
+            response = from_error(exc)
+            if exc.code == "busy":
+                self.metrics.events["admission_rejections"] += 1
+        except Exception:
+            log.exception("unhandled error on %s %s", method, name)
+            response = error_response(500, "internal", "internal error")
+        self.metrics.observe(name, response.status, time.perf_counter() - started)
+        if name.endswith("/open") and response.status == 200:
+            self.metrics.events["opens"] += 1
+        elif name.endswith("/grab"):
+            self.metrics.events["grabs"] += 1
+        return response
+
+    def _authenticate(self, route: Route, headers: list[tuple[str, str]]) -> Identity | None:
+        if route.auth == "none":
+            return None
+        header = next((v for k, v in headers if k == "authorization"), None)
+        if header is None or not header.startswith("Bearer "):
+            raise errors.Unauthorized("missing bearer token")
+        identity = self.verifier.verify(header[len("Bearer "):].strip())
+        if route.auth == "admin" and not identity.admin:
+            raise errors.Forbidden("this route needs an admin token")
+        return identity
+
+    async def healthz(self, _ctx: Context) -> Response:
+        """GET /healthz: the worker answers."""
+        return json_response(200, {"status": "ok"})
+
+    async def readyz(self, _ctx: Context) -> Response:
+        """GET /readyz: dependencies reachable (the database answers a read)."""
+        try:
+            await self.backend.service.ports.ledger.balance("readyz")
+        except Exception as exc:
+            return error_response(503, "degraded", f"database unreachable: {exc}")
+        return json_response(200, {"status": "ready"})
+
+    async def scrape(self, _ctx: Context) -> Response:
+        """GET /metrics: Prometheus text format, merged over every worker."""
+        self.metrics.gauges["open_batch_queue_rejections"] = self.backend.service.batcher.rejections
+        return Response(200, self.metrics.render(), [("content-type", CONTENT_TYPE)])
+
+    async def move_clock(self, ctx: Context) -> Response:
+        """POST /v1/admin/clock {now_ms} (test servers only): move every worker's clock."""
+        clock = self.backend.service.ports.clock
+        now_ms = ctx.json().get("now_ms")
+        if type(now_ms) is not int or not isinstance(clock, OffsetFileClock):
+            raise errors.InvalidRequest("now_ms must be an integer of ms since the epoch")
+        clock.set_ms(now_ms)
+        return json_response(200, {"now_ms": clock.now_ms()})
+
+    def background_jobs(self) -> list[Callable[[], Awaitable[Any]]]:
+        """The periodic jobs every worker runs: crediting, lists, refunds, reconciliation, flags, metrics.
+        Each is safe on any number of workers at once (every step is idempotent)."""
+        svc, s = self.backend.service, self.settings
+
+        async def credits() -> None:
+            await svc.drain_credits()
+            await svc.drain_lists()
+
+        async def metrics() -> None:
+            self.metrics.flush()
+
+        return [
+            _every(s.credit_interval_s, credits),
+            _every(s.refund_interval_s, svc.refund_due),
+            _every(s.reconcile_interval_s, lambda: svc.reconcile(s.reconcile_window_ms)),
+            _every(1.0, svc.sync_flags),
+            _every(1.0, metrics),
+        ]
+
+
+class _MethodNotAllowed(errors.HongbaoError):
+    code = "method_not_allowed"
+    status = 405
+
+
+def _every(interval_s: float, job: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[None]]:
+    async def loop() -> None:
+        while True:
+            try:
+                await job()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("background job %s failed; retrying in %.1f s", getattr(job, "__name__", job), interval_s)
+            await asyncio.sleep(interval_s)
+
+    return loop

@@ -1,0 +1,107 @@
+"""Server configuration: defaults, then ``hongbao.toml`` (or ``--config FILE``), then HONGBAO_*
+environment variables, then command-line flags; the embedded backend needs none of them.
+
+Units are in the names: ``*_s`` seconds, ``*_ms`` milliseconds, ``*_bytes`` bytes, ``*_fen`` fen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from hongbao.core.rules import Limits
+
+DEFAULT_CONFIG_FILE = "hongbao.toml"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every knob of ``hongbao serve``; see docs/operations.md for what each one trades."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 1
+    data_dir: Path = Path("var")
+    backend: str = "embedded"
+    region: int = 1
+    jwt_secret: str = ""  # HS256 secret; empty -> the embedded key file data_dir/jwt.key
+    jwt_public_key_file: str = ""  # RS256/ES256 public key (PEM); verification only
+    jwt_leeway_s: float = 5.0
+    max_body_bytes: int = 64 * 1024
+    max_header_bytes: int = 8 * 1024
+    max_headers: int = 64
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0
+    keepalive_timeout_s: float = 75.0
+    max_connections: int = 10_000
+    max_in_db: int = 2  # K: open transactions per packet in the DB at once
+    crediting_mode: str = "realtime_large"
+    realtime_threshold_fen: int = 2000
+    credit_interval_s: float = 0.05
+    refund_interval_s: float = 1.0
+    reconcile_interval_s: float = 5.0
+    reconcile_window_ms: int = 60_000
+    test_clock: bool = False  # tests only: POST /v1/admin/clock moves the server's time
+    log_level: str = "info"
+    limits: Limits = field(default_factory=Limits)
+
+    def with_overrides(self, values: Mapping[str, Any]) -> Settings:
+        """A copy with ``values`` applied (unknown keys raise ValueError; strings are converted)."""
+        known = {f.name: f for f in fields(self)}
+        changes: dict[str, Any] = {}
+        limit_changes: dict[str, Any] = {}
+        for key, value in values.items():
+            if key == "limits" and isinstance(value, Mapping):
+                limit_changes.update(value)
+            elif key in known and key != "limits":
+                changes[key] = _convert(value, type(getattr(self, key)))
+            elif key in {f.name for f in fields(Limits)}:
+                limit_changes[key] = value
+            else:
+                raise ValueError(f"unknown setting {key!r}")
+        if limit_changes:
+            limits = self.limits
+            changes["limits"] = dataclasses.replace(limits, **{k: _convert(v, type(getattr(limits, k))) for k, v in limit_changes.items()})
+        return dataclasses.replace(self, **changes)
+
+
+def _convert(value: Any, kind: type) -> Any:
+    if kind is bool and isinstance(value, str):
+        if value.lower() not in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
+            raise ValueError(f"not a boolean: {value!r}")
+        return value.lower() in {"1", "true", "yes", "on"}
+    if kind is Path:
+        return Path(value)
+    return kind(value)
+
+
+def load_settings(config_file: Path | None = None, env: Mapping[str, str] | None = None,
+                  flags: Mapping[str, Any] | None = None) -> Settings:
+    """Defaults <- TOML file (``config_file``, else ./hongbao.toml when present) <- HONGBAO_* env <- flags.
+
+    Raises FileNotFoundError for a named config file that is missing, ValueError for an unknown
+    setting or a value of the wrong type."""
+    settings = Settings()
+    path = config_file or (Path(DEFAULT_CONFIG_FILE) if Path(DEFAULT_CONFIG_FILE).exists() else None)
+    if path is not None:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+        flat: dict[str, Any] = {}
+        for key, value in data.items():
+            if isinstance(value, dict) and key not in {"limits"}:
+                flat.update(value)  # sections such as [server] or [jwt] are only for readability
+            else:
+                flat[key] = value
+        settings = settings.with_overrides(flat)
+    env = os.environ if env is None else env
+    from_env = {k[len("HONGBAO_"):].lower(): v for k, v in env.items() if k.startswith("HONGBAO_")}
+    if from_env:
+        settings = settings.with_overrides(from_env)
+    if flags:
+        settings = settings.with_overrides({k: v for k, v in flags.items() if v is not None})
+    return settings

@@ -1,0 +1,56 @@
+"""What a handler sees of one request: who is asking, the path parameters, the body and query."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+
+from hongbao.core.errors import InvalidRequest
+from hongbao.server.auth import Identity
+
+
+@dataclass(slots=True)
+class Context:
+    """One request as handlers see it. ``identity`` is None only on routes without auth."""
+
+    identity: Identity | None
+    params: dict[str, str]
+    body: bytes
+    query: str
+    headers: list[tuple[str, str]]
+
+    @property
+    def user_id(self) -> str:
+        """The caller's user id, from the verified token only (never from the body)."""
+        assert self.identity is not None
+        return self.identity.user_id
+
+    def json(self) -> dict[str, Any]:
+        """The body as a JSON object; InvalidRequest for malformed JSON, deep nesting or a non-object."""
+        try:
+            value = orjson.loads(self.body or b"{}")
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequest(f"malformed JSON body: {exc}") from None
+        if not isinstance(value, dict):
+            raise InvalidRequest("the body must be a JSON object")
+        return value
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (lower-case), or None."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    def query_int(self, name: str, default: int, low: int, high: int) -> int:
+        """Integer query parameter ``name`` in [low, high]; InvalidRequest otherwise."""
+        values = parse_qs(self.query).get(name)
+        if not values:
+            return default
+        text = values[-1]
+        if not text.isdigit() or not low <= int(text) <= high:
+            raise InvalidRequest(f"{name} must be an integer in {low}..{high}")
+        return int(text)

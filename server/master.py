@@ -1,0 +1,113 @@
+"""The master process (DESIGN.md section 8): create the host-wide admission table, fork N
+workers that share the port with SO_REUSEPORT, restart a worker that dies (reclaiming its
+admission slots first), and on SIGTERM/SIGINT stop the workers gracefully, then exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import time
+
+import hongbao_native
+
+from hongbao.core.adapters.sqlite_db import SqliteDb
+from hongbao.core.embedded import DB_FILE, create_admission
+from hongbao.server.auth import embedded_secret
+from hongbao.server.config import Settings
+from hongbao.server.worker import GRACE_S, METRICS_DIR, run_worker
+
+log = logging.getLogger("hongbao.master")
+CRASH_WINDOW_S = 2.0
+MAX_QUICK_CRASHES = 5
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail early (OSError) when the address is taken by a process that does not share it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        probe.bind((host, port))
+
+
+def _prepare(settings: Settings) -> None:
+    """Before any fork: data directory, key file, schema, a fresh metrics directory."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if not settings.jwt_secret and not settings.jwt_public_key_file:
+        embedded_secret(settings.data_dir)
+    SqliteDb(settings.data_dir / DB_FILE).close()
+    shutil.rmtree(settings.data_dir / METRICS_DIR, ignore_errors=True)
+
+
+def serve(settings: Settings) -> int:
+    """Run the master until SIGTERM/SIGINT; returns the process exit status."""
+    _check_port(settings.host, settings.port)
+    _prepare(settings)
+    admission = create_admission(f"hongbao-{settings.port}-{os.getpid()}")
+    workers: dict[int, float] = {}
+    stopping = False
+    quick_crashes = 0
+
+    def spawn() -> None:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                run_worker(settings, admission.name)
+            except BaseException:
+                log.exception("worker failed")
+                code = 1
+            finally:
+                os._exit(code)
+        workers[pid] = time.monotonic()
+
+    def stop(_sig: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for _ in range(settings.workers):
+        spawn()
+    log.info("master %d serving http://%s:%d with %d worker(s)", os.getpid(), settings.host, settings.port, settings.workers)
+    deadline = None
+    try:
+        while workers:
+            if stopping and deadline is None:
+                deadline = time.monotonic() + GRACE_S + 5
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG if stopping else 0)
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+            if pid == 0:
+                if deadline is not None and time.monotonic() > deadline:
+                    for straggler in workers:
+                        os.kill(straggler, signal.SIGKILL)
+                time.sleep(0.05)
+                continue
+            started = workers.pop(pid, time.monotonic())
+            reclaimed = admission.reclaim(pid)
+            if stopping:
+                continue
+            log.error("worker %d exited (status %d); %d admission slot(s) reclaimed; restarting", pid, status, reclaimed)
+            quick_crashes = quick_crashes + 1 if time.monotonic() - started < CRASH_WINDOW_S else 0
+            if quick_crashes >= MAX_QUICK_CRASHES:
+                log.error("workers keep dying at start; giving up")
+                stop(signal.SIGTERM, None)
+                continue
+            spawn()
+    finally:
+        admission.unlink()
+    return 1 if quick_crashes >= MAX_QUICK_CRASHES else 0

@@ -1,0 +1,109 @@
+"""Prometheus metrics, multiprocess-safe, with a hot path of plain integer bumps.
+
+prometheus-client's own multiprocess values cost ~10 us an update (DESIGN.md section 8), so each
+worker counts in plain dicts and writes a snapshot file (``<dir>/<pid>.json``) once a second;
+a scrape of ``/metrics`` on any worker merges every worker's file (the live ones and those of
+workers that died: counters never go backwards) and renders them with prometheus-client's
+exposition code (text format 0.0.4).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+_COUNTERS = {
+    "opens": "Packets opened (new receipts)",
+    "grabs": "Grab checks answered",
+    "admission_rejections": "Opens refused with 429 busy by per-packet admission",
+}
+
+
+class WorkerMetrics:
+    """One worker's counters: requests by (route, status), latency histograms by route (seconds),
+    and named event counters. ``directory`` holds every worker's snapshot file."""
+
+    __slots__ = ("directory", "requests", "latency", "events", "gauges")
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.requests: dict[str, int] = {}
+        self.latency: dict[str, list[float]] = {}
+        self.events: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        self.gauges: dict[str, float] = {}
+
+    def observe(self, route: str, status: int, seconds: float) -> None:
+        """Count one request of ``route`` answered with ``status`` after ``seconds``."""
+        key = f"{route}|{status}"
+        self.requests[key] = self.requests.get(key, 0) + 1
+        hist = self.latency.get(route)
+        if hist is None:
+            hist = self.latency[route] = [0.0] * (len(BUCKETS_S) + 2)  # buckets, +Inf, sum
+        hist[bisect.bisect_left(BUCKETS_S, seconds)] += 1
+        hist[-1] += seconds
+
+    def flush(self) -> None:
+        """Write this worker's snapshot atomically (rename over the old one)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{os.getpid()}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps({"requests": self.requests, "latency": self.latency, "events": self.events}))
+        tmp.replace(path)
+
+    def render(self) -> bytes:
+        """The merged metrics of every worker, in the Prometheus text format."""
+        self.flush()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Merged(self.directory, dict(self.gauges)))
+        return generate_latest(registry)
+
+
+class _Merged:
+    def __init__(self, directory: Path, gauges: dict[str, float]) -> None:
+        self.directory, self.gauges = directory, gauges
+
+    def collect(self) -> Iterator[Metric]:
+        requests: dict[str, int] = {}
+        latency: dict[str, list[float]] = {}
+        events: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        for path in self.directory.glob("*.json"):
+            try:
+                snap = orjson.loads(path.read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                continue
+            for key, value in snap["requests"].items():
+                requests[key] = requests.get(key, 0) + value
+            for route, hist in snap["latency"].items():
+                merged = latency.setdefault(route, [0.0] * len(hist))
+                latency[route] = [a + b for a, b in zip(merged, hist)]
+            for name, value in snap["events"].items():
+                events[name] = events.get(name, 0) + value
+        total = CounterMetricFamily("hongbao_http_requests", "HTTP requests by route and status", labels=["route", "status"])
+        for key, value in sorted(requests.items()):
+            route, status = key.rsplit("|", 1)
+            total.add_metric([route, status], value)
+        yield total
+        hist_family = HistogramMetricFamily("hongbao_http_request_duration_seconds", "Request latency by route", labels=["route"])
+        for route, hist in sorted(latency.items()):
+            cumulative, buckets = 0.0, []
+            for bound, count in zip((*map(str, BUCKETS_S), "+Inf"), hist[:-1]):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            hist_family.add_metric([route], buckets, hist[-1])
+        yield hist_family
+        for name, help_text in _COUNTERS.items():
+            counter = CounterMetricFamily(f"hongbao_{name}", help_text)
+            counter.add_metric([], events.get(name, 0))
+            yield counter
+        for name, value in sorted(self.gauges.items()):
+            gauge = GaugeMetricFamily(f"hongbao_{name}", name.replace("_", " "))
+            gauge.add_metric([], value)
+            yield gauge

@@ -1,0 +1,36 @@
+"""Response values and the one mapping of errors to HTTP answers (DESIGN.md section 12)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import orjson
+
+from hongbao.core.errors import Busy, HongbaoError
+
+JSON = ("content-type", "application/json")
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """An HTTP answer: ``status``, extra ``headers`` (lower-case names), ``body`` bytes."""
+
+    status: int
+    body: bytes
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+def json_response(status: int, payload: object, headers: list[tuple[str, str]] | None = None) -> Response:
+    """``payload`` serialised with orjson, with a JSON content type."""
+    return Response(status, orjson.dumps(payload), [JSON, *(headers or [])])
+
+
+def error_response(status: int, code: str, message: str, headers: list[tuple[str, str]] | None = None) -> Response:
+    """``{"error": {"code", "message"}}`` with ``status``."""
+    return json_response(status, {"error": {"code": code, "message": message}}, headers)
+
+
+def from_error(exc: HongbaoError) -> Response:
+    """The answer for a HongbaoError: its status and code, Retry-After for Busy."""
+    headers = [("retry-after", str(max(1, round(exc.retry_after))))] if isinstance(exc, Busy) else None
+    return error_response(exc.status, exc.code, exc.message, headers)

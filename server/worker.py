@@ -1,0 +1,70 @@
+"""One worker process: uvloop, its own SO_REUSEPORT listening socket, the app, background jobs,
+and a graceful stop on SIGTERM/SIGINT (stop accepting, finish requests, then exit)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+import hongbao_native
+import uvloop
+
+from hongbao.core.clock import Clock, OffsetFileClock, SystemClock
+from hongbao.core.embedded import open_embedded
+from hongbao.core.service import CreditingMode
+from hongbao.server.app import App
+from hongbao.server.auth import TokenVerifier, embedded_secret
+from hongbao.server.config import Settings
+from hongbao.server.http_protocol import Connections, HttpProtocol
+from hongbao.server.metrics import WorkerMetrics
+
+log = logging.getLogger("hongbao.worker")
+GRACE_S = 10.0
+CLOCK_FILE = "test-clock"
+METRICS_DIR = "metrics"
+
+
+def verifier_for(settings: Settings) -> TokenVerifier:
+    """The token verifier of ``settings``: a public key file (RS256/ES256), the configured HS256
+    secret, or the embedded key file in the data directory."""
+    if settings.jwt_public_key_file:
+        with open(settings.jwt_public_key_file) as handle:
+            return TokenVerifier(handle.read(), ["RS256", "ES256"], settings.jwt_leeway_s)
+    secret = settings.jwt_secret or embedded_secret(settings.data_dir)
+    return TokenVerifier(secret, ["HS256"], settings.jwt_leeway_s)
+
+
+async def _serve(settings: Settings, admission_name: str) -> None:
+    loop = asyncio.get_running_loop()
+    admission = hongbao_native.AdmissionTable.attach(admission_name)
+    clock: Clock = OffsetFileClock(settings.data_dir / CLOCK_FILE) if settings.test_clock else SystemClock()
+    backend = open_embedded(settings.data_dir, admission, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db)
+    backend.service.crediting_mode = CreditingMode(settings.crediting_mode)
+    backend.service.realtime_threshold_fen = settings.realtime_threshold_fen
+    app = App(settings, backend, verifier_for(settings), WorkerMetrics(settings.data_dir / METRICS_DIR))
+    conns = Connections(settings.max_connections)
+    server = await loop.create_server(lambda: HttpProtocol(app, conns), settings.host, settings.port,
+                                      reuse_port=True, backlog=4096)
+    jobs = [loop.create_task(job()) for job in app.background_jobs()]
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("worker listening on %s:%d", settings.host, settings.port)
+    await stop.wait()
+    server.close()
+    deadline = time.monotonic() + GRACE_S
+    while conns.open and time.monotonic() < deadline:
+        conns.close_idle()
+        await asyncio.sleep(0.05)
+    for job in jobs:
+        job.cancel()
+    await asyncio.gather(*jobs, return_exceptions=True)
+    app.metrics.flush()
+    backend.close()
+
+
+def run_worker(settings: Settings, admission_name: str) -> None:
+    """Run one worker until SIGTERM/SIGINT (called in the forked child)."""
+    uvloop.run(_serve(settings, admission_name))

@@ -1,0 +1,263 @@
+"""The money flow on the embedded backend (real SQLite, real shared-memory admission), driven
+through the service layer with a manual clock: the money cases that need no HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from hongbao.core import errors
+from hongbao.core.clock import ManualClock
+from hongbao.core.embedded import Embedded
+from hongbao.core.packet import Status
+from hongbao.core.service import CreditingMode, PacketService
+
+DAY_MS = 24 * 3600 * 1000
+
+
+async def _group(svc: PacketService, gid: str, members: list[str]) -> None:
+    await svc.ports.groups.create(gid, members[0], members, svc.ports.clock.now_ms())
+
+
+async def _paid(svc: PacketService, sender: str, body: dict[str, object], fund: int | None = None) -> str:
+    await svc.topup(sender, fund or 20000, f"fund-{sender}-{len(body)}-{svc.ports.clock.now_ms()}")
+    order_id, _ = await svc.send(sender, body)
+    await svc.pay(sender, order_id)
+    return order_id
+
+
+async def _drain(svc: PacketService) -> None:
+    while await svc.drain_credits():
+        pass
+
+
+async def _balances(svc: PacketService, users: list[str]) -> dict[str, int]:
+    return {u: await svc.ports.ledger.balance(u) for u in users}
+
+
+def _scripted(values: list[int]) -> Callable[[int, int], int]:
+    """A draw that returns ``values`` in order (and, as the rule says, everything left to the last share)."""
+    it: Iterator[int] = iter(values)
+    return lambda m, n: m if n == 1 else next(it)
+
+
+async def test_full_story(backend: Embedded) -> None:
+    """Top up, group, send, pay, every member opens: shares sum to T, best luck is the largest, balances add up."""
+    svc = backend.service
+    users = ["A", "B", "C", "D"]
+    await _group(svc, "g1", users)
+    await svc.topup("A", 10000, "k1")
+    order_id, pay_by = await svc.send("A", {"count": 4, "total_fen": 1000, "group_id": "g1", "greeting": "新年快乐"})
+    assert len(order_id) == 20 and pay_by == svc.ports.clock.now_ms() + svc.limits.pay_ttl_ms
+    packet = await svc.pay("A", order_id)
+    assert (packet.status, packet.remaining_fen, packet.remaining_count) == (Status.ACTIVE, 1000, 4)
+    assert await svc.ports.ledger.balance("A") == 9000
+    amounts = {}
+    for user in users:
+        assert await svc.grab(user, order_id) == {"status": "ok"}
+        receipt, repeat = await svc.open(user, order_id)
+        amounts[user] = receipt.amount_fen
+        assert not repeat and receipt.amount_fen >= 1
+    assert sum(amounts.values()) == 1000
+    packet = await svc.ports.packets.get_packet(order_id)
+    assert packet is not None and (packet.status, packet.remaining_fen, packet.remaining_count) == (Status.FINISHED, 0, 0)
+    best = max(amounts.values())
+    assert await svc.ports.packets.best_luck(order_id) == next(u for u in users if amounts[u] == best)
+    await _drain(svc)
+    balances = await _balances(svc, users)
+    assert balances == {u: amounts[u] + (9000 if u == "A" else 0) for u in users}
+    assert sum(balances.values()) == 10000
+    await svc.ports.groups.add_members("g1", ["E"])
+    with pytest.raises(errors.Finished):
+        await svc.open("E", order_id)
+    with pytest.raises(errors.Finished):
+        await svc.grab("E", order_id)
+    assert await svc.grab("B", order_id) == {"status": "opened", "amount_fen": amounts["B"]}
+    assert (await svc.open("B", order_id)) == ((await svc.ports.packets.receipt(order_id, "B")), True)
+
+
+async def test_equal_packet_debit_equals_shares_plus_refund(backend: Embedded, clock: ManualClock) -> None:
+    """M-07: an equal packet's debited total equals the shares paid plus the refund."""
+    svc = backend.service
+    await _group(svc, "g", ["A", "B", "C"])
+    order_id = await _paid(svc, "A", {"kind": "equal", "count": 3, "per_share_fen": 7, "group_id": "g"}, fund=100)
+    assert (await svc.open("B", order_id))[0].amount_fen == 7
+    assert (await svc.open("C", order_id))[0].amount_fen == 7
+    clock.advance_ms(DAY_MS)
+    assert await svc.refund_due() == 1
+    await _drain(svc)
+    assert await _balances(svc, ["A", "B", "C"]) == {"A": 100 - 21 + 7, "B": 7, "C": 7}
+
+
+async def test_one_user_opens_fifty_times_at_once(backend: Embedded) -> None:
+    """M-08: 50 concurrent opens and 3 retries by one user give one receipt and one amount."""
+    svc = backend.service
+    await _group(svc, "g", ["A", "U"])
+    order_id = await _paid(svc, "A", {"count": 10, "total_fen": 1000, "group_id": "g"})
+    results = await asyncio.gather(*(svc.open("U", order_id) for _ in range(50)))
+    results += [await svc.open("U", order_id) for _ in range(3)]
+    assert len({r.amount_fen for r, _ in results}) == 1
+    assert sum(not repeat for _, repeat in results) == 1
+    assert len(await svc.ports.packets.receipts(order_id)) == 1
+    packet = await svc.ports.packets.get_packet(order_id)
+    assert packet is not None and packet.remaining_count == 9
+
+
+async def test_no_oversell_with_1000_openers(backend: Embedded) -> None:
+    """M-09: 1000 users open N=10, T=1000 at once: exactly 10 receipts summing to 1000, 990 finished."""
+    svc = backend.service
+    users = [f"u{i}" for i in range(1000)]
+    await _group(svc, "g", ["S", *users])
+    order_id = await _paid(svc, "S", {"count": 10, "total_fen": 1000, "group_id": "g"}, fund=1000)
+    outcomes = await asyncio.gather(*(svc.open(u, order_id) for u in users), return_exceptions=True)
+    winners = {u: o[0].amount_fen for u, o in zip(users, outcomes) if isinstance(o, tuple)}
+    assert len(winners) == 10 and sum(winners.values()) == 1000
+    assert sum(isinstance(o, errors.Finished) for o in outcomes) == 990
+    packet = await svc.ports.packets.get_packet(order_id)
+    assert packet is not None and (packet.remaining_fen, packet.remaining_count) == (0, 0)
+    await _drain(svc)
+    balances = await _balances(svc, users)
+    assert {u: b for u, b in balances.items() if b} == winners
+
+
+async def test_refund_runs_once_on_three_workers(make_backend: Callable[..., Embedded], clock: ManualClock) -> None:
+    """M-11/M-14: an expired packet with 70 fen left, refund job on 3 workers twice: one refund of 70 to its sender."""
+    workers = [make_backend() for _ in range(3)]
+    svc = workers[0].service
+    await _group(svc, "g", ["A", "B", "C"])
+    order_id = await _paid(svc, "A", {"count": 5, "total_fen": 100, "group_id": "g"}, fund=100)
+    svc.draw = _scripted([20, 10])
+    await svc.open("B", order_id)
+    await svc.open("C", order_id)
+    clock.advance_ms(DAY_MS)
+    await _paid(workers[1].service, "B", {"count": 1, "total_fen": 5, "group_id": "g"}, fund=5)
+    for _ in range(2):
+        counts = await asyncio.gather(*(w.service.refund_due() for w in workers))
+        assert sum(counts) == (1 if _ == 0 else 0)
+    await _drain(svc)
+    ledger = await svc.ports.ledger.entries("A", 0, 10)
+    assert [(e.kind, e.amount_fen) for e in ledger if e.kind == "refund"] == [("refund", 70)]
+    assert await svc.ports.ledger.balance("A") == 70
+    assert await svc.ports.ledger.balance("B") == 20
+    packet = await svc.ports.packets.get_packet(order_id)
+    assert packet is not None and (packet.status, packet.refunded_fen, packet.opened_fen) == (Status.REFUNDED, 70, 30)
+
+
+async def test_expiry_edge(backend: Embedded, clock: ManualClock) -> None:
+    """M-13: open at t0-1 ms succeeds, open at t0 is expired; refund at t0-1 ms refused, at t0 done."""
+    svc = backend.service
+    await _group(svc, "g", ["A", "B", "C"])
+    order_id = await _paid(svc, "A", {"count": 3, "total_fen": 300, "group_id": "g"}, fund=300)
+    packet = await svc.ports.packets.get_packet(order_id)
+    assert packet is not None
+    clock.set_ms(packet.expires_at_ms - 1)
+    assert (await svc.open("B", order_id))[0].amount_fen >= 1
+    assert await svc.refund_due() == 0
+    clock.set_ms(packet.expires_at_ms)
+    with pytest.raises(errors.Expired):
+        await svc.open("C", order_id)
+    assert await svc.refund_due() == 1
+    refunded = await svc.ports.packets.get_packet(order_id)
+    opened = sum(r.amount_fen for r in await svc.ports.packets.receipts(order_id))
+    assert refunded is not None and refunded.refunded_fen + opened == 300
+
+
+@pytest.mark.parametrize(("shares", "best"), [([30, 30, 20, 20], "u0"), ([20, 30, 30, 20], "u1")])
+async def test_best_luck_ties_go_to_the_earliest(backend: Embedded, shares: list[int], best: str) -> None:
+    """M-19: best luck is the largest share; a tie goes to the earliest opener."""
+    svc = backend.service
+    users = ["u0", "u1", "u2", "u3"]
+    await _group(svc, "g", ["S", *users])
+    order_id = await _paid(svc, "S", {"count": 4, "total_fen": 100, "group_id": "g"}, fund=100)
+    svc.draw = _scripted(shares[:3])
+    for user in users:
+        await svc.open(user, order_id)
+    assert [r.amount_fen for r in await svc.ports.packets.receipts(order_id)] == shares
+    assert await svc.ports.packets.best_luck(order_id) == best
+
+
+async def test_grab_is_advisory(backend: Embedded) -> None:
+    """M-22: 15 users pass grab on N=10; 10 opens succeed, 5 get finished; grab-only users leave no receipt."""
+    svc = backend.service
+    users = [f"u{i}" for i in range(15)]
+    await _group(svc, "g", ["S", *users])
+    order_id = await _paid(svc, "S", {"count": 10, "total_fen": 100, "group_id": "g"}, fund=100)
+    assert [await svc.grab(u, order_id) for u in users] == [{"status": "ok"}] * 15
+    outcomes = [await svc.open(u, order_id) if i < 10 else None for i, u in enumerate(users)]
+    for user in users[10:]:
+        with pytest.raises(errors.Finished):
+            await svc.open(user, order_id)
+    assert {r.user_id for r in await svc.ports.packets.receipts(order_id)} == set(users[:10])
+    assert all(o is not None for o in outcomes[:10])
+
+
+async def test_exclusive_packets(backend: Embedded) -> None:
+    """M-25: an exclusive packet for B refuses A's open; B gets all 500; two such packets open independently."""
+    svc = backend.service
+    first = await _paid(svc, "A", {"kind": "exclusive", "total_fen": 500, "receiver_id": "B"}, fund=1000)
+    second = await _paid(svc, "A", {"kind": "exclusive", "total_fen": 300, "receiver_id": "B"}, fund=1)
+    with pytest.raises(errors.NotMember):
+        await svc.open("A", first)
+    with pytest.raises(errors.NotMember):
+        await svc.open("C", first)
+    assert (await svc.open("B", first))[0].amount_fen == 500
+    assert (await svc.open("B", second))[0].amount_fen == 300
+    assert len(await svc.ports.packets.receipts(first)) == 1
+
+
+async def test_pay_is_idempotent_and_checks_balance(backend: Embedded) -> None:
+    """A repeated pay debits once; a pay without funds moves nothing; only the sender may pay."""
+    svc = backend.service
+    await _group(svc, "g", ["A", "B"])
+    await svc.topup("A", 500, "k")
+    assert await svc.topup("A", 500, "k") is False
+    order_id, _ = await svc.send("A", {"count": 2, "total_fen": 400, "group_id": "g"})
+    with pytest.raises(errors.Forbidden):
+        await svc.pay("B", order_id)
+    first = await svc.pay("A", order_id)
+    again = await svc.pay("A", order_id)
+    assert first == again and await svc.ports.ledger.balance("A") == 100
+    big, _ = await svc.send("A", {"count": 2, "total_fen": 400, "group_id": "g"})
+    with pytest.raises(errors.InsufficientBalance):
+        await svc.pay("A", big)
+    assert await svc.ports.ledger.balance("A") == 100
+    assert await svc.ports.packets.get_packet(big) is None
+    with pytest.raises(errors.NotPaid):
+        await svc.open("B", big)
+
+
+async def test_credit_is_idempotent_in_every_mode(backend: Embedded, clock: ManualClock) -> None:
+    """Repeated credits credit once; deferred crediting is completed by the reconciler."""
+    svc = backend.service
+    svc.crediting_mode = CreditingMode.DEFERRED
+    await _group(svc, "g", ["A", "B"])
+    order_id = await _paid(svc, "A", {"count": 1, "total_fen": 50, "group_id": "g"}, fund=50)
+    await svc.open("B", order_id)
+    assert await svc.ports.ledger.balance("B") == 0
+    assert await svc.reconcile(window_ms=60_000) == 0
+    clock.advance_ms(60_001)
+    assert await svc.reconcile(window_ms=60_000) == 1
+    for _ in range(3):
+        assert await svc.credit(order_id, "B") is True
+    assert await svc.ports.ledger.balance("B") == 50
+    assert [e.kind for e in await svc.ports.ledger.entries("B", 0, 10)] == ["credit"]
+
+
+async def test_validation_moves_nothing(backend: Embedded) -> None:
+    """M-04: T=10, N=15 is refused: nothing debited, no pre-order; non-members and bad ids are refused."""
+    svc = backend.service
+    await _group(svc, "g", ["A", "B"])
+    await svc.topup("A", 100, "k")
+    with pytest.raises(errors.InvalidCount):
+        await svc.send("A", {"count": 15, "total_fen": 10, "group_id": "g"})
+    with pytest.raises(errors.NotMember):
+        await svc.send("Z", {"count": 1, "total_fen": 10, "group_id": "g"})
+    order_id = await _paid(svc, "A", {"count": 1, "total_fen": 10, "group_id": "g"}, fund=1)
+    with pytest.raises(errors.NotMember):
+        await svc.open("Z", order_id)
+    broken = order_id[:-1] + str((int(order_id[-1]) + 1) % 10)
+    with pytest.raises(errors.BadOrderId):
+        await svc.open("B", broken)
+    assert await svc.ports.ledger.balance("A") == 91
