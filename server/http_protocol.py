@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from typing import cast
 
 import hongbao_native
 from hongbao_native import HttpParseError, RequestParser
@@ -58,8 +59,7 @@ class HttpProtocol(asyncio.Protocol):
         self.paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
         if len(self.conns.open) >= self.conns.limit:
             self._finish(error_response(503, "busy", "too many connections to this worker", [("retry-after", "1")]))
             return

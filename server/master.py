@@ -5,6 +5,7 @@ admission slots first), and on SIGTERM/SIGINT stop the workers gracefully, then 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -26,8 +27,13 @@ MAX_QUICK_CRASHES = 5
 
 
 def _check_port(host: str, port: int) -> None:
-    """Fail early (OSError) when the address is taken by a process that does not share it."""
+    """Fail early (OSError) when the address is taken: by a process that does not share it, or by
+    one that does (another server with SO_REUSEPORT would silently split the connections)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as client:
+        client.settimeout(0.5)
+        if client.connect_ex((host, port)) == 0:
+            raise OSError(errno.EADDRINUSE, f"{host}:{port} is already served by another process")
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         probe.bind((host, port))
