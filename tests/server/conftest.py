@@ -1,0 +1,125 @@
+"""A real hongbao server in a subprocess on a free port, with a readiness probe (as granian's
+test suite does), its own data directory, a test clock, and tokens minted with its key."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hongbao.server.auth import embedded_secret, mint
+
+TEST_CONFIG = """
+test_clock = true
+credit_interval_s = 0.02
+refund_interval_s = 0.2
+reconcile_interval_s = 0.5
+reconcile_window_ms = 2000
+"""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A running server: ``url``, its ``data_dir``, the process, and token helpers."""
+
+    url: str
+    data_dir: Path
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    _tokens: dict[str, str] = field(default_factory=dict)
+
+    def token(self, user_id: str, *, admin: bool = False, ttl_s: float = 3600) -> str:
+        """A bearer token signed with the server's key."""
+        return mint(embedded_secret(self.data_dir), user_id, admin=admin, ttl_s=ttl_s)
+
+    def client(self, user_id: str, *, admin: bool = False) -> httpx.Client:
+        """A keep-alive HTTP client acting as ``user_id``."""
+        key = f"{user_id}:{admin}"
+        token = self._tokens.setdefault(key, self.token(user_id, admin=admin))
+        return httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {token}"}, timeout=30)
+
+    def async_client(self, user_id: str, *, admin: bool = False) -> httpx.AsyncClient:
+        """An asyncio HTTP client acting as ``user_id``."""
+        token = self.token(user_id, admin=admin)
+        return httpx.AsyncClient(base_url=self.url, headers={"authorization": f"Bearer {token}"}, timeout=30)
+
+    def log(self) -> str:
+        """Everything the server wrote to stderr so far."""
+        return self.log_path.read_text(errors="replace")
+
+
+def start_server(data_dir: Path, workers: int = 1, extra_config: str = "") -> Server:
+    """Start ``hongbao serve`` and wait until /healthz answers (or fail with its log)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    config = data_dir / "hongbao.toml"
+    config.write_text(TEST_CONFIG + extra_config)
+    port = free_port()
+    log_path = data_dir / "server.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HONGBAO_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hongbao.server.cli", "--config", str(config), "serve", "--port", str(port),
+         "--data-dir", str(data_dir), "--workers", str(workers)],
+        stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"), env=env)
+    server = Server(f"http://127.0.0.1:{port}", data_dir, process, log_path)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
+        try:
+            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.TransportError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"server did not become ready:\n{server.log()}")
+
+
+def stop_server(server: Server) -> int:
+    """SIGTERM, wait for a graceful exit, return the exit status."""
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            server.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+    return server.process.returncode
+
+
+@pytest.fixture
+def make_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """Start servers on demand; each is stopped at the end and must exit 0 without tracebacks."""
+    started: list[Server] = []
+
+    def make(workers: int = 1, extra_config: str = "", name: str = "srv") -> Server:
+        server = start_server(tmp_path / f"{name}{len(started)}", workers, extra_config)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        status = stop_server(server)
+        assert status == 0, server.log()
+        assert "Traceback" not in server.log(), server.log()
+
+
+@pytest.fixture
+def server(make_server: Callable[..., Server]) -> Server:
+    """One single-worker server."""
+    return make_server()
