@@ -15,6 +15,7 @@ use pyo3::types::PyList;
 /// "release" or "debug": benchmarks refuse to run on a debug build.
 const BUILD_PROFILE: &str = if cfg!(debug_assertions) { "debug" } else { "release" };
 
+/// The hot paths of hongbao: lucky split, order ids, routing, admission, WebSocket and HTTP framing.
 #[pymodule]
 fn hongbao_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -26,7 +27,7 @@ fn hongbao_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     admission::init_pymodule(m)?;
     ws_frame::init_pymodule(m)?;
     http::init_pymodule(m)?;
-    let mut names: Vec<String> = Vec::new();
+    let mut names: Vec<String> = vec!["__version__".to_owned()];
     for key in m.dict().keys() {
         let name: String = key.extract()?;
         if !name.starts_with('_') {
