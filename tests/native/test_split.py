@@ -225,12 +225,6 @@ def test_m01_one_fen_shares_are_exact_ints() -> None:
     assert type(hn.split_equal(300, 3)) is int and hn.split_equal(300, 3) == 100
 
 
-@pytest.mark.skip(reason="M-01's yuan string '0.30' -> 30 fen is parsed in hongbao.core's money layer (a later issue)")
-def test_m01_yuan_string_is_parsed_exactly() -> None:
-    """M-01: the API's yuan string "0.30" is stored as 30 fen (belongs to the API layer)."""
-    raise AssertionError("not at the split layer")
-
-
 def test_m02_equal_packets_never_round() -> None:
     """M-02: T=100 over N=18 is refused as an equal packet; no equal share can be <= 0."""
     with pytest.raises(ValueError, match="not a multiple of count 18: equal packets never round"):
