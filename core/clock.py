@@ -52,28 +52,36 @@ class ManualClock:
 class OffsetFileClock:
     """The wall clock plus an offset in ms kept in a file, shared by every worker of a test
     server (``test_clock``); the file is replaced on every change and re-read only when its
-    (inode, mtime) changes."""
+    (inode, mtime) changes. A frozen clock (``set_ms(..., frozen=True)``) stands still at the
+    time set, so a test can act at an exact millisecond (the expiry edge of money case M-13)."""
 
-    __slots__ = ("_path", "_offset_ms", "_version")
+    __slots__ = ("_path", "_offset_ms", "_frozen_ms", "_version")
 
     def __init__(self, path: Path) -> None:
-        self._path, self._offset_ms, self._version = path, 0, (0, 0)
+        self._path, self._offset_ms, self._frozen_ms, self._version = path, 0, None, (0, 0)
 
     def now_ms(self) -> int:
-        """Wall-clock ms since the epoch plus the shared offset."""
+        """Wall-clock ms since the epoch plus the shared offset (or the frozen time)."""
         try:
             st = self._path.stat()
             version = (st.st_ino, st.st_mtime_ns)
         except FileNotFoundError:
-            version, self._offset_ms = (0, 0), 0
+            version, self._offset_ms, self._frozen_ms = (0, 0), 0, None
         if version != self._version and version != (0, 0):
-            self._offset_ms = int(self._path.read_text() or 0)
+            text = self._path.read_text().strip()
+            if text.startswith("="):
+                self._frozen_ms = int(text[1:])
+            else:
+                self._offset_ms, self._frozen_ms = int(text or 0), None
         self._version = version
+        if self._frozen_ms is not None:
+            return self._frozen_ms
         return time.time_ns() // 1_000_000 + self._offset_ms
 
-    def set_ms(self, now_ms: int) -> None:
-        """Move every worker's clock so that it reads ``now_ms`` now."""
-        offset = now_ms - time.time_ns() // 1_000_000
+    def set_ms(self, now_ms: int, *, frozen: bool = False) -> None:
+        """Move every worker's clock so that it reads ``now_ms`` now; with ``frozen`` it stays
+        there until the next call."""
+        text = f"={now_ms}" if frozen else str(now_ms - time.time_ns() // 1_000_000)
         tmp = self._path.with_suffix(".tmp")
-        tmp.write_text(str(offset))
+        tmp.write_text(text)
         tmp.replace(self._path)

@@ -178,8 +178,8 @@ class SequenceSource(Protocol):
 class Queue(Protocol):
     """A reliable queue: messages stay until acked; unacked ones come back after a lease."""
 
-    async def publish(self, stream: str, body: bytes) -> None:
-        """Append a message to ``stream``."""
+    async def publish(self, messages: Sequence[tuple[str, bytes]]) -> None:
+        """Append each (stream, body) message, all or none."""
         ...
 
     async def claim(self, stream: str, count: int, lease_ms: int, now_ms: int) -> list[tuple[int, bytes]]:

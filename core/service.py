@@ -88,8 +88,25 @@ class PacketService:
         self.region, self.crediting_mode, self.realtime_threshold_fen = region, crediting_mode, realtime_threshold_fen
 
     async def open_batch(self, order_id: str, user_ids: Sequence[str]) -> list[OpenResult]:
-        """The batcher's transaction: open for ``user_ids`` at the clock's current time."""
-        return await self.ports.packets.open_batch(order_id, user_ids, self.ports.clock.now_ms(), self.draw)
+        """The batcher's transaction: open for ``user_ids`` at the clock's current time, then queue
+        the batch's follow-ups (list rows, best luck, queued credits) in one queue write."""
+        results = await self.ports.packets.open_batch(order_id, user_ids, self.ports.clock.now_ms(), self.draw)
+        messages: list[tuple[str, dict[str, object]]] = []
+        for result in results:
+            receipt = result.receipt
+            if receipt is None or result.repeat:
+                continue
+            messages.append((LISTS_STREAM, {"t": "received", "u": receipt.user_id, "o": order_id,
+                                            "a": receipt.amount_fen, "c": receipt.opened_at_ms}))
+            if result.last:
+                messages.append((LISTS_STREAM, {"t": "best", "o": order_id}))
+            if not self._credit_in_request(receipt) and self.crediting_mode is not CreditingMode.DEFERRED:
+                messages.append((CREDIT_STREAM, {"t": "receipt", "o": order_id, "u": receipt.user_id}))
+        await self._publish(messages)
+        return results
+
+    def _credit_in_request(self, receipt: Receipt) -> bool:
+        return self.crediting_mode is CreditingMode.REALTIME_LARGE and receipt.amount_fen >= self.realtime_threshold_fen
 
     async def topup(self, user_id: str, amount_fen: int, key: str) -> bool:
         """Add ``amount_fen`` to the balance once per idempotency ``key``; False on a repeat."""
@@ -136,7 +153,7 @@ class PacketService:
                         pre["pay_by"], now + self.limits.expiry_ms)
         if await self.ports.packets.insert_packet(packet):
             await self._note(pre["greeting"], order_id)
-            await self._publish(LISTS_STREAM, {"t": "sent", "u": sender_id, "o": order_id, "a": packet.total_fen, "c": now})
+            await self._publish([(LISTS_STREAM, {"t": "sent", "u": sender_id, "o": order_id, "a": packet.total_fen, "c": now})])
         await self.ports.preorders.delete(order_id)
         stored = await self.ports.packets.get_packet(order_id)
         return stored if stored is not None else packet
@@ -193,13 +210,11 @@ class PacketService:
         result = await self.batcher.open(order_id, user_id)
         if result.receipt is None:
             raise _REFUSALS.get(result.refusal or "", errors.HongbaoError)(f"packet {order_id}: {result.refusal}")
-        if not result.repeat:
-            receipt = result.receipt
-            await self._dispatch_credit(receipt)
-            await self._publish(LISTS_STREAM, {"t": "received", "u": user_id, "o": order_id, "a": receipt.amount_fen,
-                                               "c": receipt.opened_at_ms})
-            if result.last:
-                await self._publish(LISTS_STREAM, {"t": "best", "o": order_id})
+        if not result.repeat and self._credit_in_request(result.receipt):
+            try:
+                await self.credit(order_id, user_id)
+            except Exception:  # the receipt is committed: the reconciler credits it later
+                log.exception("realtime credit of %s/%s failed; left to the reconciler", order_id, user_id)
         return result.receipt, result.repeat
 
     async def set_crediting_mode(self, mode: CreditingMode) -> None:
@@ -220,20 +235,14 @@ class PacketService:
             except Exception:  # non-critical: details fall back to the default greeting
                 log.exception("could not keep the greeting of %s", order_id)
 
-    async def _publish(self, stream: str, message: dict[str, object]) -> None:
+    async def _publish(self, messages: list[tuple[str, dict[str, object]]]) -> None:
+        if not messages:
+            return
         try:
-            await self.ports.queue.publish(stream, orjson.dumps(message))
-        except Exception:  # lists are rebuilt by the reconciler from packets and receipts
-            log.exception("could not queue %s on %s", message.get("t"), stream)
-
-    async def _dispatch_credit(self, receipt: Receipt) -> None:
-        if self.crediting_mode is CreditingMode.REALTIME_LARGE and receipt.amount_fen >= self.realtime_threshold_fen:
-            try:
-                await self.credit(receipt.order_id, receipt.user_id)
-            except Exception:  # the receipt is committed: the reconciler credits it later
-                log.exception("realtime credit of %s/%s failed; left to the reconciler", receipt.order_id, receipt.user_id)
-        elif self.crediting_mode is not CreditingMode.DEFERRED:
-            await self._publish(CREDIT_STREAM, {"t": "receipt", "o": receipt.order_id, "u": receipt.user_id})
+            await self.ports.queue.publish([(stream, orjson.dumps(m)) for stream, m in messages])
+        except Exception:  # money is safe: the reconciler credits pending receipts from the DB
+            log.exception("could not queue %d follow-up message(s); credits fall to the reconciler, list rows are lost",
+                          len(messages))
 
     async def credit(self, order_id: str, user_id: str) -> bool:
         """Credit one receipt to its receiver, once (the receipt is the ledger ref); False if

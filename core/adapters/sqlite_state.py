@@ -146,12 +146,13 @@ class SqliteQueue:
     def __init__(self, db: SqliteDb) -> None:
         self._db = db
 
-    async def publish(self, stream: str, body: bytes) -> None:
-        """Append a message, visible at once."""
+    async def publish(self, messages: Sequence[tuple[str, bytes]]) -> None:
+        """Append the (stream, body) messages in one transaction, visible at once."""
+        rows = [(stream, body.decode()) for stream, body in messages]
 
         def publish() -> None:
             with self._db.immediate() as conn:
-                conn.execute("INSERT INTO t_queue (stream, body, visible_at) VALUES (?, ?, 0)", (stream, body.decode()))
+                conn.executemany("INSERT INTO t_queue (stream, body, visible_at) VALUES (?, ?, 0)", rows)
 
         await self._db.run(publish)
 
