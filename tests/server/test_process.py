@@ -1,0 +1,111 @@
+"""The process model and the command line: workers restarted when killed, graceful stop,
+`hongbao token` minting with the directory's key, configuration precedence."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import jwt
+import pytest
+
+from hongbao.server.auth import embedded_secret
+from hongbao.server.config import Settings, load_settings
+from tests.server.conftest import Server, stop_server
+from tests.server.flows import balance, group, ok, paid_packet, topup
+
+
+def _workers(server: Server) -> set[int]:
+    path = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+    return {int(pid) for pid in path.read_text().split()}
+
+
+def _wait_for(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_killed_worker_is_replaced_and_money_is_intact(make_server: Callable[..., Server]) -> None:
+    """SIGKILL one of two workers: the master starts another, and no receipt is lost or doubled."""
+    server = make_server(workers=2)
+    _wait_for(lambda: len(_workers(server)) == 2)
+    gid = group(server, "S", ["B", "C"])
+    order_id = paid_packet(server, "S", {"count": 2, "total_fen": 200, "group_id": gid}, fund_fen=200)
+    with server.client("B") as b:
+        first = ok(b.post(f"/v1/packets/{order_id}/open"))["amount_fen"]
+    victim = min(_workers(server))
+    os.kill(victim, signal.SIGKILL)
+    _wait_for(lambda: victim not in _workers(server) and len(_workers(server)) == 2)
+    for _ in range(6):  # whichever worker answers, the repeat returns the first amount
+        with server.client("B") as b:
+            assert ok(b.post(f"/v1/packets/{order_id}/open"))["amount_fen"] == first
+    with server.client("C") as c:
+        second = ok(c.post(f"/v1/packets/{order_id}/open"))["amount_fen"]
+    assert first + second == 200
+    _wait_for(lambda: balance(server, "B") + balance(server, "C") == 200)
+    assert "exited" in server.log() and "restarting" in server.log()
+
+
+def test_sigterm_stops_gracefully(make_server: Callable[..., Server]) -> None:
+    """SIGTERM: the master stops its workers and exits 0; the port is free again."""
+    server = make_server(workers=2)
+    workers = _workers(server)
+    assert stop_server(server) == 0
+    for pid in workers:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{server.url}/healthz", timeout=1)
+
+
+def test_second_server_on_a_served_port_is_refused(server: Server) -> None:
+    """A second `hongbao serve` on a port already served exits 1 instead of silently sharing it."""
+    port = server.url.rsplit(":", 1)[1]
+    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "serve", "--port", port,
+                             "--data-dir", str(server.data_dir / "other")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "already served" in result.stderr
+
+
+def test_token_command_mints_with_the_directory_key(tmp_path: Path) -> None:
+    """`hongbao token --user a --user b --admin` prints three tokens signed with ./var/jwt.key."""
+    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "token", "--user", "a", "--user", "b", "--admin"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    secret = embedded_secret(tmp_path / "var")
+    claims = [jwt.decode(t, secret, algorithms=["HS256"]) for t in result.stdout.split()]
+    assert [(c["sub"], c.get("role")) for c in claims] == [("a", None), ("b", None), ("admin", "admin")]
+    assert oct((tmp_path / "var" / "jwt.key").stat().st_mode & 0o777) == "0o600"
+    bad = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "token", "--user", "not valid"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "user id" in bad.stderr
+
+
+def test_settings_precedence(tmp_path: Path) -> None:
+    """Defaults < TOML file < HONGBAO_* environment < flags; unknown keys are refused."""
+    config = tmp_path / "hongbao.toml"
+    config.write_text('port = 9000\nworkers = 3\n[limits]\nmax_count = 50\n')
+    settings = load_settings(config, env={"HONGBAO_WORKERS": "4", "HONGBAO_TEST_CLOCK": "true"}, flags={"port": 9100})
+    assert (settings.port, settings.workers, settings.test_clock, settings.limits.max_count) == (9100, 4, True, 50)
+    assert load_settings(None, env={}) == Settings()
+    with pytest.raises(ValueError, match="unknown setting"):
+        load_settings(None, env={"HONGBAO_NO_SUCH_THING": "1"})
+
+
+def test_metrics_count_requests_across_workers(make_server: Callable[..., Server]) -> None:
+    """/metrics merges every worker's counters: 20 top-ups show as 20 whichever worker is scraped."""
+    server = make_server(workers=2)
+    for i in range(20):
+        topup(server, "M", 1, key=f"k{i}")
+    time.sleep(1.2)  # each worker writes its snapshot once a second
+    text = httpx.get(f"{server.url}/metrics", timeout=5).text
+    line = next(x for x in text.splitlines() if x.startswith('hongbao_http_requests_total{route="/v1/admin/accounts/{user_id}/topup",status="200"}'))
+    assert float(line.rsplit(" ", 1)[1]) == 20.0
+    assert "hongbao_http_request_duration_seconds_bucket" in text
