@@ -51,6 +51,7 @@ class Context:
         if not values:
             return default
         text = values[-1]
-        if not text.isdigit() or not low <= int(text) <= high:
+        # ASCII digits only ("²".isdigit() is True but int() refuses it) and short enough for int()
+        if not (text.isascii() and text.isdigit()) or len(text) > 18 or not low <= int(text) <= high:
             raise InvalidRequest(f"{name} must be an integer in {low}..{high}")
         return int(text)

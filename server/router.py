@@ -38,6 +38,11 @@ class Router:
         for route in routes:
             self._by_length.setdefault(len(route.segments), []).append((route.segments, route))
 
+    @property
+    def routes(self) -> list[Route]:
+        """Every route, grouped by segment count (tests compare them with docs/openapi.yaml)."""
+        return [route for entries in self._by_length.values() for _, route in entries]
+
     def match(self, method: str, path: str) -> tuple[Route | None, dict[str, str], bool]:
         """(route, path parameters, path_known): route None with path_known True means 405."""
         parts = path.strip("/").split("/")
@@ -56,3 +61,9 @@ class Router:
                     return route, params, True
                 path_known = True
         return None, {}, path_known
+
+    def allowed(self, path: str) -> list[str]:
+        """The methods some route takes on ``path``, sorted (the Allow header of a 405, RFC 9110 15.5.6)."""
+        parts = path.strip("/").split("/")
+        return sorted({route.method for segments, route in self._by_length.get(len(parts), ())
+                       if all((t.startswith("{") and bool(p)) or t == p for t, p in zip(segments, parts))})
