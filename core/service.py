@@ -25,11 +25,14 @@ from hongbao.core.ports import (
 )
 from hongbao.core.rules import Limits, validate_send
 from hongbao.core.times import business_yymmdd
+from hongbao.core.ttl_cache import TtlCache
 
 log = logging.getLogger("hongbao.service")
 
 CREDIT_STREAM = "credit"
 LISTS_STREAM = "lists"
+GRAB_CACHE_TTL_MS = 1000
+OPENED_CACHE_TTL_MS = 600_000
 _REFUSALS: dict[str, type[errors.HongbaoError]] = {
     "finished": errors.Finished, "expired": errors.Expired, "not_found": errors.NotFound,
 }
@@ -78,7 +81,8 @@ class PacketService:
     realtime_large crediting mode.
     """
 
-    __slots__ = ("ports", "limits", "batcher", "draw", "region", "crediting_mode", "realtime_threshold_fen")
+    __slots__ = ("ports", "limits", "batcher", "draw", "region", "crediting_mode", "realtime_threshold_fen",
+                 "_packets", "_members", "_opened")
 
     def __init__(self, ports: Ports, limits: Limits, admission: hongbao_native.AdmissionTable, *, max_in_db: int = 2,
                  draw: Draw = hongbao_native.split_lucky, region: int = 1,
@@ -86,6 +90,11 @@ class PacketService:
         self.ports, self.limits, self.draw = ports, limits, draw
         self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
         self.region, self.crediting_mode, self.realtime_threshold_fen = region, crediting_mode, realtime_threshold_fen
+        # The grab filter's first cache level: packet rows and memberships for a second, and the
+        # amounts this worker has seen opened (an open's amount never changes).
+        self._packets: TtlCache[str, Packet] = TtlCache(ports.clock, GRAB_CACHE_TTL_MS)
+        self._members: TtlCache[tuple[str, str], bool] = TtlCache(ports.clock, GRAB_CACHE_TTL_MS)
+        self._opened: TtlCache[tuple[str, str], int] = TtlCache(ports.clock, OPENED_CACHE_TTL_MS)
 
     async def open_batch(self, order_id: str, user_ids: Sequence[str]) -> list[OpenResult]:
         """The batcher's transaction: open for ``user_ids`` at the clock's current time, then queue
@@ -187,18 +196,36 @@ class PacketService:
         return packet
 
     async def grab(self, user_id: str, order_id: str) -> dict[str, object]:
-        """Advisory admission check: {"status": "ok"}, or {"status": "opened", "amount_fen"} for a
-        user who already opened. Raises Finished/Expired (410), NotFound, NotPaid, NotMember."""
-        packet = await self.visible_packet(user_id, order_id)
-        receipt = await self.ports.packets.receipt(order_id, user_id)
-        if receipt is not None:
-            return {"status": "opened", "amount_fen": receipt.amount_fen}
+        """Advisory admission check from the worker's cache: {"status": "ok"}, or {"status":
+        "opened", "amount_fen"} for a user who already opened. Raises Finished/Expired (410),
+        NotFound, NotPaid, NotMember. A packet's state may be up to a second old here; open
+        re-checks everything in its transaction (DESIGN.md section 6: grab is advisory)."""
+        check_order_id(order_id)
+        amount = self._opened.get((order_id, user_id))
+        if amount is not None:
+            return {"status": "opened", "amount_fen": amount}
+        packet = self._packets.get(order_id)
+        if packet is None:
+            packet = await self.visible_packet(user_id, order_id)
+            self._packets.put(order_id, packet)
+        elif packet.group_id is not None:
+            member = self._members.get((packet.group_id, user_id))
+            if member is None:
+                member = await self.ports.groups.is_member(packet.group_id, user_id)
+                self._members.put((packet.group_id, user_id), member)
+            if not member:
+                raise errors.NotMember(f"{user_id} is not a member of the packet's group")
+        if packet.kind is Kind.EXCLUSIVE and user_id != packet.receiver_id:
+            raise errors.NotMember(f"packet {order_id} is for someone else")
+        if packet.remaining_count < packet.count:  # someone opened: maybe this user, in another worker
+            receipt = await self.ports.packets.receipt(order_id, user_id)
+            if receipt is not None:
+                self._opened.put((order_id, user_id), receipt.amount_fen)
+                return {"status": "opened", "amount_fen": receipt.amount_fen}
         if packet.status is Status.FINISHED or packet.remaining_count == 0:
             raise errors.Finished(f"packet {order_id} is finished")
         if packet.status is not Status.ACTIVE or self.ports.clock.now_ms() >= packet.expires_at_ms:
             raise errors.Expired(f"packet {order_id} has expired")
-        if packet.kind is Kind.EXCLUSIVE and user_id != packet.receiver_id:
-            raise errors.NotMember(f"packet {order_id} is for someone else")
         return {"status": "ok"}
 
     async def open(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
@@ -209,7 +236,10 @@ class PacketService:
             raise errors.NotMember(f"packet {order_id} is for someone else")
         result = await self.batcher.open(order_id, user_id)
         if result.receipt is None:
+            self._packets.drop(order_id)
             raise _REFUSALS.get(result.refusal or "", errors.HongbaoError)(f"packet {order_id}: {result.refusal}")
+        self._opened.put((order_id, user_id), result.receipt.amount_fen)
+        self._packets.drop(order_id)
         if not result.repeat and self._credit_in_request(result.receipt):
             try:
                 await self.credit(order_id, user_id)
@@ -294,6 +324,10 @@ class PacketService:
                     await self.ports.lists.mark_best_luck(best, m["o"])
             else:
                 await self.ports.lists.add(m["u"], m["t"], m["o"], m["a"], m["c"])
+                # Batches publish after their own transaction, so a later batch's "best" can be
+                # drained before this row exists (its mark then finds nothing): flag it here too.
+                if m["t"] == "received" and await self.ports.packets.best_luck(m["o"]) == m["u"]:
+                    await self.ports.lists.mark_best_luck(m["u"], m["o"])
             await self.ports.queue.ack(LISTS_STREAM, message_id)
         return len(messages)
 

@@ -58,6 +58,7 @@ class App:
         if settings.test_clock:
             routes.append(Route("POST", "/v1/admin/clock", self.move_clock, auth="admin"))
         self.router = Router(routes)
+        self.debug_log = log.isEnabledFor(logging.DEBUG)
 
     async def handle(self, method: str, path: str, query: str, headers: list[tuple[str, str]], body: bytes) -> Response:
         """Answer one request; never raises."""
@@ -67,18 +68,23 @@ class App:
         try:
             if route is None:
                 if path_known:
-                    raise _MethodNotAllowed(f"{method} is not allowed on {path}")
+                    raise _MethodNotAllowed(f"{method} is not allowed on {path}", self.router.allowed(path))
                 raise errors.NotFound(f"no route {method} {path}")
             identity = self._authenticate(route, headers)
             response: Response = await route.handler(Context(identity, params, body, query, headers))
         except errors.HongbaoError as exc:
             response = from_error(exc)
+            if isinstance(exc, _MethodNotAllowed):
+                response = Response(response.status, response.body, [*response.headers, ("allow", ", ".join(exc.allowed))])
             if exc.code == "busy":
                 self.metrics.events["admission_rejections"] += 1
         except Exception:
             log.exception("unhandled error on %s %s", method, name)
             response = error_response(500, "internal", "internal error")
-        self.metrics.observe(name, response.status, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self.metrics.observe(name, response.status, elapsed)
+        if self.debug_log:  # one structured line per request; never headers, so never a token
+            log.debug("request method=%s route=%s status=%d ms=%.3f", method, name, response.status, elapsed * 1000)
         if name.endswith("/open") and response.status == 200:
             self.metrics.events["opens"] += 1
         elif name.endswith("/grab"):
@@ -98,7 +104,7 @@ class App:
 
     async def healthz(self, _ctx: Context) -> Response:
         """GET /healthz: the worker answers."""
-        return json_response(200, {"status": "ok"})
+        return _HEALTHY
 
     async def readyz(self, _ctx: Context) -> Response:
         """GET /readyz: dependencies reachable (the database answers a read)."""
@@ -114,13 +120,15 @@ class App:
         return Response(200, self.metrics.render(), [("content-type", CONTENT_TYPE)])
 
     async def move_clock(self, ctx: Context) -> Response:
-        """POST /v1/admin/clock {now_ms} (test servers only): move every worker's clock."""
+        """POST /v1/admin/clock {now_ms, frozen?} (test servers only): move every worker's clock;
+        ``frozen: true`` stops it at ``now_ms`` until the next move."""
         clock = self.backend.service.ports.clock
-        now_ms = ctx.json().get("now_ms")
-        if type(now_ms) is not int or not isinstance(clock, OffsetFileClock):
-            raise errors.InvalidRequest("now_ms must be an integer of ms since the epoch")
-        clock.set_ms(now_ms)
-        return json_response(200, {"now_ms": clock.now_ms()})
+        body = ctx.json()
+        now_ms, frozen = body.get("now_ms"), body.get("frozen", False)
+        if type(now_ms) is not int or type(frozen) is not bool or not isinstance(clock, OffsetFileClock):
+            raise errors.InvalidRequest("now_ms must be an integer of ms since the epoch, frozen a boolean")
+        clock.set_ms(now_ms, frozen=frozen)
+        return json_response(200, {"now_ms": clock.now_ms(), "frozen": frozen})
 
     def background_jobs(self) -> list[Callable[[], Awaitable[Any]]]:
         """The periodic jobs every worker runs: crediting, lists, refunds, reconciliation, flags, metrics.
@@ -143,9 +151,16 @@ class App:
         ]
 
 
+_HEALTHY = json_response(200, {"status": "ok"})
+
+
 class _MethodNotAllowed(errors.HongbaoError):
     code = "method_not_allowed"
     status = 405
+
+    def __init__(self, message: str, allowed: list[str]) -> None:
+        super().__init__(message)
+        self.allowed = allowed
 
 
 def _every(interval_s: float, job: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[None]]:

@@ -18,6 +18,7 @@ from hongbao.server.context import Context
 from hongbao.server.responses import Response, json_response
 
 MAX_PAGE = 10_000
+MAX_TOPUP_FEN = 100_000_000_000  # 1e9 yuan a top-up: keeps every balance far from the int64 limit of its column
 
 
 def _members(body: dict[str, Any], limit: int) -> list[str]:
@@ -43,6 +44,8 @@ class Handlers:
         if not valid_user_id(user_id):
             raise errors.InvalidRequest("user_id must be 1..64 of [A-Za-z0-9_-]")
         amount = parse_fen(ctx.json().get("amount_fen"))
+        if amount > MAX_TOPUP_FEN:
+            raise errors.InvalidAmount(f"amount_fen is at most {MAX_TOPUP_FEN} fen a top-up")
         key = ctx.header("idempotency-key") or secrets.token_hex(16)
         if len(key) > 128:
             raise errors.InvalidRequest("Idempotency-Key is at most 128 characters")

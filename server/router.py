@@ -28,42 +28,69 @@ class Route:
         return tuple(self.template.strip("/").split("/"))
 
 
-class Router:
-    """Match a request's method and path against a list of routes."""
+class _Node:
+    """A trie node over path segments: literal children, one parameter child, methods at the end."""
 
-    __slots__ = ("_by_length",)
+    __slots__ = ("literal", "param", "param_name", "methods")
+
+    def __init__(self) -> None:
+        self.literal: dict[str, _Node] = {}
+        self.param: _Node | None = None
+        self.param_name = ""
+        self.methods: dict[str, Route] = {}
+
+
+class Router:
+    """Match a request's method and path against a list of routes: a walk down a trie of path
+    segments, one dict lookup a segment (literal segments win over a ``{name}`` parameter)."""
+
+    __slots__ = ("_routes", "_root")
 
     def __init__(self, routes: list[Route]) -> None:
-        self._by_length: dict[int, list[tuple[tuple[str, ...], Route]]] = {}
+        self._routes = list(routes)
+        self._root = _Node()
         for route in routes:
-            self._by_length.setdefault(len(route.segments), []).append((route.segments, route))
+            node = self._root
+            for segment in route.segments:
+                if segment.startswith("{"):
+                    if node.param is None:
+                        node.param = _Node()
+                        node.param_name = segment[1:-1]
+                    elif node.param_name != segment[1:-1]:
+                        raise ValueError(f"{route.template}: parameter {segment} clashes with {{{node.param_name}}}")
+                    node = node.param
+                else:
+                    node = node.literal.setdefault(segment, _Node())
+            node.methods[route.method] = route
 
     @property
     def routes(self) -> list[Route]:
-        """Every route, grouped by segment count (tests compare them with docs/openapi.yaml)."""
-        return [route for entries in self._by_length.values() for _, route in entries]
+        """Every route, in the order given (tests compare them with docs/openapi.yaml)."""
+        return list(self._routes)
+
+    def _find(self, path: str) -> tuple[_Node | None, dict[str, str]]:
+        node: _Node | None = self._root
+        params: dict[str, str] = {}
+        for part in path.strip("/").split("/"):
+            assert node is not None
+            child = node.literal.get(part)
+            if child is None:
+                if node.param is None or not part:
+                    return None, {}
+                params[node.param_name] = part
+                child = node.param
+            node = child
+        return node, params
 
     def match(self, method: str, path: str) -> tuple[Route | None, dict[str, str], bool]:
         """(route, path parameters, path_known): route None with path_known True means 405."""
-        parts = path.strip("/").split("/")
-        path_known = False
-        for segments, route in self._by_length.get(len(parts), ()):
-            params: dict[str, str] = {}
-            for template, part in zip(segments, parts):
-                if template.startswith("{"):
-                    if not part:
-                        break
-                    params[template[1:-1]] = part
-                elif template != part:
-                    break
-            else:
-                if route.method == method:
-                    return route, params, True
-                path_known = True
-        return None, {}, path_known
+        node, params = self._find(path)
+        if node is None or not node.methods:
+            return None, {}, False
+        route = node.methods.get(method)
+        return (route, params, True) if route is not None else (None, {}, True)
 
     def allowed(self, path: str) -> list[str]:
         """The methods some route takes on ``path``, sorted (the Allow header of a 405, RFC 9110 15.5.6)."""
-        parts = path.strip("/").split("/")
-        return sorted({route.method for segments, route in self._by_length.get(len(parts), ())
-                       if all((t.startswith("{") and bool(p)) or t == p for t, p in zip(segments, parts))})
+        node, _ = self._find(path)
+        return sorted(node.methods) if node is not None else []

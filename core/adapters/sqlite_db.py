@@ -4,6 +4,10 @@ Settings for money (DESIGN.md section 5): WAL journal, ``synchronous=FULL`` (a c
 transaction survives power loss), ``BEGIN IMMEDIATE`` for every money transaction (the write lock
 is taken up front, so two workers never deadlock upgrading a read lock), and a busy timeout so
 concurrent workers queue for the lock instead of failing.
+
+Point reads do not take the thread hop (~80 us of CPU each): they run on the event loop's own
+thread over a second, read-only connection. In WAL mode a reader never waits for a writer, and
+each statement sees every transaction committed before it started.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ BUSY_TIMEOUT_S = 30.0
 class SqliteDb:
     """A SQLite file opened for money: ``path`` (created with its schema), ``n_tables`` per day."""
 
-    __slots__ = ("conn", "n_tables", "_executor")
+    __slots__ = ("conn", "reader", "n_tables", "_executor")
 
     def __init__(self, path: Path, n_tables: int = 1) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -34,11 +38,17 @@ class SqliteDb:
         self.conn.execute("PRAGMA synchronous=FULL")
         self.n_tables = n_tables
         migrate(self.conn, n_tables)
+        self.reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+        self.reader.execute("PRAGMA query_only=1")
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the connection's own thread; every call is serialised in submit order."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def read(self, fn: Callable[[], T]) -> T:
+        """Run a point read ``fn`` (over ``self.reader``) right here, on the caller's thread."""
+        return fn()
 
     @contextmanager
     def immediate(self) -> Iterator[sqlite3.Connection]:
@@ -55,3 +65,4 @@ class SqliteDb:
         """Finish queued calls and close the connection."""
         self._executor.shutdown(wait=True)
         self.conn.close()
+        self.reader.close()

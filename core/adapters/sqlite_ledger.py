@@ -52,12 +52,12 @@ class SqliteLedgerStore:
         """The balance in fen; 0 for a user with no account row."""
 
         def get() -> int:
-            row = self._db.conn.execute("SELECT balance_fen FROM t_account WHERE user_id = ?", (user_id,)).fetchone()
+            row = self._db.reader.execute("SELECT balance_fen FROM t_account WHERE user_id = ?", (user_id,)).fetchone()
             return 0 if row is None else int(row[0])
 
-        return await self._db.run(get)
+        return self._db.read(get)
 
     async def entries(self, user_id: str, offset: int, limit: int) -> list[LedgerEntry]:
         """The user's entries, newest first."""
         sql = "SELECT user_id, kind, ref, amount_fen, created_at FROM t_ledger WHERE user_id = ? ORDER BY id DESC LIMIT ? OFFSET ?"
-        return await self._db.run(lambda: [LedgerEntry(*r) for r in self._db.conn.execute(sql, (user_id, limit, offset))])
+        return self._db.read(lambda: [LedgerEntry(*r) for r in self._db.reader.execute(sql, (user_id, limit, offset))])

@@ -39,7 +39,7 @@ class SqliteUserListStore:
         sql = ("SELECT order_id, amount_fen, created_at, best_luck FROM t_user_list WHERE user_id = ? AND direction = ? "
                "AND created_at >= ? AND created_at < ? ORDER BY created_at DESC, order_id DESC LIMIT ? OFFSET ?")
         args = (user_id, direction, start_ms, end_ms, limit, offset)
-        return await self._db.run(lambda: [ListItem(str(o), int(a), int(c), bool(b)) for o, a, c, b in self._db.conn.execute(sql, args)])
+        return self._db.read(lambda: [ListItem(str(o), int(a), int(c), bool(b)) for o, a, c, b in self._db.reader.execute(sql, args)])
 
     async def summary(self, user_id: str, direction: str, start_ms: int, end_ms: int) -> tuple[int, int, int]:
         """(count, total fen, best-luck count) in [start_ms, end_ms)."""
@@ -47,10 +47,10 @@ class SqliteUserListStore:
                "WHERE user_id = ? AND direction = ? AND created_at >= ? AND created_at < ?")
 
         def get() -> tuple[int, int, int]:
-            count, total, best = self._db.conn.execute(sql, (user_id, direction, start_ms, end_ms)).fetchone()
+            count, total, best = self._db.reader.execute(sql, (user_id, direction, start_ms, end_ms)).fetchone()
             return int(count), int(total), int(best)
 
-        return await self._db.run(get)
+        return self._db.read(get)
 
 
 class SqliteProfileStore:
@@ -74,10 +74,10 @@ class SqliteProfileStore:
         """The greeting, or None."""
 
         def get() -> str | None:
-            row = self._db.conn.execute("SELECT greeting FROM t_packet_note WHERE order_id = ?", (order_id,)).fetchone()
+            row = self._db.reader.execute("SELECT greeting FROM t_packet_note WHERE order_id = ?", (order_id,)).fetchone()
             return None if row is None else str(row[0])
 
-        return await self._db.run(get)
+        return self._db.read(get)
 
     async def set_profile(self, user_id: str, nickname: str, avatar_url: str) -> None:
         """Keep the profile fields."""
@@ -92,7 +92,7 @@ class SqliteProfileStore:
         """(nickname, avatar_url), or None."""
 
         def get() -> tuple[str, str] | None:
-            row = self._db.conn.execute("SELECT nickname, avatar_url FROM t_profile WHERE user_id = ?", (user_id,)).fetchone()
+            row = self._db.reader.execute("SELECT nickname, avatar_url FROM t_profile WHERE user_id = ?", (user_id,)).fetchone()
             return None if row is None else (str(row[0]), str(row[1]))
 
-        return await self._db.run(get)
+        return self._db.read(get)

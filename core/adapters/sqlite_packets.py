@@ -74,10 +74,10 @@ class SqlitePacketStore:
         ptable, _ = self._tables(order_id)
 
         def get() -> Packet | None:
-            row = self._db.conn.execute(f"SELECT {_PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+            row = self._db.reader.execute(f"SELECT {_PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
             return None if row is None else _packet(row)
 
-        return await self._db.run(get)
+        return self._db.read(get)
 
     async def open_batch(self, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
         """The batched open transaction (hongbao.core.ports.PacketStore.open_batch)."""
@@ -135,16 +135,16 @@ class SqlitePacketStore:
         ptable, _ = self._tables(order_id)
 
         def get() -> str | None:
-            row = self._db.conn.execute(f"SELECT best_luck_user_id FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+            row = self._db.reader.execute(f"SELECT best_luck_user_id FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
             return None if row is None or row[0] is None else str(row[0])
 
-        return await self._db.run(get)
+        return self._db.read(get)
 
     async def receipts(self, order_id: str) -> list[Receipt]:
         """Every receipt of the packet, in open order."""
         _, rtable = self._tables(order_id)
         sql = f"SELECT {_RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? ORDER BY position"
-        return await self._db.run(lambda: [_receipt(r) for r in self._db.conn.execute(sql, (order_id,))])
+        return self._db.read(lambda: [_receipt(r) for r in self._db.reader.execute(sql, (order_id,))])
 
     async def receipt(self, order_id: str, user_id: str) -> Receipt | None:
         """The user's receipt for the packet, or None."""
@@ -152,10 +152,10 @@ class SqlitePacketStore:
         sql = f"SELECT {_RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? AND user_id = ?"
 
         def get() -> Receipt | None:
-            row = self._db.conn.execute(sql, (order_id, user_id)).fetchone()
+            row = self._db.reader.execute(sql, (order_id, user_id)).fetchone()
             return None if row is None else _receipt(row)
 
-        return await self._db.run(get)
+        return self._db.read(get)
 
     async def refund(self, order_id: str, now_ms: int) -> Packet | None:
         """Record the refund of the remainder once, at or after expiry (PacketStore.refund)."""

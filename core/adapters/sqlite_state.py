@@ -36,10 +36,10 @@ class SqlitePreOrderStore:
         """The body, or None when unknown or expired."""
 
         def get() -> bytes | None:
-            row = self._db.conn.execute("SELECT body FROM t_preorder WHERE order_id = ? AND expires_at > ?", (order_id, now_ms)).fetchone()
+            row = self._db.reader.execute("SELECT body FROM t_preorder WHERE order_id = ? AND expires_at > ?", (order_id, now_ms)).fetchone()
             return None if row is None else str(row[0]).encode()
 
-        return await self._db.run(get)
+        return self._db.read(get)
 
     async def delete(self, order_id: str) -> bool:
         """Remove the pre-order; False if absent."""
@@ -94,20 +94,20 @@ class SqliteGroupStore:
         """The creator, or None for an unknown group."""
 
         def get() -> str | None:
-            row = self._db.conn.execute("SELECT creator_id FROM t_group WHERE group_id = ?", (group_id,)).fetchone()
+            row = self._db.reader.execute("SELECT creator_id FROM t_group WHERE group_id = ?", (group_id,)).fetchone()
             return None if row is None else str(row[0])
 
-        return await self._db.run(get)
+        return self._db.read(get)
 
     async def is_member(self, group_id: str, user_id: str) -> bool:
         """Whether the user is a member now."""
         sql = "SELECT 1 FROM t_group_member WHERE group_id = ? AND user_id = ?"
-        return await self._db.run(lambda: self._db.conn.execute(sql, (group_id, user_id)).fetchone() is not None)
+        return self._db.read(lambda: self._db.reader.execute(sql, (group_id, user_id)).fetchone() is not None)
 
     async def members(self, group_id: str) -> list[str]:
         """Every member, sorted."""
         sql = "SELECT user_id FROM t_group_member WHERE group_id = ? ORDER BY user_id"
-        return await self._db.run(lambda: [str(r[0]) for r in self._db.conn.execute(sql, (group_id,))])
+        return self._db.read(lambda: [str(r[0]) for r in self._db.reader.execute(sql, (group_id,))])
 
 
 class SqliteSequenceSource:
@@ -191,10 +191,10 @@ class SqliteFlags:
         """The flag's value, or None."""
 
         def get() -> str | None:
-            row = self._db.conn.execute("SELECT value FROM t_meta WHERE key = ?", (f"flag:{name}",)).fetchone()
+            row = self._db.reader.execute("SELECT value FROM t_meta WHERE key = ?", (f"flag:{name}",)).fetchone()
             return None if row is None else str(row[0])
 
-        return await self._db.run(get)
+        return self._db.read(get)
 
     async def set(self, name: str, value: str) -> None:
         """Set the flag."""
