@@ -10,7 +10,7 @@ STAMP_NATIVE := $(VENV)/.native-built
 STAMP_DEPS   := $(VENV)/.deps-installed
 BENCH_JSON   := bench-results/native.json
 
-.PHONY: demo install test test-rust test-python stubtest fuzz bench bench-gate clean
+.PHONY: demo install test test-rust test-python stubtest fuzz bench bench-gate bench-http clean
 
 install: $(STAMP_NATIVE) $(STAMP_DEPS)
 
@@ -53,6 +53,10 @@ bench: install
 
 bench-gate: bench
 	$(BIN)/python -m hongbao.bench.gate $(BENCH_JSON)
+
+# wrk against the server and a minimal uvloop server (the Python ceiling), same run; needs wrk.
+bench-http: install
+	$(BIN)/python bench/http/run.py --out bench-results/http.json
 
 clean:
 	rm -rf $(VENV) native/target build bench-results *.egg-info

@@ -10,6 +10,7 @@ PACKAGES = {
     "hongbao.core": "core",
     "hongbao.server": "server",
     "hongbao.bench": "bench",
+    "hongbao.bench.http": "bench/http",
 }
 
 setup(

@@ -454,7 +454,7 @@ class Bench:
             statuses = dict(res["statuses"])
             exhausted = int(res.get("exhausted", 0))
             opens = statuses.pop("200", 0)
-            if statuses.pop("410", 0) != exhausted or statuses:
+            if statuses.pop("410", 0) > exhausted or statuses:  # wrk may stop before sending the last request
                 run.problems.append(f"{name}: answers other than 200 (and 410 once packets ran out): {res['statuses']}")
             # wrk does not count the answers still in flight when it stops (at most one per
             # connection), but the server makes their receipts all the same
