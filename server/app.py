@@ -127,6 +127,8 @@ class App:
         now_ms, frozen = body.get("now_ms"), body.get("frozen", False)
         if type(now_ms) is not int or type(frozen) is not bool or not isinstance(clock, OffsetFileClock):
             raise errors.InvalidRequest("now_ms must be an integer of ms since the epoch, frozen a boolean")
+        if not CLOCK_RANGE_MS[0] <= now_ms <= CLOCK_RANGE_MS[1]:
+            raise errors.InvalidRequest("now_ms must fall in the years 2000..2099 (order ids carry yymmdd)")
         clock.set_ms(now_ms, frozen=frozen)
         return json_response(200, {"now_ms": clock.now_ms(), "frozen": frozen})
 
@@ -151,6 +153,7 @@ class App:
         ]
 
 
+CLOCK_RANGE_MS = (946_684_800_000, 4_102_444_799_999)  # 2000-01-01T00:00:00Z .. 2099-12-31T23:59:59.999Z
 _HEALTHY = json_response(200, {"status": "ok"})
 
 
