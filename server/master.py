@@ -13,8 +13,6 @@ import signal
 import socket
 import time
 
-import hongbao_native
-
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.embedded import DB_FILE, create_admission
 from hongbao.server.auth import embedded_secret

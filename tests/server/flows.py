@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+import calendar
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 import httpx
 
 from tests.server.conftest import Server
+
+T = TypeVar("T")
 
 
 def ok(response: httpx.Response, status: int = 200) -> Any:
@@ -48,3 +54,48 @@ def move_clock(server: Server, now_ms: int) -> None:
     """Set the test server's clock (every worker) to ``now_ms``."""
     with server.client("admin", admin=True) as admin:
         ok(admin.post("/v1/admin/clock", json={"now_ms": now_ms}))
+
+
+def ms(rfc3339: str) -> int:
+    """Milliseconds since the epoch of an RFC 3339 UTC string such as ``2026-11-29T23:41:48.825Z``."""
+    moment = datetime.fromisoformat(rfc3339)
+    assert rfc3339.endswith("Z") and moment.utcoffset() == timedelta(0), rfc3339
+    return calendar.timegm(moment.utctimetuple()) * 1000 + moment.microsecond // 1000
+
+
+def eventually(check: Callable[[], T], timeout_s: float = 10.0) -> T:
+    """Call ``check`` until it stops raising AssertionError (background jobs write lists and
+    credits asynchronously); re-raise its last failure after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def best_luck(receipts: list[dict[str, Any]]) -> str:
+    """The rule: the largest share, ties to the earliest open (receipts are in open order)."""
+    top = max(r["amount_fen"] for r in receipts)
+    return str(next(r["user_id"] for r in receipts if r["amount_fen"] == top))
+
+
+def ledger(server: Server, user_id: str) -> list[dict[str, Any]]:
+    """Every entry of the user's bill, newest first, over all pages."""
+    items: list[dict[str, Any]] = []
+    with server.client(user_id) as client:
+        for page in range(1, 100):
+            got = ok(client.get("/v1/me/ledger", params={"page": page}))
+            assert got["page"] == page
+            if not got["items"]:
+                return items
+            items += got["items"]
+    raise AssertionError("ledger has too many pages")
+
+
+def user_list(server: Server, user_id: str, direction: str, year: int, page: int = 1) -> dict[str, Any]:
+    """One page of the user's sent or received list."""
+    with server.client(user_id) as client:
+        return ok(client.get(f"/v1/me/{direction}", params={"year": year, "page": page}))  # type: ignore[no-any-return]

@@ -33,6 +33,7 @@ from hongbao.server.handlers import MAX_PAGE, MAX_TOPUP_FEN
 from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.router import Route
 from tests.server.conftest import Server
+from tests.server.flows import eventually
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 SPEC: dict[str, Any] = yaml.safe_load(SPEC_PATH.read_text(encoding="utf-8"))
@@ -169,19 +170,6 @@ def raw(server: Server, request: bytes, *, wait_s: float = 0.0, method: str = "G
     lines = head.decode("latin-1").split("\r\n")
     headers = dict((k.strip().lower(), v.strip()) for k, v in (line.split(":", 1) for line in lines[1:]))
     return Answer(request.split(b" ", 1)[0].decode() if request else method, int(lines[0].split()[1]), headers, body)
-
-
-def eventually(check: Callable[[], T], timeout_s: float = 10.0) -> T:
-    """Call ``check`` until it stops raising AssertionError (lists and refunds are written by
-    background jobs); re-raise its last failure after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def code(body: dict[str, Any]) -> str:
