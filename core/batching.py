@@ -37,7 +37,7 @@ class OpenBatcher:
     per worker before Busy; ``admission_wait_s``: pause between admission attempts, seconds.
     """
 
-    __slots__ = ("_run", "_admission", "_max_in_db", "_max_batch", "_max_waiting", "_wait_s", "_batches", "rejections")
+    __slots__ = ("_run", "_admission", "_max_in_db", "_max_batch", "_max_waiting", "_wait_s", "_batches")
 
     def __init__(self, run: RunBatch, admission: hongbao_native.AdmissionTable, *, max_in_db: int = 2,
                  max_batch: int = 100, max_waiting: int = 1000, admission_wait_s: float = 0.001) -> None:
@@ -45,7 +45,6 @@ class OpenBatcher:
         self._max_in_db, self._max_batch, self._max_waiting = max_in_db, max_batch, max_waiting
         self._wait_s = admission_wait_s
         self._batches: dict[str, _Batch] = {}
-        self.rejections = 0
 
     async def open(self, order_id: str, user_id: str) -> OpenResult:
         """Queue one opener and wait for its result. Raises Busy when the packet's queue is full."""
@@ -53,7 +52,6 @@ class OpenBatcher:
         if batch is None:
             batch = self._batches[order_id] = _Batch()
         if len(batch.waiting) >= self._max_waiting:
-            self.rejections += 1
             raise Busy(f"packet {order_id} is busy, retry shortly", retry_after=1.0)
         future: asyncio.Future[OpenResult] = asyncio.get_running_loop().create_future()
         batch.waiting.append((user_id, future))

@@ -190,6 +190,10 @@ class Queue(Protocol):
         """Remove a handled message."""
         ...
 
+    async def depth(self, stream: str) -> int:
+        """Messages in ``stream`` not acked yet (held or not)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ListItem:

@@ -16,6 +16,7 @@ from typing import Any
 from hongbao.core import errors
 from hongbao.core.clock import OffsetFileClock
 from hongbao.core.embedded import Embedded
+from hongbao.core.service import CREDIT_STREAM
 from hongbao.server.auth import Identity, TokenVerifier
 from hongbao.server.config import Settings
 from hongbao.server.context import Context
@@ -116,7 +117,8 @@ class App:
 
     async def scrape(self, _ctx: Context) -> Response:
         """GET /metrics: Prometheus text format, merged over every worker."""
-        self.metrics.gauges["open_batch_queue_rejections"] = self.backend.service.batcher.rejections
+        svc = self.backend.service
+        self.metrics.gauges["credits_pending"] = await svc.ports.queue.depth(CREDIT_STREAM)
         return Response(200, self.metrics.render(), [("content-type", CONTENT_TYPE)])
 
     async def move_clock(self, ctx: Context) -> Response:

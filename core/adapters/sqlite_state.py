@@ -178,6 +178,11 @@ class SqliteQueue:
 
         await self._db.run(ack)
 
+    async def depth(self, stream: str) -> int:
+        """Messages in ``stream`` not acked yet."""
+        sql = "SELECT COUNT(*) FROM t_queue WHERE stream = ?"
+        return self._db.read(lambda: int(self._db.reader.execute(sql, (stream,)).fetchone()[0]))
+
 
 class SqliteFlags:
     """Flags on the t_meta table, under the ``flag:`` prefix."""
