@@ -126,8 +126,9 @@ class LedgerStore(Protocol):
 class PreOrderStore(Protocol):
     """Pre-orders awaiting payment, with a TTL (the cache; the DB while the cache is down)."""
 
-    async def put(self, order_id: str, body: bytes, expires_at_ms: int) -> None:
-        """Store the pre-order's serialised body until ``expires_at_ms``."""
+    async def put(self, order_id: str, body: bytes, expires_at_ms: int, now_ms: int) -> None:
+        """Store the pre-order's serialised body until ``expires_at_ms`` (``now_ms``: the current
+        time, so the store may drop what has expired)."""
         ...
 
     async def get(self, order_id: str, now_ms: int) -> bytes | None:

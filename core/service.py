@@ -136,7 +136,7 @@ class PacketService:
         preorder = {"sender_id": sender_id, "kind": spec.kind.value, "count": spec.count, "total_fen": spec.total_fen,
                     "group_id": spec.group_id, "receiver_id": spec.receiver_id, "greeting": spec.greeting,
                     "created_at": now, "pay_by": pay_by}
-        await self.ports.preorders.put(order_id, orjson.dumps(preorder), pay_by)
+        await self.ports.preorders.put(order_id, orjson.dumps(preorder), pay_by, now)
         return order_id, pay_by
 
     async def pay(self, sender_id: str, order_id: str) -> Packet:

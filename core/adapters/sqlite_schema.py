@@ -48,6 +48,7 @@ _SHARED = (
         group_id TEXT NOT NULL, user_id TEXT NOT NULL, PRIMARY KEY (group_id, user_id)) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_preorder (
         order_id TEXT PRIMARY KEY, body TEXT NOT NULL, expires_at INTEGER NOT NULL) STRICT""",
+    "CREATE INDEX IF NOT EXISTS t_preorder_expiry ON t_preorder (expires_at)",
     """CREATE TABLE IF NOT EXISTS t_seq_block (
         region INTEGER NOT NULL, yymmdd INTEGER NOT NULL, next_seq INTEGER NOT NULL,
         PRIMARY KEY (region, yymmdd)) STRICT""",

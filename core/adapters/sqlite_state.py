@@ -15,18 +15,20 @@ DB_SOURCE = 1  # DESIGN.md section 4: source 1 = the DB's block allocator
 
 
 class SqlitePreOrderStore:
-    """PreOrderStore on the t_preorder table; expired rows read as absent and are purged lazily."""
+    """PreOrderStore on the t_preorder table; expired rows read as absent, and each put also
+    deletes the rows that expired before it (so the table holds only live pre-orders)."""
 
     __slots__ = ("_db",)
 
     def __init__(self, db: SqliteDb) -> None:
         self._db = db
 
-    async def put(self, order_id: str, body: bytes, expires_at_ms: int) -> None:
-        """Store the pre-order body until ``expires_at_ms``."""
+    async def put(self, order_id: str, body: bytes, expires_at_ms: int, now_ms: int) -> None:
+        """Store the pre-order body until ``expires_at_ms``; drop those expired by ``now_ms``."""
 
         def put() -> None:
             with self._db.immediate() as conn:
+                conn.execute("DELETE FROM t_preorder WHERE expires_at <= ?", (now_ms,))
                 conn.execute("INSERT OR REPLACE INTO t_preorder (order_id, body, expires_at) VALUES (?, ?, ?)",
                              (order_id, body.decode(), expires_at_ms))
 

@@ -261,3 +261,18 @@ async def test_validation_moves_nothing(backend: Embedded) -> None:
     with pytest.raises(errors.BadOrderId):
         await svc.open("B", broken)
     assert await svc.ports.ledger.balance("A") == 91
+
+
+async def test_lapsed_pre_orders_are_dropped(backend: Embedded, clock: ManualClock) -> None:
+    """A pre-order past pay_by cannot be paid (404) and its row is gone after the next send."""
+    svc = backend.service
+    await _group(svc, "g", ["A", "B"])
+    await svc.topup("A", 100, "k")
+    lapsed, pay_by = await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
+    clock.set_ms(pay_by)
+    with pytest.raises(errors.NotFound):
+        await svc.pay("A", lapsed)
+    await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
+    rows = backend.db.reader.execute("SELECT order_id FROM t_preorder").fetchall()
+    assert lapsed not in {r[0] for r in rows} and len(rows) == 1
+    assert await svc.ports.ledger.balance("A") == 100
