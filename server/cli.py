@@ -1,4 +1,4 @@
-"""The ``hongbao`` command: serve | token (migrate, storm and audit arrive with their issues).
+"""The ``hongbao`` command: serve | token | audit (migrate and storm arrive with their issues).
 
 ``hongbao serve`` with no arguments runs the embedded backend on 127.0.0.1:8080 with its data
 in ./var. ``hongbao token --user ID [--user ID ...]`` prints one token per line, signed with
@@ -54,6 +54,15 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    from hongbao.bench.audit import audit_sqlite
+
+    report = audit_sqlite(settings.data_dir, drained=not args.not_drained)
+    print("\n".join(report.lines()))
+    return 0 if report.ok else 1
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hongbao`` command."""
     top = argparse.ArgumentParser(prog="hongbao", description="Red-packet backend with real-time push.")
@@ -73,6 +82,11 @@ def parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=float, default=24 * 3600, help="lifetime in seconds (default: 86400)")
     token.add_argument("--data-dir", dest="data_dir", type=Path)
     token.set_defaults(run=_token)
+    audit = sub.add_parser("audit", help="check the money invariants of DESIGN.md section 11; exit 1 on any violation")
+    audit.add_argument("--data-dir", dest="data_dir", type=Path)
+    audit.add_argument("--not-drained", action="store_true",
+                       help="the reconciler has not run yet: pending credits and refunds are not violations")
+    audit.set_defaults(run=_audit)
     return top
 
 

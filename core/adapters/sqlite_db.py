@@ -29,10 +29,11 @@ BUSY_TIMEOUT_S = 30.0
 class SqliteDb:
     """A SQLite file opened for money: ``path`` (created with its schema), ``n_tables`` per day."""
 
-    __slots__ = ("conn", "reader", "n_tables", "_executor")
+    __slots__ = ("path", "conn", "reader", "n_tables", "_executor")
 
     def __init__(self, path: Path, n_tables: int = 1) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")

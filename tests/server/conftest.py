@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hongbao.bench.audit import audit_sqlite
 from hongbao.bench.http.run import free_port
 from hongbao.server.auth import embedded_secret, mint
 
@@ -96,9 +97,21 @@ def stop_server(server: Server) -> int:
     return server.process.returncode
 
 
+def finish_server(server: Server) -> None:
+    """Stop ``server``; it must exit 0 without a traceback and leave a database that passes the
+    money audit of DESIGN.md section 11 (credits may still be pending: not drained)."""
+    status = stop_server(server)
+    log = server.log()
+    assert status == 0, log
+    assert "Traceback" not in log, log
+    report = audit_sqlite(server.data_dir, drained=False)
+    assert report.ok, report.lines()
+
+
 @pytest.fixture
 def make_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
-    """Start servers on demand; each is stopped at the end and must exit 0 without tracebacks."""
+    """Start servers on demand; each is stopped at the end and must exit 0 without tracebacks,
+    leaving a database that passes the money audit."""
     started: list[Server] = []
 
     def make(workers: int = 1, extra_config: str = "", name: str = "srv") -> Server:
@@ -108,9 +121,7 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
 
     yield make
     for server in started:
-        status = stop_server(server)
-        assert status == 0, server.log()
-        assert "Traceback" not in server.log(), server.log()
+        finish_server(server)
 
 
 @pytest.fixture

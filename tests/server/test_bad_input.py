@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from hongbao.server.auth import embedded_secret, mint
-from tests.server.conftest import Server, start_server, stop_server
+from tests.server.conftest import Server, finish_server, start_server
 from tests.server.flows import group, move_clock, ok, paid_packet, topup
 from tests.server.flows import balance, ms
 
@@ -69,10 +69,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         yield w
         w.http.close()
     finally:
-        status = stop_server(server)
-        log = server.log()
-        assert status == 0, log
-        assert "Traceback" not in log, log
+        finish_server(server)
 
 
 def _worker_pids(server: Server) -> list[int]:
