@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import hongbao_native as hn
 import httptools
+import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 Parsed = tuple[str, str, list[tuple[str, str]], bytes]
@@ -115,33 +116,36 @@ def _reference_encode(status: int, headers: list[tuple[str, str]], body: bytes) 
     return (head + f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
 
 
-def _record(benchmark: BenchmarkFixture, group: str, impl: str, correct: bool) -> None:
-    benchmark.group = group
+def _record(benchmark: BenchmarkFixture, impl: str, correct: bool) -> None:
     benchmark.extra_info["impl"] = impl
     benchmark.extra_info["correct"] = correct
     assert correct
 
 
+@pytest.mark.benchmark(group="http_parse")
 def test_http_parse_native(benchmark: BenchmarkFixture) -> None:
     """Native RequestParser.feed of a ~400-byte API request into method, path, headers, body."""
     result = benchmark(_native_parse())
-    _record(benchmark, "http_parse", "native", result == EXPECTED)
+    _record(benchmark, "native", result == EXPECTED)
 
 
+@pytest.mark.benchmark(group="http_parse")
 def test_http_parse_httptools(benchmark: BenchmarkFixture) -> None:
     """httptools (llhttp) with Python callbacks collecting the same fields."""
     result = benchmark(_httptools_parse())
-    _record(benchmark, "http_parse", "httptools", result == EXPECTED)
+    _record(benchmark, "httptools", result == EXPECTED)
 
 
+@pytest.mark.benchmark(group="http_encode")
 def test_http_encode_native(benchmark: BenchmarkFixture) -> None:
     """Native encode_response of a small JSON 200."""
     encode = hn.encode_response
     result = benchmark(lambda: encode(200, RESPONSE_HEADERS, RESPONSE_BODY))
-    _record(benchmark, "http_encode", "native", result == EXPECTED_RESPONSE)
+    _record(benchmark, "native", result == EXPECTED_RESPONSE)
 
 
+@pytest.mark.benchmark(group="http_encode")
 def test_http_encode_reference(benchmark: BenchmarkFixture) -> None:
     """Python f-string join of the same response (no validation)."""
     result = benchmark(lambda: _reference_encode(200, RESPONSE_HEADERS, RESPONSE_BODY))
-    _record(benchmark, "http_encode", "reference", result == EXPECTED_RESPONSE)
+    _record(benchmark, "reference", result == EXPECTED_RESPONSE)
