@@ -124,19 +124,36 @@ class LedgerStore(Protocol):
 
 
 class PreOrderStore(Protocol):
-    """Pre-orders awaiting payment, with a TTL (the cache; the DB while the cache is down)."""
+    """Pre-orders awaiting payment, with a TTL (the cache; the DB while the cache is down).
+
+    A pre-order is pending until a pay claims it (paying) or the sender cancels it; the two
+    claims are atomic, so a pay and a cancel racing each other never both succeed."""
 
     async def put(self, order_id: str, body: bytes, expires_at_ms: int, now_ms: int) -> None:
-        """Store the pre-order's serialised body until ``expires_at_ms`` (``now_ms``: the current
-        time, so the store may drop what has expired)."""
+        """Store the pre-order's serialised body, pending until ``expires_at_ms`` (``now_ms``: the
+        current time, so the store may drop what has expired)."""
         ...
 
     async def get(self, order_id: str, now_ms: int) -> bytes | None:
-        """The body, or None when unknown or past its expiry."""
+        """The body of a pending pre-order before its expiry, or of one being paid; else None."""
+        ...
+
+    async def claim_for_pay(self, order_id: str, now_ms: int) -> bytes | None:
+        """Mark the pre-order paying (from pending before its expiry, or already paying: a
+        retried pay) and return its body; None if it is unknown, lapsed or cancelled."""
+        ...
+
+    async def release(self, order_id: str) -> None:
+        """paying -> pending: a pay that moved no money (insufficient balance) gives its claim back."""
+        ...
+
+    async def cancel(self, order_id: str, now_ms: int) -> bool:
+        """Remove the pre-order if it is still pending and not lapsed; False otherwise (a pay
+        has claimed it, or it is gone)."""
         ...
 
     async def delete(self, order_id: str) -> bool:
-        """Remove the pre-order; False if it was not there."""
+        """Remove the pre-order once its packet is active; False if it was not there."""
         ...
 
 

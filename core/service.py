@@ -151,12 +151,17 @@ class PacketService:
             return packet
         now = self.ports.clock.now_ms()
         raw = await self.ports.preorders.get(order_id, now)
+        if raw is not None and orjson.loads(raw)["sender_id"] != sender_id:
+            raise errors.Forbidden("only the sender can pay for a packet")
+        raw = await self.ports.preorders.claim_for_pay(order_id, now)  # from here on, no cancel
         if raw is None:
             raise errors.NotFound(f"no pre-order {order_id} awaiting payment (unknown, cancelled or past pay_by)")
         pre = orjson.loads(raw)
-        if pre["sender_id"] != sender_id:
-            raise errors.Forbidden("only the sender can pay for a packet")
-        await self.ports.ledger.post(LedgerEntry(sender_id, "send", order_id, -pre["total_fen"], now))
+        try:
+            await self.ports.ledger.post(LedgerEntry(sender_id, "send", order_id, -pre["total_fen"], now))
+        except errors.InsufficientBalance:
+            await self.ports.preorders.release(order_id)  # nothing moved: the sender may cancel again
+            raise
         packet = Packet(order_id, sender_id, Kind(pre["kind"]), pre["count"], pre["total_fen"], pre["group_id"],
                         pre["receiver_id"], pre["total_fen"], pre["count"], Status.ACTIVE, pre["created_at"],
                         pre["pay_by"], now + self.limits.expiry_ms)
@@ -168,16 +173,19 @@ class PacketService:
         return stored if stored is not None else packet
 
     async def cancel(self, sender_id: str, order_id: str) -> None:
-        """The sender drops an unpaid pre-order. Raises NotFound, Forbidden, or a 409 for a paid packet."""
+        """The sender drops an unpaid pre-order. Raises NotFound, Forbidden, or Conflict (409)
+        once a pay has claimed it (a pay and a cancel never both succeed)."""
         check_order_id(order_id)
         if await self.ports.packets.get_packet(order_id) is not None:
             raise errors.Conflict("the packet is already paid and cannot be cancelled")
-        raw = await self.ports.preorders.get(order_id, self.ports.clock.now_ms())
+        now = self.ports.clock.now_ms()
+        raw = await self.ports.preorders.get(order_id, now)
         if raw is None:
             raise errors.NotFound(f"no pre-order {order_id}")
         if orjson.loads(raw)["sender_id"] != sender_id:
             raise errors.Forbidden("only the sender can cancel a pre-order")
-        await self.ports.preorders.delete(order_id)
+        if not await self.ports.preorders.cancel(order_id, now):
+            raise errors.Conflict("the packet is being paid and cannot be cancelled")
 
     async def visible_packet(self, user_id: str, order_id: str) -> Packet:
         """The packet if ``user_id`` may see it (a member of its group, or the sender or receiver

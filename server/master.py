@@ -5,6 +5,7 @@ admission slots first), and on SIGTERM/SIGINT stop the workers gracefully, then 
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import os
@@ -21,6 +22,7 @@ from hongbao.server.worker import GRACE_S, METRICS_DIR, run_worker
 
 log = logging.getLogger("hongbao.master")
 CRASH_WINDOW_S = 2.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 MAX_QUICK_CRASHES = 5
 
 
@@ -35,6 +37,17 @@ def _check_port(host: str, port: int) -> None:
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         probe.bind((host, port))
+
+
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to send this process SIGTERM when the master dies (prctl PR_SET_PDEATHSIG,
+    prctl(2)), so a SIGKILLed master never leaves workers serving its port; exit now if it
+    already died."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def _prepare(settings: Settings) -> None:
@@ -52,6 +65,7 @@ def serve(settings: Settings) -> int:
     _prepare(settings)
     admission = create_admission(f"hongbao-{settings.port}-{os.getpid()}")
     workers: dict[int, float] = {}
+    master = os.getpid()
     stopping = False
     quick_crashes = 0
 
@@ -62,6 +76,7 @@ def serve(settings: Settings) -> int:
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                _die_with_parent(master)
                 run_worker(settings, admission.name)
             except BaseException:
                 log.exception("worker failed")

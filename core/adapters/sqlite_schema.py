@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DAYS = range(1, 32)
 
 _PACKET = """CREATE TABLE IF NOT EXISTS {name} (
@@ -47,7 +47,8 @@ _SHARED = (
     """CREATE TABLE IF NOT EXISTS t_group_member (
         group_id TEXT NOT NULL, user_id TEXT NOT NULL, PRIMARY KEY (group_id, user_id)) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_preorder (
-        order_id TEXT PRIMARY KEY, body TEXT NOT NULL, expires_at INTEGER NOT NULL) STRICT""",
+        order_id TEXT PRIMARY KEY, body TEXT NOT NULL, expires_at INTEGER NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending') STRICT""",
     "CREATE INDEX IF NOT EXISTS t_preorder_expiry ON t_preorder (expires_at)",
     """CREATE TABLE IF NOT EXISTS t_seq_block (
         region INTEGER NOT NULL, yymmdd INTEGER NOT NULL, next_seq INTEGER NOT NULL,
@@ -89,6 +90,9 @@ def migrate(conn: sqlite3.Connection, n_tables: int) -> None:
             raise RuntimeError(f"database schema {row[0]} is newer than this hongbao ({SCHEMA_VERSION})")
         for statement in _SHARED[1:]:
             conn.execute(statement)
+        preorder_columns = {row[1] for row in conn.execute("PRAGMA table_info(t_preorder)")}
+        if "state" not in preorder_columns:  # version 1 -> 2: pay and cancel claim a pre-order atomically
+            conn.execute("ALTER TABLE t_preorder ADD COLUMN state TEXT NOT NULL DEFAULT 'pending'")
         for table in range(n_tables):
             for day in DAYS:
                 for template, name in (

@@ -15,8 +15,8 @@ DB_SOURCE = 1  # DESIGN.md section 4: source 1 = the DB's block allocator
 
 
 class SqlitePreOrderStore:
-    """PreOrderStore on the t_preorder table; expired rows read as absent, and each put also
-    deletes the rows that expired before it (so the table holds only live pre-orders)."""
+    """PreOrderStore on the t_preorder table (state pending or paying). Lapsed pending rows read
+    as absent, and each put deletes the pending rows that lapsed before it."""
 
     __slots__ = ("_db",)
 
@@ -24,24 +24,57 @@ class SqlitePreOrderStore:
         self._db = db
 
     async def put(self, order_id: str, body: bytes, expires_at_ms: int, now_ms: int) -> None:
-        """Store the pre-order body until ``expires_at_ms``; drop those expired by ``now_ms``."""
+        """Store the pre-order, pending until ``expires_at_ms``; drop those lapsed by ``now_ms``."""
 
         def put() -> None:
             with self._db.immediate() as conn:
-                conn.execute("DELETE FROM t_preorder WHERE expires_at <= ?", (now_ms,))
-                conn.execute("INSERT OR REPLACE INTO t_preorder (order_id, body, expires_at) VALUES (?, ?, ?)",
+                conn.execute("DELETE FROM t_preorder WHERE state = 'pending' AND expires_at <= ?", (now_ms,))
+                conn.execute("INSERT OR REPLACE INTO t_preorder (order_id, body, expires_at, state) VALUES (?, ?, ?, 'pending')",
                              (order_id, body.decode(), expires_at_ms))
 
         await self._db.run(put)
 
     async def get(self, order_id: str, now_ms: int) -> bytes | None:
-        """The body, or None when unknown or expired."""
+        """The body of a live pending pre-order or of one being paid, or None."""
 
         def get() -> bytes | None:
-            row = self._db.reader.execute("SELECT body FROM t_preorder WHERE order_id = ? AND expires_at > ?", (order_id, now_ms)).fetchone()
+            row = self._db.reader.execute(
+                "SELECT body FROM t_preorder WHERE order_id = ? AND (expires_at > ? OR state = 'paying')",
+                (order_id, now_ms)).fetchone()
             return None if row is None else str(row[0]).encode()
 
         return self._db.read(get)
+
+    async def claim_for_pay(self, order_id: str, now_ms: int) -> bytes | None:
+        """pending (before expiry) or paying -> paying; the body, or None."""
+
+        def claim() -> bytes | None:
+            with self._db.immediate() as conn:
+                row = conn.execute(
+                    "UPDATE t_preorder SET state = 'paying' WHERE order_id = ? AND (state = 'paying' OR expires_at > ?) "
+                    "RETURNING body", (order_id, now_ms)).fetchone()
+            return None if row is None else str(row[0]).encode()
+
+        return await self._db.run(claim)
+
+    async def release(self, order_id: str) -> None:
+        """paying -> pending."""
+
+        def release() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("UPDATE t_preorder SET state = 'pending' WHERE order_id = ? AND state = 'paying'", (order_id,))
+
+        await self._db.run(release)
+
+    async def cancel(self, order_id: str, now_ms: int) -> bool:
+        """Delete a live pending pre-order; False if a pay claimed it or it is gone."""
+
+        def cancel() -> bool:
+            with self._db.immediate() as conn:
+                return conn.execute("DELETE FROM t_preorder WHERE order_id = ? AND state = 'pending' AND expires_at > ?",
+                                    (order_id, now_ms)).rowcount == 1
+
+        return await self._db.run(cancel)
 
     async def delete(self, order_id: str) -> bool:
         """Remove the pre-order; False if absent."""

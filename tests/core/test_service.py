@@ -226,6 +226,9 @@ async def test_pay_is_idempotent_and_checks_balance(backend: Embedded) -> None:
     assert await svc.ports.packets.get_packet(big) is None
     with pytest.raises(errors.NotPaid):
         await svc.open("B", big)
+    await svc.cancel("A", big)  # a pay that moved no money gave its claim back
+    with pytest.raises(errors.NotFound):
+        await svc.pay("A", big)
 
 
 async def test_credit_is_idempotent_in_every_mode(backend: Embedded, clock: ManualClock) -> None:
@@ -276,3 +279,22 @@ async def test_lapsed_pre_orders_are_dropped(backend: Embedded, clock: ManualClo
     rows = backend.db.reader.execute("SELECT order_id FROM t_preorder").fetchall()
     assert lapsed not in {r[0] for r in rows} and len(rows) == 1
     assert await svc.ports.ledger.balance("A") == 100
+
+
+async def test_pay_and_cancel_race_has_one_winner(backend: Embedded) -> None:
+    """A pay and a cancel of one pre-order sent together: exactly one succeeds, and the money follows it."""
+    svc = backend.service
+    await _group(svc, "g", ["A", "B"])
+    await svc.topup("A", 10_000, "k")
+    paid = 0
+    for _ in range(30):
+        order_id, _ = await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
+        pay, cancel = await asyncio.gather(svc.pay("A", order_id), svc.cancel("A", order_id), return_exceptions=True)
+        assert isinstance(pay, Exception) != isinstance(cancel, Exception), (pay, cancel)
+        packet = await svc.ports.packets.get_packet(order_id)
+        if isinstance(cancel, Exception):
+            assert isinstance(cancel, errors.Conflict) and packet is not None
+            paid += 1
+        else:
+            assert isinstance(pay, errors.NotFound) and packet is None
+    assert await svc.ports.ledger.balance("A") == 10_000 - 10 * paid

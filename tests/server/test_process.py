@@ -110,3 +110,25 @@ def test_metrics_count_requests_across_workers(make_server: Callable[..., Server
     assert float(line.rsplit(" ", 1)[1]) == 20.0
     assert "hongbao_http_request_duration_seconds_bucket" in text
     assert "hongbao_credits_pending 0.0" in text.splitlines()
+
+
+def test_workers_exit_when_the_master_is_killed(make_server: Callable[..., Server]) -> None:
+    """SIGKILL the master: its workers stop within seconds and the port can be served again."""
+    server = make_server(workers=2)
+    workers = _workers(server)
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait(timeout=10)
+    _wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), timeout_s=15)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{server.url}/healthz", timeout=1)
+    server.process = subprocess.Popen(  # a new master on the same port and data directory, stopped by the fixture
+        [sys.executable, "-m", "hongbao.server.cli", "serve", "--port", server.url.rsplit(":", 1)[1],
+         "--data-dir", str(server.data_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(lambda: _healthy(server.url))
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
