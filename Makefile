@@ -62,5 +62,5 @@ clean:
 	rm -rf $(VENV) native/target build bench-results *.egg-info
 
 demo:
-	@echo "make demo arrives with the server and the storm (issues 3 and 6); today: make test, make bench" >&2
+	@echo "make demo runs the storm, which is not built yet; today: make install, then .venv/bin/hongbao serve (see README)" >&2
 	@exit 1

@@ -96,9 +96,9 @@ class App:
         if route.auth == "none":
             return None
         header = next((v for k, v in headers if k == "authorization"), None)
-        if header is None or not header.startswith("Bearer "):
+        if header is None or header[:7].lower() != "bearer ":  # the scheme is case-insensitive (RFC 9110 11.1)
             raise errors.Unauthorized("missing bearer token")
-        identity = self.verifier.verify(header[len("Bearer "):].strip())
+        identity = self.verifier.verify(header[7:].strip())
         if route.auth == "admin" and not identity.admin:
             raise errors.Forbidden("this route needs an admin token")
         return identity

@@ -71,6 +71,8 @@ class TokenVerifier:
                                 options={"require": ["exp", "sub"]})
         except jwt.PyJWTError as exc:
             raise Unauthorized(f"invalid token: {exc}") from None
+        if type(claims["exp"]) not in (int, float):
+            raise Unauthorized("invalid token: exp must be a NumericDate (RFC 7519 section 2)")
         user_id = claims.get("sub")
         if not valid_user_id(user_id):
             raise Unauthorized("invalid token: sub must be 1..64 of [A-Za-z0-9_-]")
@@ -83,7 +85,8 @@ class TokenVerifier:
 
 def mint(secret: str, user_id: str, *, admin: bool = False, ttl_s: float = 24 * 3600) -> str:
     """An HS256 token for ``user_id`` valid for ``ttl_s`` seconds (``role: admin`` if ``admin``).
-    Raises ValueError for an invalid user id."""
+    Raises ValueError for an invalid user id. (A negative ``ttl_s`` mints an expired token, which
+    tests need; the CLI refuses one.)"""
     if not valid_user_id(user_id):
         raise ValueError("user id must be 1..64 of [A-Za-z0-9_-]")
     claims: dict[str, object] = {"sub": user_id, "exp": int(time.time() + ttl_s)}

@@ -27,9 +27,6 @@ def _serve(args: argparse.Namespace) -> int:
     if settings.backend != "embedded":
         print(f"hongbao: backend {settings.backend!r} is not available yet; use --backend embedded", file=sys.stderr)
         return 2
-    if settings.workers < 1:
-        print("hongbao: --workers must be at least 1", file=sys.stderr)
-        return 2
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
     from hongbao.server.master import serve
@@ -41,6 +38,9 @@ def _token(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if not args.user and not args.admin:
         print("hongbao token: give --user ID (repeatable) or --admin", file=sys.stderr)
+        return 2
+    if not args.ttl > 0:
+        print("hongbao token: the token lifetime (--ttl) must be positive", file=sys.stderr)
         return 2
     secret = settings.jwt_secret or embedded_secret(settings.data_dir)
     try:
@@ -68,21 +68,23 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="hongbao", description="Red-packet backend with real-time push.")
     top.add_argument("--config", type=Path, help="TOML file (default: ./hongbao.toml when present)")
     sub = top.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the server (master + workers)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML file (also accepted before the command)")
+    serve = sub.add_parser("serve", parents=[common], help="run the server (master + workers)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--workers", type=int)
     serve.add_argument("--data-dir", dest="data_dir", type=Path)
     serve.add_argument("--backend", choices=["embedded"])
     serve.set_defaults(run=_serve)
-    token = sub.add_parser("token", help="mint bearer tokens with this directory's key")
+    token = sub.add_parser("token", parents=[common], help="mint bearer tokens with this directory's key")
     token.add_argument("--user", action="append", help="user id (repeatable; one token per line)")
     token.add_argument("--admin", action="store_true", help="also mint an admin token")
     token.add_argument("--admin-id", default="admin", help="the admin token's sub (default: admin)")
     token.add_argument("--ttl", type=float, default=24 * 3600, help="lifetime in seconds (default: 86400)")
     token.add_argument("--data-dir", dest="data_dir", type=Path)
     token.set_defaults(run=_token)
-    audit = sub.add_parser("audit", help="check the money invariants of DESIGN.md section 11; exit 1 on any violation")
+    audit = sub.add_parser("audit", parents=[common], help="check the money invariants of DESIGN.md section 11; exit 1 on any violation")
     audit.add_argument("--data-dir", dest="data_dir", type=Path)
     audit.add_argument("--not-drained", action="store_true",
                        help="the reconciler has not run yet: pending credits and refunds are not violations")

@@ -50,6 +50,19 @@ class Settings:
     log_level: str = "info"
     limits: Limits = field(default_factory=Limits)
 
+    def checked(self) -> Settings:
+        """This object, if its values make sense together; ValueError naming the first that does not."""
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.region not in (1, 2):
+            raise ValueError(f"region must be 1 (north) or 2 (south), got {self.region}")
+        for name in ("max_body_bytes", "max_header_bytes", "max_headers", "max_connections", "max_in_db"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        return self
+
     def with_overrides(self, values: Mapping[str, Any]) -> Settings:
         """A copy with ``values`` applied (unknown keys raise ValueError; strings are converted)."""
         known = {f.name: f for f in fields(self)}
@@ -99,9 +112,12 @@ def load_settings(config_file: Path | None = None, env: Mapping[str, str] | None
                 flat[key] = value
         settings = settings.with_overrides(flat)
     env = os.environ if env is None else env
-    from_env = {k[len("HONGBAO_"):].lower(): v for k, v in env.items() if k.startswith("HONGBAO_")}
-    if from_env:
-        settings = settings.with_overrides(from_env)
+    for key, value in sorted(env.items()):
+        if key.startswith("HONGBAO_"):
+            try:
+                settings = settings.with_overrides({key[len("HONGBAO_"):].lower(): value})
+            except ValueError as exc:
+                raise ValueError(f"environment variable {key}={value!r}: {exc}") from None
     if flags:
         settings = settings.with_overrides({k: v for k, v in flags.items() if v is not None})
-    return settings
+    return settings.checked()

@@ -5,6 +5,7 @@ The user id always comes from the verified token (``ctx.user_id``), never from t
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
 
@@ -18,6 +19,7 @@ from hongbao.server.context import Context
 from hongbao.server.responses import Response, json_response
 
 MAX_PAGE = 10_000
+_IDEMPOTENCY_KEY = re.compile(r"[!-~]{1,128}")
 MAX_TOPUP_FEN = 100_000_000_000  # 1e9 yuan a top-up: keeps every balance far from the int64 limit of its column
 
 
@@ -25,9 +27,10 @@ def _members(body: dict[str, Any], limit: int) -> list[str]:
     members = body.get("members")
     if not isinstance(members, list) or not all(valid_user_id(m) for m in members):
         raise errors.InvalidRequest("members must be a list of user ids (1..64 of [A-Za-z0-9_-])")
-    if len(members) > limit:
-        raise errors.InvalidRequest(f"a group has at most {limit} members")
-    return list(dict.fromkeys(members))
+    unique = list(dict.fromkeys(members))  # repeats are ignored, so they do not count
+    if len(unique) > limit:
+        raise errors.InvalidRequest(f"at most {limit} members can be given here (a group has at most {limit + 1} with its creator)")
+    return unique
 
 
 class Handlers:
@@ -46,9 +49,11 @@ class Handlers:
         amount = parse_fen(ctx.json().get("amount_fen"))
         if amount > MAX_TOPUP_FEN:
             raise errors.InvalidAmount(f"amount_fen is at most {MAX_TOPUP_FEN} fen a top-up")
-        key = ctx.header("idempotency-key") or secrets.token_hex(16)
-        if len(key) > 128:
-            raise errors.InvalidRequest("Idempotency-Key is at most 128 characters")
+        key = ctx.header("idempotency-key")
+        if key is None:
+            key = secrets.token_hex(16)
+        elif not _IDEMPOTENCY_KEY.fullmatch(key):
+            raise errors.InvalidRequest("Idempotency-Key must be 1..128 visible ASCII characters")
         applied = await self.svc.topup(user_id, amount, f"{user_id}:{key}")
         balance = await self.svc.ports.ledger.balance(user_id)
         return json_response(200, {"user_id": user_id, "balance_fen": balance, "applied": applied})

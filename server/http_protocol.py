@@ -235,7 +235,10 @@ class HttpProtocol(asyncio.Protocol):
                 if not request.keep_alive:
                     self._finish(response)
                     return
-                self.send(hongbao_native.encode_response(response.status, response.headers, response.body))
+                headers = response.headers
+                if request.version == "1.0":  # HTTP/1.0 keeps the connection only when told so (RFC 9112 9.3)
+                    headers = [*headers, ("connection", "keep-alive")]
+                self.send(hongbao_native.encode_response(response.status, headers, response.body))
                 if self.paused and len(self.pending) < MAX_PIPELINED // 2:
                     transport.resume_reading()
                     self.paused = False

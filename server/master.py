@@ -85,8 +85,10 @@ def serve(settings: Settings) -> int:
                 os._exit(code)
         workers[pid] = time.monotonic()
 
-    def stop(_sig: int, _frame: object) -> None:
+    def stop(sig: int, _frame: object) -> None:
         nonlocal stopping
+        if not stopping:
+            log.info("master %d: signal %d, stopping %d worker(s) gracefully", os.getpid(), sig, len(workers))
         stopping = True
         for pid in workers:
             try:
@@ -129,4 +131,5 @@ def serve(settings: Settings) -> int:
             spawn()
     finally:
         admission.unlink()
+        log.info("master %d stopped", os.getpid())
     return 1 if quick_crashes >= MAX_QUICK_CRASHES else 0

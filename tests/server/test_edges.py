@@ -1,0 +1,87 @@
+"""Edges a newcomer hit: the bearer scheme's case, idempotency keys, token claims, HTTP/1.0
+keep-alive, repeated group members, and command-line values that must be refused clearly."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jwt
+import pytest
+
+from hongbao.server.auth import embedded_secret
+from tests.server.conftest import Server
+from tests.server.flows import ok
+
+
+def test_bearer_scheme_is_case_insensitive(server: Server) -> None:
+    """`Authorization: bearer <token>` is accepted like `Bearer` (RFC 9110 section 11.1)."""
+    with server.client("alice") as client:
+        token = client.headers["authorization"].split(" ", 1)[1]
+        assert ok(client.get("/v1/balance", headers={"authorization": f"bearer {token}"}))["user_id"] == "alice"
+
+
+def test_exp_must_be_a_number(server: Server) -> None:
+    """A token whose exp is a string is refused with 401, though the string is numeric."""
+    bad = jwt.encode({"sub": "alice", "exp": str(int(time.time()) + 3600)}, embedded_secret(server.data_dir), algorithm="HS256")
+    with server.client("alice") as client:
+        answer = client.get("/v1/balance", headers={"authorization": f"Bearer {bad}"})
+    assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("key", [b"", b"a b", b"x" * 129, "é".encode()])
+def test_bad_idempotency_keys_are_refused(server: Server, key: bytes) -> None:
+    """An empty, spaced, over-long or non-ASCII Idempotency-Key is a 400, and nothing is topped up."""
+    with server.client("admin", admin=True) as admin:
+        answer = admin.post("/v1/admin/accounts/k/topup", json={"amount_fen": 5},
+                            headers=[("idempotency-key", key)])
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_request"
+    with server.client("k") as client:
+        assert ok(client.get("/v1/balance"))["balance_fen"] == 0
+
+
+def test_repeated_members_do_not_count(server: Server) -> None:
+    """1000 copies of one member make a group of two, not an over-limit error."""
+    with server.client("alice") as client:
+        assert ok(client.post("/v1/groups", json={"members": ["bob"] * 1000}), 201)["members"] == ["alice", "bob"]
+
+
+def test_http10_keep_alive_is_answered_with_keep_alive(server: Server) -> None:
+    """HTTP/1.0 with `Connection: keep-alive` gets the header back and the connection stays open."""
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        for _ in range(2):
+            sock.sendall(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(4096)
+            assert head.startswith(b"HTTP/1.1 200") and b"connection: keep-alive" in head.lower()
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["serve", "--port", "70000"], {}, "port must be in 0..65535"),
+        (["serve"], {"HONGBAO_WORKERS": "abc"}, "environment variable HONGBAO_WORKERS"),
+        (["token", "--user", "a", "--ttl", "-5"], {}, "must be positive"),
+    ],
+)
+def test_bad_command_line_values_are_named(tmp_path: Path, argv: list[str], env: dict[str, str], message: str) -> None:
+    """A bad port, environment value or token lifetime exits non-zero with a message naming it, no traceback."""
+    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", *argv], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **env})
+    assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_config_is_accepted_after_the_command(tmp_path: Path) -> None:
+    """`hongbao token --config FILE` reads the file like `hongbao --config FILE token` does."""
+    config = tmp_path / "h.toml"
+    config.write_text(f'data_dir = "{tmp_path / "elsewhere"}"\n')
+    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "token", "--config", str(config), "--user", "a"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    secret = embedded_secret(tmp_path / "elsewhere")
+    assert jwt.decode(result.stdout.strip(), secret, algorithms=["HS256"])["sub"] == "a"
