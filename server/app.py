@@ -13,6 +13,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from hongbao_native import Request
+
 from hongbao.core import errors
 from hongbao.core.clock import OffsetFileClock
 from hongbao.core.embedded import Embedded
@@ -61,9 +63,10 @@ class App:
         self.router = Router(routes)
         self.debug_log = log.isEnabledFor(logging.DEBUG)
 
-    async def handle(self, method: str, path: str, query: str, headers: list[tuple[str, str]], body: bytes) -> Response:
-        """Answer one request; never raises."""
+    async def handle(self, request: Request) -> Response:
+        """Answer one parsed request (the native parser's Request); never raises."""
         started = time.perf_counter()
+        method, path = request.method, request.path
         route, params, path_known = self.router.match(method, path)
         name = route.template if route else "unmatched"
         try:
@@ -71,8 +74,8 @@ class App:
                 if path_known:
                     raise _MethodNotAllowed(f"{method} is not allowed on {path}", self.router.allowed(path))
                 raise errors.NotFound(f"no route {method} {path}")
-            identity = self._authenticate(route, headers)
-            response: Response = await route.handler(Context(identity, params, body, query, headers))
+            identity = self._authenticate(route, request)
+            response: Response = await route.handler(Context(identity, params, request))
         except errors.HongbaoError as exc:
             response = from_error(exc)
             if isinstance(exc, _MethodNotAllowed):
@@ -92,10 +95,10 @@ class App:
             self.metrics.events["grabs"] += 1
         return response
 
-    def _authenticate(self, route: Route, headers: list[tuple[str, str]]) -> Identity | None:
+    def _authenticate(self, route: Route, request: Request) -> Identity | None:
         if route.auth == "none":
             return None
-        header = next((v for k, v in headers if k == "authorization"), None)
+        header = request.header("authorization")
         if header is None or header[:7].lower() != "bearer ":  # the scheme is case-insensitive (RFC 9110 11.1)
             raise errors.Unauthorized("missing bearer token")
         identity = self.verifier.verify(header[7:].strip())

@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
+from hongbao_native import Request
 
 from hongbao.core.errors import InvalidRequest
 from hongbao.server.auth import Identity
@@ -18,9 +19,17 @@ class Context:
 
     identity: Identity | None
     params: dict[str, str]
-    body: bytes
-    query: str
-    headers: list[tuple[str, str]]
+    request: Request
+
+    @property
+    def body(self) -> bytes:
+        """The request body, bytes."""
+        return self.request.body
+
+    @property
+    def query(self) -> str:
+        """The raw query string (after '?', not decoded)."""
+        return self.request.query
 
     @property
     def user_id(self) -> str:
@@ -39,11 +48,8 @@ class Context:
         return value
 
     def header(self, name: str) -> str | None:
-        """The first value of header ``name`` (lower-case), or None."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
+        """The value of header ``name`` (any case; repeated fields joined with ", "), or None."""
+        return self.request.header(name)
 
     def query_int(self, name: str, default: int, low: int, high: int) -> int:
         """Integer query parameter ``name`` in [low, high]; InvalidRequest otherwise."""

@@ -228,7 +228,7 @@ class HttpProtocol(asyncio.Protocol):
                     response = error_response(501, "not_implemented", "WebSocket push is not available on this server yet")
                     self._finish(response)
                     return
-                response = await self.app.handle(request.method, request.path, request.query, request.headers, request.body)
+                response = await self.app.handle(request)
                 transport = self.transport
                 if transport is None or transport.is_closing():
                     return

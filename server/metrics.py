@@ -35,14 +35,14 @@ class WorkerMetrics:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.requests: dict[str, int] = {}
+        self.requests: dict[tuple[str, int], int] = {}
         self.latency: dict[str, list[float]] = {}
         self.events: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
         self.gauges: dict[str, float] = {}
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         """Count one request of ``route`` answered with ``status`` after ``seconds``."""
-        key = f"{route}|{status}"
+        key = (route, status)
         self.requests[key] = self.requests.get(key, 0) + 1
         hist = self.latency.get(route)
         if hist is None:
@@ -55,7 +55,8 @@ class WorkerMetrics:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{os.getpid()}.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps({"requests": self.requests, "latency": self.latency, "events": self.events}))
+        requests = {f"{route}|{status}": count for (route, status), count in self.requests.items()}
+        tmp.write_bytes(orjson.dumps({"requests": requests, "latency": self.latency, "events": self.events}))
         tmp.replace(path)
 
     def render(self) -> bytes:
