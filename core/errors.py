@@ -91,7 +91,7 @@ class Finished(HongbaoError):
 
 
 class Expired(HongbaoError):
-    """The packet is past its expiry or its pre-order's pay-by time (410 expired)."""
+    """The packet is past its expiry (410 expired). A pre-order past its pay-by time is gone: NotFound."""
 
     code = "expired"
     status = 410
