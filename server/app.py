@@ -50,8 +50,8 @@ class App:
             Route("POST", "/v1/packets", h.send),
             Route("POST", "/v1/packets/{order_id}/pay", h.pay),
             Route("DELETE", "/v1/packets/{order_id}", h.cancel),
-            Route("POST", "/v1/packets/{order_id}/grab", h.grab),
-            Route("POST", "/v1/packets/{order_id}/open", h.open),
+            Route("POST", "/v1/packets/{order_id}/grab", h.grab, event="grabs"),
+            Route("POST", "/v1/packets/{order_id}/open", h.open, event="opens"),
             Route("GET", "/v1/packets/{order_id}", h.details),
             Route("GET", "/v1/me/received", h.received),
             Route("GET", "/v1/me/sent", h.sent),
@@ -89,10 +89,9 @@ class App:
         self.metrics.observe(name, response.status, elapsed)
         if self.debug_log:  # one structured line per request; never headers, so never a token
             log.debug("request method=%s route=%s status=%d ms=%.3f", method, name, response.status, elapsed * 1000)
-        if name.endswith("/open") and response.status == 200:
-            self.metrics.events["opens"] += 1
-        elif name.endswith("/grab"):
-            self.metrics.events["grabs"] += 1
+        event = route.event if route is not None else None
+        if event is not None and (event != "opens" or response.status == 200):
+            self.metrics.events[event] += 1
         return response
 
     def _authenticate(self, route: Route, request: Request) -> Identity | None:
