@@ -8,6 +8,7 @@ from setuptools import setup
 
 PACKAGES = {
     "hongbao.core": "core",
+    "hongbao.core.adapters": "core/adapters",
     "hongbao.server": "server",
     "hongbao.bench": "bench",
     "hongbao.bench.http": "bench/http",

@@ -58,7 +58,8 @@ class OffsetFileClock:
     __slots__ = ("_path", "_offset_ms", "_frozen_ms", "_version")
 
     def __init__(self, path: Path) -> None:
-        self._path, self._offset_ms, self._frozen_ms, self._version = path, 0, None, (0, 0)
+        self._path, self._offset_ms, self._version = path, 0, (0, 0)
+        self._frozen_ms: int | None = None
 
     def now_ms(self) -> int:
         """Wall-clock ms since the epoch plus the shared offset (or the frozen time)."""

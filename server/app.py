@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from hongbao_native import Request
@@ -136,7 +136,7 @@ class App:
         clock.set_ms(now_ms, frozen=frozen)
         return json_response(200, {"now_ms": clock.now_ms(), "frozen": frozen})
 
-    def background_jobs(self) -> list[Callable[[], Awaitable[Any]]]:
+    def background_jobs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
         """The periodic jobs every worker runs: crediting, lists, refunds, reconciliation, flags, metrics.
         Each is safe on any number of workers at once (every step is idempotent)."""
         svc, s = self.backend.service, self.settings
@@ -170,7 +170,7 @@ class _MethodNotAllowed(errors.HongbaoError):
         self.allowed = allowed
 
 
-def _every(interval_s: float, job: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[None]]:
+def _every(interval_s: float, job: Callable[[], Awaitable[Any]]) -> Callable[[], Coroutine[Any, Any, None]]:
     async def loop() -> None:
         while True:
             try:

@@ -47,8 +47,7 @@ async def _serve(settings: Settings, admission_name: str) -> None:
     conns = Connections(settings.max_connections)
     server = await loop.create_server(lambda: HttpProtocol(app, conns), settings.host, settings.port,
                                       reuse_port=True, backlog=4096)
-    jobs = [loop.create_task(job()) for job in app.background_jobs()]
-    jobs.append(loop.create_task(conns.sweep_forever()))
+    jobs: list[asyncio.Task[None]] = [loop.create_task(job()) for job in (*app.background_jobs(), conns.sweep_forever)]
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
