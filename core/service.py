@@ -1,5 +1,5 @@
-"""The money flow of DESIGN.md section 6 over the ports: send, pay, cancel, grab, open, credit,
-refund and details.
+"""The money flow of DESIGN.md section 6 over the ports: send, pay, cancel, grab, open, credit
+and refund (details, lists and the bill are read in hongbao.core.views).
 
 The service owns no storage: every state lives behind the ports (hongbao.core.ports), so the
 embedded and production backends run the same code. Every step that moves money is idempotent.
