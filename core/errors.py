@@ -18,6 +18,11 @@ class HongbaoError(Exception):
         super().__init__(message)
         self.message = message
 
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """Extra response headers the error's answer carries (lower-case names); none by default."""
+        return []
+
 
 class InvalidRequest(HongbaoError, ValueError):
     """Malformed or inconsistent input (400 invalid_request)."""
@@ -114,12 +119,34 @@ class Busy(HongbaoError):
         super().__init__(message)
         self.retry_after = retry_after
 
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """Retry-After in whole seconds, at least 1 (RFC 9110 section 10.2.3)."""
+        return [("retry-after", str(max(1, round(self.retry_after))))]
+
 
 class Degraded(HongbaoError):
     """A dependency is down and the operation has no degraded path (503 degraded)."""
 
     code = "degraded"
     status = 503
+
+
+class MethodNotAllowed(HongbaoError):
+    """The path exists but not with this method (405 method_not_allowed); ``allowed`` lists the
+    methods it takes, sent as the Allow header (RFC 9110 section 15.5.6)."""
+
+    code = "method_not_allowed"
+    status = 405
+
+    def __init__(self, message: str, allowed: list[str]) -> None:
+        super().__init__(message)
+        self.allowed = allowed
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """The Allow header."""
+        return [("allow", ", ".join(self.allowed))]
 
 
 class Conflict(HongbaoError):

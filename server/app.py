@@ -72,14 +72,12 @@ class App:
         try:
             if route is None:
                 if path_known:
-                    raise _MethodNotAllowed(f"{method} is not allowed on {path}", self.router.allowed(path))
+                    raise errors.MethodNotAllowed(f"{method} is not allowed on {path}", self.router.allowed(path))
                 raise errors.NotFound(f"no route {method} {path}")
             identity = self._authenticate(route, request)
             response: Response = await route.handler(Context(identity, params, request))
         except errors.HongbaoError as exc:
             response = from_error(exc)
-            if isinstance(exc, _MethodNotAllowed):
-                response = Response(response.status, response.body, [*response.headers, ("allow", ", ".join(exc.allowed))])
             if exc.code == "busy":
                 self.metrics.events["admission_rejections"] += 1
         except Exception:
@@ -159,15 +157,6 @@ class App:
 
 CLOCK_RANGE_MS = (946_684_800_000, 4_102_444_799_999)  # 2000-01-01T00:00:00Z .. 2099-12-31T23:59:59.999Z
 _HEALTHY = json_response(200, {"status": "ok"})
-
-
-class _MethodNotAllowed(errors.HongbaoError):
-    code = "method_not_allowed"
-    status = 405
-
-    def __init__(self, message: str, allowed: list[str]) -> None:
-        super().__init__(message)
-        self.allowed = allowed
 
 
 def _every(interval_s: float, job: Callable[[], Awaitable[Any]]) -> Callable[[], Coroutine[Any, Any, None]]:

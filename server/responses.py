@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from hongbao.core.errors import Busy, HongbaoError
+from hongbao.core.errors import HongbaoError
 
 JSON = ("content-type", "application/json")
 
@@ -31,6 +31,5 @@ def error_response(status: int, code: str, message: str, headers: list[tuple[str
 
 
 def from_error(exc: HongbaoError) -> Response:
-    """The answer for a HongbaoError: its status and code, Retry-After for Busy."""
-    headers = [("retry-after", str(max(1, round(exc.retry_after))))] if isinstance(exc, Busy) else None
-    return error_response(exc.status, exc.code, exc.message, headers)
+    """The answer for a HongbaoError: its status, code, message and extra headers."""
+    return error_response(exc.status, exc.code, exc.message, exc.headers)
