@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from hongbao.core.packet import Status
-from hongbao.core.service import PacketService, check_order_id
+from hongbao.core.service import PacketService
 from hongbao.core.times import BUSINESS_TZ, rfc3339
 
 PAGE_SIZE = 20
@@ -25,8 +25,7 @@ async def details(svc: PacketService, user_id: str, order_id: str) -> dict[str, 
     """Packet details for a member: totals, status, receipts in open order, best luck once finished.
 
     Raises BadOrderId, NotFound, NotPaid, NotMember."""
-    check_order_id(order_id)
-    packet = await svc.visible_packet(user_id, order_id)
+    packet = await svc.visible_packet(user_id, order_id)  # checks the order id first
     receipts = await svc.ports.packets.receipts(order_id)
     best = await svc.ports.packets.best_luck(order_id) if packet.status is Status.FINISHED else None
     try:

@@ -185,6 +185,7 @@ class Run:
 
     @property
     def seconds(self) -> float:
+        """The measured run's length in seconds, as wrk timed it."""
         return float(self.wrk["duration_us"]) / 1e6
 
     @property
@@ -195,6 +196,7 @@ class Run:
         return float(self.wrk["requests"]) / self.seconds
 
     def as_json(self) -> dict[str, Any]:
+        """The run as a JSON object: rates, latency percentiles in ms, statuses, problems."""
         lat = self.wrk["latency_us"]
         return {"target": self.target, "workers": self.workers, "rps": round(self.rps, 1),
                 "requests": self.wrk["requests"], "seconds": round(self.seconds, 3),
@@ -214,6 +216,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def terminate(popen: subprocess.Popen[bytes], timeout_s: float = 30.0) -> int:
+    """SIGTERM ``popen``, wait up to ``timeout_s`` seconds for a graceful exit (SIGKILL after
+    that), and return its exit status."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGTERM)
+        try:
+            popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
+    return int(popen.returncode)
+
+
 @dataclass
 class Process:
     """A server subprocess listening on ``url``; its stderr goes to ``log``."""
@@ -224,6 +239,8 @@ class Process:
     log: Path
 
     def wait_ready(self, path: str, timeout_s: float = 30.0) -> None:
+        """Poll ``path`` until it answers 200; BenchError (with the log) if the process dies or
+        ``timeout_s`` seconds pass."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
@@ -256,14 +273,8 @@ class Process:
         return total / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> int:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        return self.popen.returncode
+        """SIGTERM and wait (see ``terminate``); the exit status."""
+        return terminate(self.popen)
 
 
 def _clean_env() -> dict[str, str]:
@@ -271,6 +282,7 @@ def _clean_env() -> dict[str, str]:
 
 
 def start_ceiling(workdir: Path, workers: int) -> Process:
+    """Start the uvloop ceiling server with ``workers`` processes on a free port; wait until ready."""
     port = free_port()
     log = workdir / f"ceiling-{workers}.log"
     with open(log, "wb") as stderr:
@@ -282,6 +294,8 @@ def start_ceiling(workdir: Path, workers: int) -> Process:
 
 
 def start_hongbao(data_dir: Path, workers: int) -> Process:
+    """Start ``hongbao serve`` (embedded, ``workers`` workers, data in ``data_dir``) on a free port;
+    wait until /healthz answers."""
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = data_dir / "server.log"
@@ -573,6 +587,7 @@ def run(opts: Options) -> dict[str, Any]:
 
 
 def parse(argv: list[str] | None) -> Options:
+    """The command line of ``bench/http/run.py`` as Options (durations in seconds)."""
     p = argparse.ArgumentParser(description="wrk against hongbao and the Python ceiling (issue 3)")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per measured run (default 10)")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up before each run (default 2)")

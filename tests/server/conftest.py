@@ -4,7 +4,6 @@ test suite does), its own data directory, a test clock, and tokens minted with i
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import httpx
 import pytest
 
 from hongbao.bench.audit import audit_sqlite
-from hongbao.bench.http.run import free_port
+from hongbao.bench.http.run import free_port, terminate
 from hongbao.server.auth import embedded_secret, mint
 
 TEST_CONFIG = """
@@ -87,14 +86,7 @@ def start_server(data_dir: Path, workers: int = 1, extra_config: str = "") -> Se
 
 def stop_server(server: Server) -> int:
     """SIGTERM, wait for a graceful exit, return the exit status."""
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
-    return server.process.returncode
+    return terminate(server.process)
 
 
 def finish_server(server: Server) -> None:
