@@ -26,7 +26,7 @@ $(STAMP_NATIVE): $(BIN)/python $(NATIVE_SRC)
 # Strict editable mode (type checkers see the modules); a new module means a reinstall, hence the file list.
 PY_SRC := $(shell find core server bench -name '*.py' -not -path 'bench/native/*')
 $(STAMP_DEPS): $(BIN)/python $(STAMP_NATIVE) pyproject.toml setup.py $(PY_SRC)
-	$(BIN)/pip install -q --config-settings editable_mode=strict -e '.[test]'
+	flock $(VENV)/.install.lock $(BIN)/pip install -q --config-settings editable_mode=strict -e '.[test]'
 	touch $@
 
 test: install test-rust stubtest typecheck test-python

@@ -1,0 +1,126 @@
+"""The ports of the push channel (DESIGN.md section 7), as small ``typing.Protocol`` classes.
+
+A *node* is one worker process that holds WebSocket connections (with SO_REUSEPORT a client lands
+on any worker, so routes name workers); its id is ``{node_name}/{pid}`` and its internal address
+(``host:port`` of its loopback listener) is where other nodes forward pushes to it.
+
+Adapters: SQLite (the embedded default; shared by the workers of one host) and Redis (standalone
+or Cluster, keys of DESIGN.md section 7). Every method is idempotent where a retry can happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a user's current session lives: ``node`` holds session ``sid``."""
+
+    node: str
+    sid: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """One message of a user's stream (or of a topic): its ``offset`` (1, 2, ... per user or
+    topic), the stream's ``epoch`` (changes when the history was lost), and the encoded text
+    frame payload ``body`` (the JSON of DESIGN.md section 7, offset and epoch included)."""
+
+    offset: int
+    epoch: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """What a reconnect with (offset, epoch) gets: ``messages`` after ``offset`` in order, and
+    ``complete`` False when the epoch changed or part of the gap is no longer held (the client
+    must reload state over HTTP; the messages are what is still held)."""
+
+    epoch: str
+    messages: list[Stored]
+    complete: bool
+
+
+class SessionStore(Protocol):
+    """Sessions, routes and the online sets: ``session:{uid}``, ``route:{sid}``, ``online:{n}``."""
+
+    async def login(self, uid: str, sid: str, node: str, now_ms: int) -> Route | None:
+        """Record ``uid``'s new session ``sid`` on ``node`` in one round trip (replacing any older
+        session, whose Route is returned so its node can close it with 4001), before the first
+        frame goes to the client."""
+        ...
+
+    async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> None:
+        """Refresh lastActiveTime and the TTLs of these (uid, sid) pairs in one round trip."""
+        ...
+
+    async def logout(self, uid: str, sid: str, node: str) -> bool:
+        """Remove session ``sid`` of ``uid``: ``session:{uid}`` only if it still names ``sid``
+        (compare-and-delete), then its route and online entry; True if the session key was removed."""
+        ...
+
+    async def lookup(self, uid: str) -> Route | None:
+        """The route of ``uid``'s current session, or None when offline (or its node is dead)."""
+        ...
+
+    async def online_count(self) -> int:
+        """Users in the online sets."""
+        ...
+
+
+class NodeDirectory(Protocol):
+    """Liveness of nodes and their internal addresses."""
+
+    async def heartbeat(self, node: str, address: str, ttl_s: float) -> None:
+        """Mark ``node`` alive for ``ttl_s`` seconds, reachable at ``address`` (host:port)."""
+        ...
+
+    async def address(self, node: str) -> str | None:
+        """The internal address of a live ``node``, or None if its liveness expired."""
+        ...
+
+    async def sweep(self, alive_node: str) -> int:
+        """Run by every live node: remove the sessions, routes and online entries held by nodes
+        whose liveness expired; returns how many sessions were removed."""
+        ...
+
+    async def leave(self, node: str) -> None:
+        """A node stopping: remove its liveness at once (its sessions are cleaned by the sweep)."""
+        ...
+
+
+class MessageLog(Protocol):
+    """Per-user message streams (the offline queue): bounded in length and age."""
+
+    async def append(self, uid: str, make_body: _BodyMaker, now_ms: int) -> Stored:
+        """Append the message ``make_body(offset, epoch)`` to ``uid``'s stream."""
+        ...
+
+    async def ack(self, uid: str, offset: int) -> None:
+        """The client holds everything up to ``offset``: those messages may be dropped."""
+        ...
+
+    async def replay(self, uid: str, after: int | None, epoch: str | None, now_ms: int) -> Replay:
+        """Messages after ``after`` (None: every message held); see Replay for ``complete``."""
+        ...
+
+
+class _BodyMaker(Protocol):
+    def __call__(self, offset: int, epoch: str) -> bytes: ...
+
+
+class TopicLog(Protocol):
+    """Broadcasts: one log that every node reads once, each with its own cursor."""
+
+    async def publish(self, topic: str, make_body: _BodyMaker) -> Stored:
+        """Append a message to ``topic`` (per-topic offsets)."""
+        ...
+
+    async def read(self, cursor: str | None, timeout_s: float) -> tuple[str, list[tuple[str, Stored]]]:
+        """(new cursor, [(topic, message)]) published after ``cursor`` (None: from now on),
+        waiting at most ``timeout_s`` when there is nothing yet."""
+        ...
