@@ -48,6 +48,14 @@ class Settings:
     reconcile_window_ms: int = 60_000
     test_clock: bool = False  # tests only: POST /v1/admin/clock moves the server's time
     log_level: str = "info"
+    ws_rate_per_s: float = 5000.0  # new WebSocket connections a second, host-wide (native RateLimiter)
+    ws_burst: int = 500  # ... of which this many at once after a quiet spell
+    ws_allowed_origins: tuple[str, ...] = ()  # Origin values a handshake may carry; empty: any
+    ws_max_message_bytes: int = 64 * 1024  # largest client message (and frame), payload bytes
+    ws_max_output_bytes: int = 1 << 20  # queued output per connection past which it is closed with 1013
+    ws_idle_timeout_s: float = 180.0  # no inbound frame for this long: close
+    ws_close_timeout_s: float = 5.0  # wait this long for the client's close reply, then drop TCP
+    ws_token_grace_s: float = 30.0  # a connection outlives its token's exp by this much, then 4003
     limits: Limits = field(default_factory=Limits)
 
     def checked(self) -> Settings:
@@ -58,9 +66,13 @@ class Settings:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         if self.region not in (1, 2):
             raise ValueError(f"region must be 1 (north) or 2 (south), got {self.region}")
-        for name in ("max_body_bytes", "max_header_bytes", "max_headers", "max_connections", "max_in_db"):
+        for name in ("max_body_bytes", "max_header_bytes", "max_headers", "max_connections", "max_in_db", "ws_burst",
+                     "ws_max_message_bytes", "ws_max_output_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("ws_rate_per_s", "ws_idle_timeout_s", "ws_close_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         return self
 
     def with_overrides(self, values: Mapping[str, Any]) -> Settings:
@@ -90,6 +102,9 @@ def _convert(value: Any, kind: type) -> Any:
         return value.lower() in {"1", "true", "yes", "on"}
     if kind is Path:
         return Path(value)
+    if kind is tuple:  # a TOML list, or a comma-separated string from the environment
+        items = value.split(",") if isinstance(value, str) else value
+        return tuple(str(item).strip() for item in items if str(item).strip())
     return kind(value)
 
 
