@@ -6,6 +6,8 @@ on any worker, so routes name workers); its id is ``{node_name}/{pid}`` and its 
 
 Adapters: SQLite (the embedded default; shared by the workers of one host) and Redis (standalone
 or Cluster, keys of DESIGN.md section 7). Every method is idempotent where a retry can happen.
+Times (``now_ms``, ages, TTLs) are wall-clock (ms since the epoch, or seconds), never the
+service's test clock: liveness and log ages are about real time.
 """
 
 from __future__ import annotations
@@ -93,31 +95,44 @@ class NodeDirectory(Protocol):
         ...
 
 
-class MessageLog(Protocol):
-    """Per-user message streams (the offline queue): bounded in length and age."""
+class BodyMaker(Protocol):
+    """Builds a message's encoded body once its place is known: ``(offset, epoch) -> bytes``."""
 
-    async def append(self, uid: str, make_body: _BodyMaker, now_ms: int) -> Stored:
-        """Append the message ``make_body(offset, epoch)`` to ``uid``'s stream."""
+    def __call__(self, offset: int, epoch: str) -> bytes: ...
+
+
+class MessageLog(Protocol):
+    """Per-user message streams (the offline queue), bounded in length and age (the adapter's
+    limits: messages beyond the newest N, or older than the age limit, are dropped).
+
+    Each stream has an epoch, a random string made when the stream is created, and offsets 1, 2,
+    ... in it; a stream whose history was lost starts again under a new epoch."""
+
+    async def append(self, entries: Sequence[tuple[str, BodyMaker]], now_ms: int) -> list[Stored]:
+        """Append one message ``make_body(offset, epoch)`` to each (uid, make_body)'s stream, in one
+        round trip; the Stored messages come back in the order of ``entries`` (a uid may repeat:
+        its messages take consecutive offsets in that order)."""
         ...
 
-    async def ack(self, uid: str, offset: int) -> None:
-        """The client holds everything up to ``offset``: those messages may be dropped."""
+    async def ack(self, acks: Sequence[tuple[str, int]]) -> None:
+        """For each (uid, offset): the client holds everything up to ``offset``, so those messages
+        may be dropped; one round trip. An offset past the stream's last one counts as its last."""
         ...
 
     async def replay(self, uid: str, after: int | None, epoch: str | None, now_ms: int) -> Replay:
-        """Messages after ``after`` (None: every message held); see Replay for ``complete``."""
+        """Messages of ``uid``'s stream after offset ``after`` (None: every message held), in
+        offset order. ``complete`` is False when ``epoch`` is given and is not the stream's, when
+        ``after`` is past the stream's last offset, or when a message after ``after`` (None: after
+        the last acked offset) is no longer held. A stream that does not exist yet is created
+        (new epoch) so the answer always names the epoch."""
         ...
-
-
-class _BodyMaker(Protocol):
-    def __call__(self, offset: int, epoch: str) -> bytes: ...
 
 
 class TopicLog(Protocol):
     """Broadcasts: one log that every node reads once, each with its own cursor."""
 
-    async def publish(self, topic: str, make_body: _BodyMaker) -> Stored:
-        """Append a message to ``topic`` (per-topic offsets)."""
+    async def publish(self, topic: str, make_body: BodyMaker) -> Stored:
+        """Append the message ``make_body(offset, epoch)`` to ``topic`` (per-topic offsets and epoch)."""
         ...
 
     async def read(self, cursor: str | None, timeout_s: float) -> tuple[str, list[tuple[str, Stored]]]:
