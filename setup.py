@@ -17,5 +17,5 @@ PACKAGES = {
 setup(
     packages=list(PACKAGES),
     package_dir=PACKAGES,
-    package_data={name: ["py.typed"] for name in PACKAGES},
+    package_data={name: ["py.typed"] for name in PACKAGES} | {"hongbao.server": ["py.typed", "static/*"]},
 )

@@ -24,6 +24,7 @@ from hongbao.server.config import Settings
 from hongbao.server.context import Context
 from hongbao.server.handlers import Handlers
 from hongbao.server.metrics import CONTENT_TYPE, WorkerMetrics
+from hongbao.server.push_assets import asset_routes
 from hongbao.server.responses import Response, error_response, from_error, json_response
 from hongbao.server.router import Route, Router
 
@@ -57,6 +58,7 @@ class App:
             Route("GET", "/v1/me/sent", h.sent),
             Route("GET", "/v1/me/ledger", h.ledger),
             Route("PUT", "/v1/me/profile", h.profile),
+            *asset_routes(),
         ]
         if settings.test_clock:
             routes.append(Route("POST", "/v1/admin/clock", self.move_clock, auth="admin"))

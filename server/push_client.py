@@ -1,0 +1,327 @@
+"""An asyncio client for the push channel of DESIGN.md section 7, for our own use (the storm, the
+tests) and for users.
+
+It runs on the ``websockets`` library rather than on our own frame codec: a well-kept, independent
+implementation of RFC 6455 on the client side, so our server is exercised by a peer that does not
+share its bugs. What it adds is the push protocol:
+
+* token: each connect asks ``token_provider`` for a JWT and sends it as the subprotocol list
+  ``bearer, <jwt>`` (the server echoes only ``bearer``; the token never reaches a log of ours:
+  the handshake's debug log line of that header is redacted);
+* acks: each message of the user's stream is acked ``{"type":"ack","offset":n}`` once the
+  ``on_event`` callback has returned;
+* dedupe by offset: the server sends a stream in offset order (at-least-once), so a high-water mark
+  per stream (the user's, and one per topic) drops what was already delivered;
+* resume: a reconnect carries ``?offset=<last>&epoch=<epoch>``; a ``{"type":"reset"}`` message, or
+  a message of another epoch, means the history is incomplete: ``on_reset`` runs so the app
+  reloads its state over HTTP, and the marks start over in the new epoch;
+* app ping ``{"type":"ping"}`` every ``ping_interval_s``; no inbound frame within ``pong_timeout_s``
+  of a ping aborts the connection and reconnects (a half-open link is noticed);
+* reconnect with exponential backoff and full jitter (AWS Architecture Blog, "Exponential Backoff
+  And Jitter", 2015): the n-th retry waits uniform(0, min(cap, base * 2**n)) seconds, at least a
+  503's Retry-After; close 4003 (token expired) of a connection that was up for ``stable_after_s``
+  reconnects at once with a fresh token (so does any close after a stable connection reset the
+  retry count);
+  ``max_auth_failures`` handshakes answered 401 in a row end the client (AuthenticationFailed),
+  and close 4001 (replaced by a newer session of the same user) ends it too (Replaced);
+* topics: ``subscribe``/``unsubscribe``, sent again after every reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import orjson
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.typing import Subprotocol
+
+log = logging.getLogger("hongbao.push_client")
+_WIRE_LOG = logging.getLogger("hongbao.push_client.wire")  # the websockets library's own debug lines
+CLOSE_REPLACED, CLOSE_TOKEN_EXPIRED = 4001, 4003
+
+
+class PushClientError(Exception):
+    """The client stopped for good (it does not retry)."""
+
+
+class AuthenticationFailed(PushClientError):
+    """``max_auth_failures`` handshakes in a row were answered 401: the token provider's tokens are refused."""
+
+
+class Replaced(PushClientError):
+    """The server closed with 4001: a newer connection of the same user took over."""
+
+
+@dataclass(frozen=True, slots=True)
+class PushEvent:
+    """One delivered message: ``event`` name, its ``data``, ``offset`` and ``epoch`` in its stream,
+    and ``topic`` (None for the user's own stream, else the broadcast topic)."""
+
+    event: str
+    data: Any
+    offset: int
+    epoch: str | None
+    topic: str | None
+
+
+@dataclass(slots=True)
+class ClientStats:
+    """Counters since the client was made: ``connects`` (101s), ``events`` (delivered after
+    dedupe), ``duplicates`` (dropped by dedupe), ``acks`` (sent), ``resets`` (on_reset calls)."""
+
+    connects: int = 0
+    events: int = 0
+    duplicates: int = 0
+    acks: int = 0
+    resets: int = 0
+
+
+TokenProvider = Callable[[], "str | Awaitable[str]"]
+EventHandler = Callable[[PushEvent], "Awaitable[None] | None"]
+ResetHandler = Callable[[], "Awaitable[None] | None"]
+RetryHandler = Callable[[int, float, str], None]
+
+
+def backoff_delay(attempt: int, base_s: float, cap_s: float, rng: random.Random) -> float:
+    """Full-jitter backoff (AWS Architecture Blog, "Exponential Backoff And Jitter"): seconds to
+    wait before retry number ``attempt`` (0-based), uniform in [0, min(cap_s, base_s * 2**attempt)]."""
+    return rng.uniform(0.0, min(cap_s, base_s * 2.0 ** min(attempt, 62)))
+
+
+async def _call(callback: Callable[..., Any], *args: Any) -> Any:
+    """Call a sync or async callback and return its result."""
+    result = callback(*args)
+    return await result if inspect.isawaitable(result) else result
+
+
+class PushClient:
+    """One user's push connection, kept up until ``close()`` (or a PushClientError).
+
+    ``url``: ``ws://host:port/v1/ws``. ``token_provider()``: a JWT (sync or async), called before
+    every connect. ``on_event(PushEvent)``: each message once, in order (sync or async; an exception
+    it raises ends the client). ``on_reset()``: the history was lost, reload over HTTP.
+    ``on_retry(attempt, delay_s, reason)``: told before each backoff sleep. Times in seconds.
+    """
+
+    def __init__(self, url: str, token_provider: TokenProvider, *, on_event: EventHandler,
+                 on_reset: ResetHandler | None = None, on_retry: RetryHandler | None = None,
+                 topics: tuple[str, ...] = (), ping_interval_s: float = 30.0, pong_timeout_s: float = 10.0,
+                 backoff_base_s: float = 0.5, backoff_cap_s: float = 30.0, stable_after_s: float = 10.0,
+                 max_auth_failures: int = 3, open_timeout_s: float = 10.0, rng: random.Random | None = None) -> None:
+        self.url, self._token_provider = url, token_provider
+        self._on_event, self._on_reset, self._on_retry = on_event, on_reset, on_retry
+        self.topics: set[str] = set(topics)
+        if not 0 < pong_timeout_s <= ping_interval_s:
+            raise ValueError("pong_timeout_s must be in (0, ping_interval_s]")
+        self.ping_interval_s, self.pong_timeout_s = ping_interval_s, pong_timeout_s
+        self.backoff_base_s, self.backoff_cap_s, self.stable_after_s = backoff_base_s, backoff_cap_s, stable_after_s
+        self.max_auth_failures, self.open_timeout_s = max_auth_failures, open_timeout_s
+        self._rng = rng or random.Random()
+        self.stats = ClientStats()
+        self.epoch: str | None = None  # of the user's stream
+        self._marks: dict[str | None, tuple[str | None, int]] = {}  # stream (None = user) -> (epoch, offset)
+        self._ws: ClientConnection | None = None
+        self._connected, self._stop = asyncio.Event(), asyncio.Event()
+        self._last_rx = 0.0  # loop time of the last inbound message
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def last_offset(self) -> int | None:
+        """The highest offset of the user's stream delivered in the current epoch (None: nothing yet)."""
+        mark = self._marks.get(None)
+        return mark[1] if mark else None
+
+    def resume_url(self) -> str:
+        """``url`` with ``offset`` and ``epoch`` of the last delivered message, when there is one."""
+        params = {"offset": str(self.last_offset), "epoch": self.epoch} if self.last_offset is not None and self.epoch else {}
+        scheme, netloc, path, query, _ = urlsplit(self.url)
+        query = "&".join(q for q in (query, urlencode(params)) if q)
+        return urlunsplit((scheme, netloc, path, query, ""))
+
+    async def __aenter__(self) -> PushClient:
+        self._task = asyncio.create_task(self.run())
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def wait_connected(self, timeout_s: float = 10.0) -> None:
+        """Wait until a connection is open (raises TimeoutError, or the client's own error)."""
+        waiter = asyncio.ensure_future(self._connected.wait())
+        watched = {waiter} | ({self._task} if self._task else set())
+        done, _ = await asyncio.wait(watched, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if self._task in done:
+            self._task.result()  # raises the client's error
+            raise PushClientError("the client stopped")
+        if waiter not in done:
+            raise TimeoutError(f"not connected within {timeout_s} s")
+
+    async def close(self) -> None:
+        """Stop: close the connection (1000) and end ``run``; re-raises the client's error, if any."""
+        self._stop.set()
+        if self._ws is not None:
+            await self._ws.close()
+        if self._task is not None:
+            task, self._task = self._task, None
+            await task
+
+    async def subscribe(self, topic: str) -> None:
+        """Receive broadcasts on ``topic`` (now, and again after every reconnect)."""
+        self.topics.add(topic)
+        await self._send_if_open({"type": "subscribe", "topic": topic})
+
+    async def unsubscribe(self, topic: str) -> None:
+        """Stop receiving broadcasts on ``topic``."""
+        self.topics.discard(topic)
+        await self._send_if_open({"type": "unsubscribe", "topic": topic})
+
+    async def run(self) -> None:
+        """Connect, receive, reconnect, until ``close()``; raises AuthenticationFailed or Replaced."""
+        attempt = auth_failures = 0
+        loop = asyncio.get_running_loop()
+        while not self._stop.is_set():
+            wait_s, reason = 0.0, ""
+            try:
+                token = await _call(self._token_provider)
+                async with connect(self.resume_url(), subprotocols=[Subprotocol("bearer"), Subprotocol(token)],
+                                   compression=None, ping_interval=None, open_timeout=self.open_timeout_s,
+                                   close_timeout=2.0, logger=_WIRE_LOG) as ws:
+                    opened, auth_failures = loop.time(), 0
+                    code = await self._session(ws)
+                if code == CLOSE_REPLACED:
+                    raise Replaced("closed 4001: a newer connection of this user took over")
+                if loop.time() - opened >= self.stable_after_s:
+                    attempt = 0
+                    if code == CLOSE_TOKEN_EXPIRED:
+                        continue  # at once, with a fresh token
+                reason = f"closed {code}"
+            except InvalidStatus as exc:
+                status = exc.response.status_code
+                reason = f"handshake {status}"
+                if status == 401:
+                    auth_failures += 1
+                    if auth_failures >= self.max_auth_failures:
+                        raise AuthenticationFailed(f"{auth_failures} handshakes answered 401") from None
+                retry_after = exc.response.headers.get("Retry-After", "")
+                wait_s = float(retry_after) if retry_after.isdigit() else 0.0
+            except (OSError, TimeoutError, InvalidHandshake) as exc:
+                reason = type(exc).__name__
+            if self._stop.is_set():
+                break
+            delay = max(wait_s, backoff_delay(attempt, self.backoff_base_s, self.backoff_cap_s, self._rng))
+            if self._on_retry is not None:
+                self._on_retry(attempt, delay, reason)
+            log.info("push connection lost (%s); retry %d in %.2f s", reason, attempt, delay)
+            attempt += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+
+    async def _session(self, ws: ClientConnection) -> int | None:
+        """Serve one open connection until it closes; returns the close code received (None: none)."""
+        if self._stop.is_set():  # close() ran during the handshake
+            await ws.close()
+            return ws.close_code
+        self._ws, self._last_rx = ws, asyncio.get_running_loop().time()
+        self.stats.connects += 1
+        self._connected.set()
+        keepalive = asyncio.create_task(self._keepalive(ws))
+        try:
+            for topic in sorted(self.topics):
+                await ws.send(orjson.dumps({"type": "subscribe", "topic": topic}).decode())
+            async for raw in ws:
+                self._last_rx = asyncio.get_running_loop().time()
+                await self._handle(ws, raw)
+        except ConnectionClosed:
+            pass
+        finally:
+            keepalive.cancel()
+            self._ws = None
+            self._connected.clear()
+        return ws.close_code
+
+    async def _keepalive(self, ws: ClientConnection) -> None:
+        """An app ping every ping_interval_s; no inbound message within pong_timeout_s of one
+        aborts the TCP connection (the receive loop then ends and the client reconnects)."""
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(self.ping_interval_s)
+        while True:
+            sent = loop.time()
+            await ws.send('{"type":"ping"}')
+            await asyncio.sleep(self.pong_timeout_s)
+            if self._last_rx < sent:
+                log.info("no answer %.1f s after a ping: dropping the connection", self.pong_timeout_s)
+                ws.transport.abort()
+                return
+            await asyncio.sleep(self.ping_interval_s - self.pong_timeout_s)
+
+    async def _handle(self, ws: ClientConnection, raw: str | bytes) -> None:
+        """Act on one server message (unknown types and non-objects are ignored, for newer servers)."""
+        try:
+            message = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            message = None
+        if not isinstance(message, dict):
+            log.warning("ignored a push message that is not a JSON object (%d bytes)", len(raw))
+            return
+        kind = message.get("type")
+        if kind == "reset":
+            await self._reset(message.get("epoch"))
+        elif isinstance(message.get("offset"), int) and isinstance(message.get("event"), str):
+            await self._deliver(ws, message)
+        elif kind != "pong":
+            log.debug("ignored a push message of type %r", kind)
+
+    async def _reset(self, epoch: str | None) -> None:
+        """The server lost part of the user's history: start over in ``epoch`` and tell the app."""
+        self.epoch = epoch
+        self._marks.pop(None, None)
+        self.stats.resets += 1
+        if self._on_reset is not None:
+            await _call(self._on_reset)
+
+    async def _deliver(self, ws: ClientConnection, message: dict[str, Any]) -> None:
+        topic, offset, epoch = message.get("topic"), message["offset"], message.get("epoch")
+        if topic is None and epoch != self.epoch:
+            if self.epoch is not None:  # another epoch without a reset message: the history was lost too
+                await self._reset(epoch)
+            self.epoch = epoch
+        mark_epoch, mark = self._marks.get(topic, (epoch, 0))
+        if mark_epoch == epoch and offset <= mark:
+            self.stats.duplicates += 1
+        else:
+            await _call(self._on_event, PushEvent(message["event"], message.get("data"), offset, epoch, topic))
+            self._marks[topic] = (epoch, offset)
+            self.stats.events += 1
+        if topic is None:
+            await ws.send(orjson.dumps({"type": "ack", "offset": offset}).decode())
+            self.stats.acks += 1
+
+    async def _send_if_open(self, message: dict[str, str]) -> None:
+        if self._ws is not None:
+            try:
+                await self._ws.send(orjson.dumps(message).decode())
+            except ConnectionClosed:
+                pass  # sent again by the next connection
+
+
+class _NoToken(logging.Filter):
+    """Redact the subprotocol header (it carries the JWT) from the websockets library's debug log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 2 and str(args[0]).lower() == "sec-websocket-protocol":
+            record.args = (args[0], "bearer, <redacted>")
+        return True
+
+
+_WIRE_LOG.addFilter(_NoToken())
