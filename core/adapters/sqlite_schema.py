@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: the push channel's tables (t_push_*)
 DAYS = range(1, 32)
 
 _PACKET = """CREATE TABLE IF NOT EXISTS {name} (
@@ -65,6 +65,27 @@ _SHARED = (
     """CREATE TABLE IF NOT EXISTS t_packet_note (order_id TEXT PRIMARY KEY, greeting TEXT NOT NULL) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_profile (
         user_id TEXT PRIMARY KEY, nickname TEXT NOT NULL, avatar_url TEXT NOT NULL) STRICT""",
+    # The push channel (DESIGN.md section 7; hongbao.core.adapters.sqlite_push). A session row is
+    # also the user's route and online entry; times are wall-clock ms.
+    """CREATE TABLE IF NOT EXISTS t_push_session (
+        uid TEXT PRIMARY KEY, sid TEXT NOT NULL, node TEXT NOT NULL, login_at INTEGER NOT NULL,
+        active_at INTEGER NOT NULL) STRICT""",
+    "CREATE INDEX IF NOT EXISTS t_push_session_node ON t_push_session (node)",
+    "CREATE INDEX IF NOT EXISTS t_push_session_active ON t_push_session (active_at)",
+    """CREATE TABLE IF NOT EXISTS t_push_node (
+        node TEXT PRIMARY KEY, address TEXT NOT NULL, expires_at INTEGER NOT NULL) STRICT""",
+    """CREATE TABLE IF NOT EXISTS t_push_stream (
+        uid TEXT PRIMARY KEY, epoch TEXT NOT NULL, last_offset INTEGER NOT NULL, acked INTEGER NOT NULL) STRICT""",
+    """CREATE TABLE IF NOT EXISTS t_push_message (
+        uid TEXT NOT NULL, offset INTEGER NOT NULL, created_at INTEGER NOT NULL, body BLOB NOT NULL,
+        PRIMARY KEY (uid, offset)) STRICT, WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS t_push_message_age ON t_push_message (created_at)",
+    """CREATE TABLE IF NOT EXISTS t_push_topic (
+        topic TEXT PRIMARY KEY, epoch TEXT NOT NULL, last_offset INTEGER NOT NULL) STRICT""",
+    """CREATE TABLE IF NOT EXISTS t_push_broadcast (
+        id INTEGER PRIMARY KEY, topic TEXT NOT NULL, offset INTEGER NOT NULL, epoch TEXT NOT NULL,
+        body BLOB NOT NULL, created_at INTEGER NOT NULL) STRICT""",
+    "CREATE INDEX IF NOT EXISTS t_push_broadcast_age ON t_push_broadcast (created_at)",
 )
 
 

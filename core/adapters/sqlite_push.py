@@ -1,0 +1,286 @@
+"""The push channel's ports (hongbao.core.push_ports) on the embedded SQLite file.
+
+Shared by every worker of one host through the database file (DESIGN.md section 5): point reads
+run on the event loop's thread over the read-only connection, writes go through the database's
+write executor, one transaction per call. Here a ``t_push_session`` row is at once the user's
+``session:{uid}``, the ``route:{sid}`` and the online entry; a node is alive while its
+``t_push_node`` row has not expired, and its sessions read as offline as soon as it has.
+Times are wall-clock (``time.time()``), never the service's test clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import sqlite3
+import time
+from collections.abc import Sequence
+
+from hongbao.core.adapters.sqlite_db import SqliteDb
+from hongbao.core.push_ports import BodyMaker, Replay, Route, Stored
+
+BROADCAST_RETENTION_MS = 60_000  # broadcasts stay readable this long (nodes read them within ms)
+BROADCAST_POLL_S = 0.02  # how often a node looks for broadcasts published by other processes
+BROADCAST_READ_LIMIT = 1000
+_LIVE_SESSION = ("SELECT s.node, s.sid FROM t_push_session s JOIN t_push_node n ON n.node = s.node "
+                 "WHERE s.uid = ? AND n.expires_at > ? AND s.active_at > ?")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def new_epoch() -> str:
+    """A fresh random stream epoch (8 url-safe characters, 48 bits)."""
+    return secrets.token_urlsafe(6)
+
+
+class SqliteSessionStore:
+    """SessionStore on t_push_session; a session unrefreshed for ``ttl_s`` seconds reads as offline."""
+
+    __slots__ = ("_db", "_ttl_ms")
+
+    def __init__(self, db: SqliteDb, ttl_s: float = 600.0) -> None:
+        self._db, self._ttl_ms = db, int(ttl_s * 1000)
+
+    async def login(self, uid: str, sid: str, node: str, now_ms: int) -> Route | None:
+        """Make ``sid`` on ``node`` the user's session; the replaced one's Route, if any."""
+
+        def login() -> Route | None:
+            with self._db.immediate() as conn:
+                old = conn.execute("SELECT node, sid FROM t_push_session WHERE uid = ?", (uid,)).fetchone()
+                conn.execute("INSERT OR REPLACE INTO t_push_session (uid, sid, node, login_at, active_at) VALUES (?, ?, ?, ?, ?)",
+                             (uid, sid, node, now_ms, now_ms))
+            return Route(str(old[0]), str(old[1])) if old is not None and old[1] != sid else None
+
+        return await self._db.run(login)
+
+    async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> None:
+        """Refresh lastActiveTime of each (uid, sid) still current."""
+        rows = [(now_ms, uid, sid) for uid, sid in sessions]
+
+        def touch() -> None:
+            with self._db.immediate() as conn:
+                conn.executemany("UPDATE t_push_session SET active_at = ? WHERE uid = ? AND sid = ?", rows)
+
+        await self._db.run(touch)
+
+    async def logout(self, uid: str, sid: str, node: str) -> bool:
+        """Compare-and-delete: remove the user's session only if it is still ``sid``."""
+
+        def logout() -> bool:
+            with self._db.immediate() as conn:
+                return conn.execute("DELETE FROM t_push_session WHERE uid = ? AND sid = ?", (uid, sid)).rowcount == 1
+
+        return await self._db.run(logout)
+
+    async def lookup(self, uid: str) -> Route | None:
+        """The live session's Route (its node alive, refreshed within the TTL), or None."""
+        now = _now_ms()
+        row = self._db.read(lambda: self._db.reader.execute(_LIVE_SESSION, (uid, now, now - self._ttl_ms)).fetchone())
+        return None if row is None else Route(str(row[0]), str(row[1]))
+
+    async def online_count(self) -> int:
+        """Users whose session is live."""
+        now = _now_ms()
+        sql = ("SELECT COUNT(*) FROM t_push_session s JOIN t_push_node n ON n.node = s.node "
+               "WHERE n.expires_at > ? AND s.active_at > ?")
+        return int(self._db.read(lambda: self._db.reader.execute(sql, (now, now - self._ttl_ms)).fetchone()[0]))
+
+
+class SqliteNodeDirectory:
+    """NodeDirectory on t_push_node. An expired row stays until a sweep has removed the dead
+    node's sessions (and sessions idle past ``session_ttl_s``); then the row goes too."""
+
+    __slots__ = ("_db", "_session_ttl_ms")
+
+    def __init__(self, db: SqliteDb, session_ttl_s: float = 600.0) -> None:
+        self._db, self._session_ttl_ms = db, int(session_ttl_s * 1000)
+
+    async def heartbeat(self, node: str, address: str, ttl_s: float) -> None:
+        """Mark ``node`` alive for ``ttl_s`` seconds at ``address``."""
+        expires = _now_ms() + int(ttl_s * 1000)
+
+        def beat() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("INSERT INTO t_push_node (node, address, expires_at) VALUES (?, ?, ?) ON CONFLICT (node) "
+                             "DO UPDATE SET address = excluded.address, expires_at = excluded.expires_at", (node, address, expires))
+
+        await self._db.run(beat)
+
+    async def address(self, node: str) -> str | None:
+        """The address of ``node`` while it is alive, else None."""
+        sql = "SELECT address FROM t_push_node WHERE node = ? AND expires_at > ?"
+        row = self._db.read(lambda: self._db.reader.execute(sql, (node, _now_ms())).fetchone())
+        return None if row is None else str(row[0])
+
+    async def sweep(self, alive_node: str) -> int:
+        """Remove the sessions of dead nodes and the idle ones; a read when there are none (any
+        number of nodes may sweep at once: the deletes are idempotent). ``alive_node`` is not
+        needed here."""
+        now = _now_ms()
+        idle_before = now - self._session_ttl_ms
+        reader = self._db.reader
+        dead = self._db.read(lambda: [str(r[0]) for r in reader.execute("SELECT node FROM t_push_node WHERE expires_at <= ?", (now,))])
+        idle = self._db.read(lambda: reader.execute("SELECT 1 FROM t_push_session WHERE active_at <= ? LIMIT 1", (idle_before,)).fetchone())
+        if not dead and idle is None:
+            return 0
+
+        def sweep() -> int:
+            with self._db.immediate() as conn:
+                removed = conn.execute("DELETE FROM t_push_session WHERE active_at <= ?", (idle_before,)).rowcount
+                for node in dead:
+                    if conn.execute("DELETE FROM t_push_node WHERE node = ? AND expires_at <= ?", (node, now)).rowcount:
+                        removed += conn.execute("DELETE FROM t_push_session WHERE node = ?", (node,)).rowcount
+                return int(removed)
+
+        return await self._db.run(sweep)
+
+    async def leave(self, node: str) -> None:
+        """Expire ``node`` now; the next sweep removes its sessions."""
+
+        def leave() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("UPDATE t_push_node SET expires_at = 0 WHERE node = ?", (node,))
+
+        await self._db.run(leave)
+
+
+class SqliteMessageLog:
+    """MessageLog on t_push_stream (epoch, last offset, acked offset per user) and t_push_message,
+    keeping at most ``max_messages`` per user, none older than ``max_age_s`` seconds."""
+
+    __slots__ = ("_db", "_max_messages", "_max_age_ms")
+
+    def __init__(self, db: SqliteDb, max_messages: int, max_age_s: float) -> None:
+        self._db, self._max_messages, self._max_age_ms = db, max_messages, int(max_age_s * 1000)
+
+    async def append(self, entries: Sequence[tuple[str, BodyMaker]], now_ms: int) -> list[Stored]:
+        """Append every entry in one transaction, then trim the streams to their bounds."""
+
+        def append() -> list[Stored]:
+            heads: dict[str, tuple[str, int]] = {}
+            stored: list[Stored] = []
+            with self._db.immediate() as conn:
+                for uid, make_body in entries:
+                    head = heads.get(uid)
+                    if head is None:
+                        row = conn.execute("SELECT epoch, last_offset FROM t_push_stream WHERE uid = ?", (uid,)).fetchone()
+                        head = (str(row[0]), int(row[1])) if row is not None else _create_stream(conn, uid)
+                    epoch, offset = head[0], head[1] + 1
+                    body = make_body(offset, epoch)
+                    conn.execute("INSERT INTO t_push_message (uid, offset, created_at, body) VALUES (?, ?, ?, ?)",
+                                 (uid, offset, now_ms, body))
+                    heads[uid] = (epoch, offset)
+                    stored.append(Stored(offset, epoch, body))
+                for uid, (_, last) in heads.items():
+                    conn.execute("UPDATE t_push_stream SET last_offset = ? WHERE uid = ?", (last, uid))
+                    conn.execute("DELETE FROM t_push_message WHERE uid = ? AND offset <= ?", (uid, last - self._max_messages))
+                conn.execute("DELETE FROM t_push_message WHERE created_at < ?", (now_ms - self._max_age_ms,))
+            return stored
+
+        return await self._db.run(append)
+
+    async def ack(self, acks: Sequence[tuple[str, int]]) -> None:
+        """Drop each user's messages up to the acked offset (capped at the stream's last)."""
+        rows = [(offset, uid) for uid, offset in acks]
+
+        def ack() -> None:
+            with self._db.immediate() as conn:
+                conn.executemany("UPDATE t_push_stream SET acked = MAX(acked, MIN(?, last_offset)) WHERE uid = ?", rows)
+                conn.executemany("DELETE FROM t_push_message WHERE uid = ?2 AND offset <= ?1", rows)
+
+        await self._db.run(ack)
+
+    async def replay(self, uid: str, after: int | None, epoch: str | None, now_ms: int) -> Replay:
+        """What follows ``after`` in ``uid``'s stream (one consistent read); see the port."""
+        reader = self._db.reader
+
+        def read() -> tuple[tuple[str, int, int] | None, list[tuple[int, bytes]]]:
+            reader.execute("BEGIN")
+            try:
+                head = reader.execute("SELECT epoch, last_offset, acked FROM t_push_stream WHERE uid = ?", (uid,)).fetchone()
+                rows = reader.execute("SELECT offset, body FROM t_push_message WHERE uid = ? AND created_at >= ? ORDER BY offset",
+                                      (uid, now_ms - self._max_age_ms)).fetchall()
+            finally:
+                reader.execute("COMMIT")
+            return (None if head is None else (str(head[0]), int(head[1]), int(head[2]))), [(int(o), bytes(b)) for o, b in rows]
+
+        head, rows = self._db.read(read)
+        if head is None:
+            created = await self._db.run(lambda: self._create_in_transaction(uid))
+            head = (created[0], created[1], 0)
+        stream_epoch, last, acked = head
+        base = acked if after is None else after
+        same = (epoch is None or epoch == stream_epoch) and base <= last
+        held = [Stored(o, stream_epoch, b) for o, b in rows if o > base] if same else [Stored(o, stream_epoch, b) for o, b in rows]
+        complete = same and len(held) == last - base and (not held or held[0].offset == base + 1)
+        return Replay(stream_epoch, held, complete)
+
+    def _create_in_transaction(self, uid: str) -> tuple[str, int]:
+        with self._db.immediate() as conn:
+            row = conn.execute("SELECT epoch, last_offset FROM t_push_stream WHERE uid = ?", (uid,)).fetchone()
+            return (str(row[0]), int(row[1])) if row is not None else _create_stream(conn, uid)
+
+
+def _create_stream(conn: sqlite3.Connection, uid: str) -> tuple[str, int]:
+    epoch = new_epoch()
+    conn.execute("INSERT INTO t_push_stream (uid, epoch, last_offset, acked) VALUES (?, ?, 0, 0)", (uid, epoch))
+    return epoch, 0
+
+
+class SqliteTopicLog:
+    """TopicLog on t_push_topic (epoch, last offset per topic) and t_push_broadcast, whose row id
+    is the cursor. Broadcasts are kept ``BROADCAST_RETENTION_MS``; a reader polls every
+    ``BROADCAST_POLL_S`` and is woken at once by a publish from its own process."""
+
+    __slots__ = ("_db", "_published")
+
+    def __init__(self, db: SqliteDb) -> None:
+        self._db = db
+        self._published: asyncio.Event | None = None
+
+    async def publish(self, topic: str, make_body: BodyMaker) -> Stored:
+        """Append one broadcast to ``topic`` and drop those past the retention."""
+        now = _now_ms()
+
+        def publish() -> Stored:
+            with self._db.immediate() as conn:
+                row = conn.execute("SELECT epoch, last_offset FROM t_push_topic WHERE topic = ?", (topic,)).fetchone()
+                epoch, offset = (str(row[0]), int(row[1]) + 1) if row is not None else (new_epoch(), 1)
+                conn.execute("INSERT INTO t_push_topic (topic, epoch, last_offset) VALUES (?, ?, ?) "
+                             "ON CONFLICT (topic) DO UPDATE SET last_offset = excluded.last_offset", (topic, epoch, offset))
+                body = make_body(offset, epoch)
+                conn.execute("INSERT INTO t_push_broadcast (topic, offset, epoch, body, created_at) VALUES (?, ?, ?, ?, ?)",
+                             (topic, offset, epoch, body, now))
+                conn.execute("DELETE FROM t_push_broadcast WHERE created_at < ?", (now - BROADCAST_RETENTION_MS,))
+            return Stored(offset, epoch, body)
+
+        stored = await self._db.run(publish)
+        self._wake().set()
+        return stored
+
+    async def read(self, cursor: str | None, timeout_s: float) -> tuple[str, list[tuple[str, Stored]]]:
+        """Broadcasts after ``cursor`` (a row id; None: the newest now), waiting up to ``timeout_s``."""
+        reader = self._db.reader
+        after = int(cursor) if cursor is not None else int(
+            self._db.read(lambda: reader.execute("SELECT COALESCE(MAX(id), 0) FROM t_push_broadcast").fetchone()[0]))
+        sql = "SELECT id, topic, offset, epoch, body FROM t_push_broadcast WHERE id > ? ORDER BY id LIMIT ?"
+        deadline = time.monotonic() + timeout_s
+        wake = self._wake()
+        while True:
+            wake.clear()
+            rows = self._db.read(lambda: reader.execute(sql, (after, BROADCAST_READ_LIMIT)).fetchall())
+            left = deadline - time.monotonic()
+            if rows or left <= 0:
+                break
+            try:
+                await asyncio.wait_for(wake.wait(), min(left, BROADCAST_POLL_S))
+            except TimeoutError:
+                pass
+        return str(rows[-1][0] if rows else after), [(str(t), Stored(int(o), str(e), bytes(b))) for _, t, o, e, b in rows]
+
+    def _wake(self) -> asyncio.Event:
+        if self._published is None:
+            self._published = asyncio.Event()
+        return self._published

@@ -1,0 +1,175 @@
+"""The embedded push adapters (hongbao.core.adapters.sqlite_push) against a real SQLite file,
+opened twice as two workers of one host would."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from hongbao.core.adapters.sqlite_db import SqliteDb
+from hongbao.core.adapters.sqlite_push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
+from hongbao.core.push_ports import Route
+
+T0 = 1_800_000_000_000
+
+
+@pytest.fixture
+def dbs(tmp_path: Path) -> Iterator[tuple[SqliteDb, SqliteDb]]:
+    """Two connections to one database file: two workers."""
+    a, b = SqliteDb(tmp_path / "hongbao.db"), SqliteDb(tmp_path / "hongbao.db")
+    yield a, b
+    a.close()
+    b.close()
+
+
+def body(text: str) -> object:
+    """A BodyMaker writing ``text`` with its offset and epoch."""
+    return lambda offset, epoch: orjson.dumps({"offset": offset, "epoch": epoch, "text": text})
+
+
+def texts(messages: list[object]) -> list[str]:
+    return [orjson.loads(m.body)["text"] for m in messages]  # type: ignore[attr-defined]
+
+
+async def test_login_replaces_and_logout_compares(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """A newer login returns the replaced route; the old session's logout leaves the new one."""
+    a, b = dbs
+    nodes, sessions_a, sessions_b = SqliteNodeDirectory(a), SqliteSessionStore(a), SqliteSessionStore(b)
+    await nodes.heartbeat("h/1", "127.0.0.1:1", 5)
+    await nodes.heartbeat("h/2", "127.0.0.1:2", 5)
+    assert await sessions_a.login("u1", "s1", "h/1", T0) is None
+    assert await sessions_b.login("u1", "s2", "h/2", T0) == Route("h/1", "s1")
+    assert await sessions_a.logout("u1", "s1", "h/1") is False
+    assert await sessions_a.lookup("u1") == Route("h/2", "s2")
+    assert await sessions_a.online_count() == 1
+    assert await sessions_b.logout("u1", "s2", "h/2") is True
+    assert await sessions_a.lookup("u1") is None
+
+
+async def test_dead_node_reads_offline_and_is_swept(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """A node whose liveness lapsed: its users read offline at once, and a sweep removes them."""
+    a, b = dbs
+    nodes, sessions = SqliteNodeDirectory(a), SqliteSessionStore(b)
+    await nodes.heartbeat("h/dead", "127.0.0.1:9", 0.2)
+    await nodes.heartbeat("h/live", "127.0.0.1:8", 5)
+    await sessions.login("u1", "s1", "h/dead", int(time.time() * 1000))
+    await sessions.login("u2", "s2", "h/live", int(time.time() * 1000))
+    assert await nodes.address("h/dead") == "127.0.0.1:9"
+    await asyncio.sleep(0.3)
+    assert await nodes.address("h/dead") is None
+    assert await sessions.lookup("u1") is None
+    assert await sessions.online_count() == 1
+    assert await SqliteNodeDirectory(b).sweep("h/live") == 1
+    assert await nodes.sweep("h/live") == 0
+    assert await sessions.lookup("u2") == Route("h/live", "s2")
+
+
+async def test_leave_and_idle_sessions(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """A node that leaves is swept at once; a session past its TTL is swept unless touched."""
+    a, _ = dbs
+    nodes, sessions = SqliteNodeDirectory(a, session_ttl_s=0.3), SqliteSessionStore(a, ttl_s=0.3)
+    await nodes.heartbeat("h/1", "127.0.0.1:1", 5)
+    await nodes.heartbeat("h/2", "127.0.0.1:2", 5)
+    now = int(time.time() * 1000)
+    await sessions.login("u1", "s1", "h/1", now)
+    await sessions.login("u2", "s2", "h/1", now)
+    await sessions.login("u3", "s3", "h/2", now)
+    await nodes.leave("h/2")
+    assert await nodes.sweep("h/1") == 1
+    await asyncio.sleep(0.2)
+    await sessions.touch([("u1", "s1"), ("u2", "stale")], int(time.time() * 1000))
+    await asyncio.sleep(0.2)
+    assert await sessions.lookup("u2") is None
+    assert await nodes.sweep("h/1") == 1
+    assert await sessions.lookup("u1") == Route("h/1", "s1")
+
+
+async def test_append_offsets_epoch_and_replay(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """Offsets count 1, 2, ... per user under one epoch, across workers; replay after an offset is complete."""
+    a, b = dbs
+    log_a, log_b = SqliteMessageLog(a, 100, 60), SqliteMessageLog(b, 100, 60)
+    first = await log_a.append([("u1", body("m1")), ("u2", body("x1")), ("u1", body("m2"))], T0)  # type: ignore[list-item]
+    second = await log_b.append([("u1", body("m3"))], T0)  # type: ignore[list-item]
+    assert [(m.offset, m.epoch) for m in first + second] == [(1, first[0].epoch), (1, first[1].epoch), (2, first[0].epoch), (3, first[0].epoch)]
+    assert orjson.loads(second[0].body) == {"offset": 3, "epoch": first[0].epoch, "text": "m3"}
+    replay = await log_b.replay("u1", 1, first[0].epoch, T0)
+    assert (replay.epoch, texts(replay.messages), replay.complete) == (first[0].epoch, ["m2", "m3"], True)  # type: ignore[arg-type]
+    assert (await log_a.replay("u1", 3, first[0].epoch, T0)).messages == []
+
+
+async def test_ack_trims_and_no_cursor_replays_what_is_held(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """Acked messages are dropped; a replay with no offset gets everything after the acked offset."""
+    a, _ = dbs
+    log = SqliteMessageLog(a, 100, 60)
+    await log.append([("u1", body(f"m{i}")) for i in range(1, 5)], T0)  # type: ignore[misc]
+    await log.ack([("u1", 2), ("nobody", 7)])
+    replay = await log.replay("u1", None, None, T0)
+    assert (texts(replay.messages), replay.complete) == (["m3", "m4"], True)  # type: ignore[arg-type]
+    await log.ack([("u1", 99)])
+    replay = await log.replay("u1", None, None, T0)
+    assert (replay.messages, replay.complete) == ([], True)
+    assert (await log.replay("u1", 4, replay.epoch, T0)).complete is True
+
+
+async def test_length_bound_reports_the_gap(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """Past ``max_messages`` the oldest go; a replay that needs them is marked incomplete."""
+    a, _ = dbs
+    log = SqliteMessageLog(a, 3, 60)
+    stored = await log.append([("u1", body(f"m{i}")) for i in range(1, 6)], T0)  # type: ignore[misc]
+    gap = await log.replay("u1", 0, stored[0].epoch, T0)
+    assert (texts(gap.messages), gap.complete) == (["m3", "m4", "m5"], False)  # type: ignore[arg-type]
+    whole = await log.replay("u1", 2, stored[0].epoch, T0)
+    assert (texts(whole.messages), whole.complete) == (["m3", "m4", "m5"], True)  # type: ignore[arg-type]
+
+
+async def test_age_bound_and_epoch_mismatch(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """Messages older than ``max_age_s`` are not replayed; a foreign epoch or offset is reported."""
+    a, _ = dbs
+    log = SqliteMessageLog(a, 100, 10)
+    stored = await log.append([("u1", body("old"))], T0)  # type: ignore[list-item]
+    await log.append([("u1", body("new"))], T0 + 5_000)  # type: ignore[list-item]
+    aged = await log.replay("u1", 0, stored[0].epoch, T0 + 12_000)
+    assert (texts(aged.messages), aged.complete) == (["new"], False)  # type: ignore[arg-type]
+    foreign = await log.replay("u1", 1, "other", T0 + 12_000)
+    assert (foreign.epoch, texts(foreign.messages), foreign.complete) == (stored[0].epoch, ["new"], False)  # type: ignore[arg-type]
+    ahead = await log.replay("u1", 9, stored[0].epoch, T0 + 12_000)
+    assert (texts(ahead.messages), ahead.complete) == (["new"], False)  # type: ignore[arg-type]
+    await log.append([("u1", body("later"))], T0 + 40_000)  # type: ignore[list-item]
+    assert texts((await log.replay("u1", None, None, T0 + 40_000)).messages) == ["later"]  # type: ignore[arg-type]
+
+
+async def test_new_stream_gets_an_epoch(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """A user never pushed to gets a stream with a fresh epoch; a stale cursor on it is incomplete."""
+    a, b = dbs
+    fresh = await SqliteMessageLog(a, 10, 60).replay("u9", None, None, T0)
+    assert (fresh.messages, fresh.complete, len(fresh.epoch)) == ([], True, 8)
+    again = await SqliteMessageLog(b, 10, 60).replay("u9", 3, fresh.epoch, T0)
+    assert (again.epoch, again.complete) == (fresh.epoch, False)
+    assert (await SqliteMessageLog(b, 10, 60).replay("u8", 0, None, T0)).complete is True
+
+
+async def test_topic_log_read_once_per_reader(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """Broadcasts get per-topic offsets; each reader sees each once, in order, from its cursor."""
+    a, b = dbs
+    topics_a, topics_b = SqliteTopicLog(a), SqliteTopicLog(b)
+    cursor_b, nothing = await topics_b.read(None, 0)
+    assert nothing == []
+    started = time.monotonic()
+    assert (await topics_b.read(cursor_b, 0.1))[1] == []
+    assert 0.09 < time.monotonic() - started < 1.0
+    reading = asyncio.ensure_future(topics_b.read(cursor_b, 5))
+    await asyncio.sleep(0.05)
+    s1 = await topics_a.publish("news", lambda o, e: b"n%d" % o)
+    await topics_a.publish("sport", lambda o, e: b"s%d" % o)
+    cursor_b, got = await reading
+    assert got[0] == ("news", s1) and s1.offset == 1
+    cursor_b, rest = await topics_b.read(cursor_b, 0.2)
+    everything = got + rest
+    assert [(t, m.offset, m.body) for t, m in everything] == [("news", 1, b"n1"), ("sport", 1, b"s1")]
+    await topics_b.publish("news", lambda o, e: b"n%d" % o)
+    assert [(t, m.offset, m.epoch) for t, m in (await topics_a.read(cursor_b, 1))[1]] == [("news", 2, s1.epoch)]
