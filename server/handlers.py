@@ -12,7 +12,7 @@ from typing import Any
 from hongbao.core import errors
 from hongbao.core.money import parse_fen
 from hongbao.core.rules import valid_user_id
-from hongbao.core.service import CreditingMode, PacketService
+from hongbao.core.service import GRAB_OK, CreditingMode, PacketService
 from hongbao.core.times import business_year, rfc3339
 from hongbao.core.views import bill, details, user_list
 from hongbao.server.context import Context
@@ -20,6 +20,7 @@ from hongbao.server.responses import Response, json_response
 
 MAX_PAGE = 10_000
 _IDEMPOTENCY_KEY = re.compile(r"[!-~]{1,128}")
+_GRAB_OK = json_response(200, GRAB_OK)
 MAX_TOPUP_FEN = 100_000_000_000  # 1e9 yuan a top-up: keeps every balance far from the int64 limit of its column
 
 
@@ -122,7 +123,8 @@ class Handlers:
 
     async def grab(self, ctx: Context) -> Response:
         """POST /v1/packets/{order_id}/grab -> {status: "ok"} or {status: "opened", amount_fen}."""
-        return json_response(200, await self.svc.grab(ctx.user_id, ctx.params["order_id"]))
+        result = await self.svc.grab(ctx.user_id, ctx.params["order_id"])
+        return _GRAB_OK if result is GRAB_OK else json_response(200, result)
 
     async def open(self, ctx: Context) -> Response:
         """POST /v1/packets/{order_id}/open -> {order_id, amount_fen, opened_at, repeat}."""

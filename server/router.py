@@ -42,16 +42,22 @@ class _Node:
         self.methods: dict[str, Route] = {}
 
 
+RECENT_MAX = 4096  # parameterised paths remembered (a hot packet's grab and open paths repeat)
+
+
 class Router:
     """Match a request's method and path against a list of routes: a walk down a trie of path
-    segments, one dict lookup a segment (literal segments win over a ``{name}`` parameter)."""
+    segments, one dict lookup a segment (literal segments win over a ``{name}`` parameter).
+    Recent matches of parameterised paths are remembered (at most RECENT_MAX, then forgotten at
+    once), so a hot path costs one lookup; the params dicts it returns are shared: read them only."""
 
-    __slots__ = ("_routes", "_root", "_static")
+    __slots__ = ("_routes", "_root", "_static", "_recent")
 
     def __init__(self, routes: list[Route]) -> None:
         self._routes = list(routes)
         self._root = _Node()
         self._static = {(r.method, r.template): r for r in routes if "{" not in r.template}  # one lookup
+        self._recent: dict[tuple[str, str], tuple[Route, dict[str, str]]] = {}
         for route in routes:
             node = self._root
             for segment in route.segments:
@@ -87,14 +93,23 @@ class Router:
 
     def match(self, method: str, path: str) -> tuple[Route | None, dict[str, str], bool]:
         """(route, path parameters, path_known): route None with path_known True means 405."""
-        static = self._static.get((method, path))
+        key = (method, path)
+        static = self._static.get(key)
         if static is not None:
             return static, {}, True
+        recent = self._recent.get(key)
+        if recent is not None:
+            return recent[0], recent[1], True
         node, params = self._find(path)
         if node is None or not node.methods:
             return None, {}, False
         route = node.methods.get(method)
-        return (route, params, True) if route is not None else (None, {}, True)
+        if route is None:
+            return None, {}, True
+        if len(self._recent) >= RECENT_MAX:
+            self._recent.clear()
+        self._recent[key] = (route, params)
+        return route, params, True
 
     def allowed(self, path: str) -> list[str]:
         """The methods some route takes on ``path``, sorted (the Allow header of a 405, RFC 9110 15.5.6)."""
