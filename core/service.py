@@ -33,6 +33,7 @@ CREDIT_STREAM = "credit"
 LISTS_STREAM = "lists"
 GRAB_CACHE_TTL_MS = 1000
 OPENED_CACHE_TTL_MS = 600_000
+GRAB_OK: dict[str, object] = {"status": "ok"}  # grab's common answer, shared: never mutate it
 _REFUSALS: dict[str, type[errors.HongbaoError]] = {
     "finished": errors.Finished, "expired": errors.Expired, "not_found": errors.NotFound,
 }
@@ -92,9 +93,9 @@ class PacketService:
         self.region, self.crediting_mode, self.realtime_threshold_fen = region, crediting_mode, realtime_threshold_fen
         # The grab filter's first cache level: packet rows and memberships for a second, and the
         # amounts this worker has seen opened (an open's amount never changes).
-        self._packets: TtlCache[str, Packet] = TtlCache(ports.clock, GRAB_CACHE_TTL_MS)
-        self._members: TtlCache[tuple[str, str], bool] = TtlCache(ports.clock, GRAB_CACHE_TTL_MS)
-        self._opened: TtlCache[tuple[str, str], int] = TtlCache(ports.clock, OPENED_CACHE_TTL_MS)
+        self._packets: TtlCache[str, Packet] = TtlCache(GRAB_CACHE_TTL_MS)
+        self._members: TtlCache[tuple[str, str], bool] = TtlCache(GRAB_CACHE_TTL_MS)
+        self._opened: TtlCache[tuple[str, str], int] = TtlCache(OPENED_CACHE_TTL_MS)
 
     async def open_batch(self, order_id: str, user_ids: Sequence[str]) -> list[OpenResult]:
         """The batcher's transaction: open for ``user_ids`` at the clock's current time, then queue
@@ -209,18 +210,19 @@ class PacketService:
         NotFound, NotPaid, NotMember. A packet's state may be up to a second old here; open
         re-checks everything in its transaction (DESIGN.md section 6: grab is advisory)."""
         check_order_id(order_id)
-        amount = self._opened.get((order_id, user_id))
+        now_ms = self.ports.clock.now_ms()  # one reading for every cache (a request takes microseconds)
+        amount = self._opened.get((order_id, user_id), now_ms)
         if amount is not None:
             return {"status": "opened", "amount_fen": amount}
-        packet = self._packets.get(order_id)
+        packet = self._packets.get(order_id, now_ms)
         if packet is None:
             packet = await self.visible_packet(user_id, order_id)
-            self._packets.put(order_id, packet)
+            self._packets.put(order_id, packet, now_ms)
         elif packet.group_id is not None:
-            member = self._members.get((packet.group_id, user_id))
+            member = self._members.get((packet.group_id, user_id), now_ms)
             if member is None:
                 member = await self.ports.groups.is_member(packet.group_id, user_id)
-                self._members.put((packet.group_id, user_id), member)
+                self._members.put((packet.group_id, user_id), member, now_ms)
             if not member:
                 raise errors.NotMember(f"{user_id} is not a member of the packet's group")
         if packet.kind is Kind.EXCLUSIVE and user_id != packet.receiver_id:
@@ -228,13 +230,13 @@ class PacketService:
         if packet.remaining_count < packet.count:  # someone opened: maybe this user, in another worker
             receipt = await self.ports.packets.receipt(order_id, user_id)
             if receipt is not None:
-                self._opened.put((order_id, user_id), receipt.amount_fen)
+                self._opened.put((order_id, user_id), receipt.amount_fen, now_ms)
                 return {"status": "opened", "amount_fen": receipt.amount_fen}
         if packet.status is Status.FINISHED or packet.remaining_count == 0:
             raise errors.Finished(f"packet {order_id} is finished")
-        if packet.status is not Status.ACTIVE or self.ports.clock.now_ms() >= packet.expires_at_ms:
+        if packet.status is not Status.ACTIVE or now_ms >= packet.expires_at_ms:
             raise errors.Expired(f"packet {order_id} has expired")
-        return {"status": "ok"}
+        return GRAB_OK
 
     async def open(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
         """Open the packet for ``user_id``: (receipt, repeat). A repeat returns the first amount.
@@ -246,7 +248,7 @@ class PacketService:
         if result.receipt is None:
             self._packets.drop(order_id)
             raise _REFUSALS.get(result.refusal or "", errors.HongbaoError)(f"packet {order_id}: {result.refusal}")
-        self._opened.put((order_id, user_id), result.receipt.amount_fen)
+        self._opened.put((order_id, user_id), result.receipt.amount_fen, self.ports.clock.now_ms())
         self._packets.drop(order_id)
         if not result.repeat and self._credit_in_request(result.receipt):
             try:
