@@ -154,3 +154,25 @@ class Conflict(HongbaoError):
 
     code = "conflict"
     status = 409
+
+
+class TooManyConnections(Busy):
+    """New WebSocket connections over the host-wide admission rate (503 busy with Retry-After in
+    seconds; DESIGN.md section 7): refused before any session-store work."""
+
+    status = 503
+
+
+class UpgradeRequired(HongbaoError):
+    """A request to the WebSocket route that is not an upgrade, or asks for a WebSocket version
+    other than 13 (426 upgrade_required). The answer names the protocol and the version to use:
+    RFC 9110 section 15.5.22 (426 carries Upgrade, and Upgrade its connection option, section 7.8)
+    and RFC 6455 section 4.4 (Sec-WebSocket-Version)."""
+
+    code = "upgrade_required"
+    status = 426
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """Upgrade, Connection and Sec-WebSocket-Version."""
+        return [("upgrade", "websocket"), ("connection", "upgrade"), ("sec-websocket-version", "13")]
