@@ -1,0 +1,251 @@
+"""Redis adapters of the session and node ports of ``hongbao.core.push_ports`` (DESIGN.md
+section 7), on a single Redis or a Redis Cluster through the same code (``redis_client``).
+
+Keys (the braces are cluster hash tags: each key's slot follows the name inside them):
+
+- ``session:{uid}``  hash: sessionId, nodeId, loginTime, lastActiveTime (ms, UTC); TTL 10 min.
+- ``route:{sid}``    string: the node id holding session ``sid``; same TTL.
+- ``online:{n}``     set of user ids, n = ``hongbao_native.online_shard(uid)`` in [0, 16).
+- ``node:{node}``    string: the node's internal address (host:port); short TTL = its liveness.
+- ``nodesessions:{node}`` hash sid -> uid: the sessions a node holds, for the sweeper.
+- ``nodes``          set of node ids that may still hold sessions (the sweeper's work list).
+
+These keys live in different slots, so login is one NON-transactional pipeline of single-slot,
+idempotent commands (never MULTI or a script across them: CROSSSLOT on a cluster), and the only
+scripts (compare-and-delete, conditional touch) each touch ONE key, ``session:{uid}``.
+
+Tolerant reads: unknown hash fields are ignored; a session hash missing a field or holding one
+that does not parse is logged and treated as "no usable session", and the key is left alone
+(its TTL or the next login deals with it) -- never deleted because of its content.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from hongbao_native import online_shard
+
+from hongbao.core.adapters.redis_client import LuaScript, RedisClient, RedisPipeline, pipelined, text
+from hongbao.core.push_ports import Route
+
+log = logging.getLogger("hongbao.redis_push")
+
+SESSION_TTL_S = 600
+ONLINE_SHARDS = 16
+NODES_KEY = "nodes"
+SWEEP_BATCH = 500
+#: How long a node's liveness read by ``lookup`` is reused (seconds); well under the liveness TTL.
+LIVENESS_CACHE_S = 1.0
+
+#: 1: deleted (it named ARGV[1]); 0: it names another session (or has no sessionId: left alone); -1: no key.
+COMPARE_AND_DELETE = LuaScript("""
+local sid = redis.call('HGET', KEYS[1], 'sessionId')
+if sid == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
+if sid or redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+return -1
+""")
+#: Refresh lastActiveTime (ARGV[2], ms) and the TTL (ARGV[3], s) only if the key names session ARGV[1].
+TOUCH = LuaScript("""
+if redis.call('HGET', KEYS[1], 'sessionId') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'lastActiveTime', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+""")
+SCRIPTS = (COMPARE_AND_DELETE, TOUCH)
+
+
+def session_key(uid: str) -> str:
+    """``session:{uid}``: the user's current session (hash)."""
+    return f"session:{{{uid}}}"
+
+
+def route_key(sid: str) -> str:
+    """``route:{sid}``: the node holding session ``sid``."""
+    return f"route:{{{sid}}}"
+
+
+def online_key(uid: str) -> str:
+    """``online:{n}``: the online set holding ``uid``."""
+    return f"online:{{{online_shard(uid)}}}"
+
+
+def node_key(node: str) -> str:
+    """``node:{node}``: the node's liveness (its internal address, with a short TTL)."""
+    return f"node:{{{node}}}"
+
+
+def node_sessions_key(node: str) -> str:
+    """``nodesessions:{node}``: sid -> uid of every session the node holds."""
+    return f"nodesessions:{{{node}}}"
+
+
+class RedisSessionStore:
+    """SessionStore on Redis: ``session:{uid}``, ``route:{sid}``, ``online:{n}`` (see the module)."""
+
+    __slots__ = ("_alive", "_redis")
+
+    def __init__(self, redis: RedisClient) -> None:
+        self._redis = redis
+        self._alive: dict[str, tuple[float, bool]] = {}  # node -> (monotonic deadline, alive)
+
+    async def login(self, uid: str, sid: str, node: str, now_ms: int) -> Route | None:
+        """One pipeline: read the old session, write ``session:{uid}`` (TTL 10 min), ``route:{sid}``,
+        the online entry and the node's session index. Returns the replaced session's Route (None
+        if there was none, or it was ``sid`` itself: a retried login)."""
+        skey = session_key(uid)
+
+        def build(pipe: RedisPipeline) -> None:
+            pipe.hmget(skey, ["sessionId", "nodeId"])
+            pipe.hset(skey, mapping={"sessionId": sid, "nodeId": node, "loginTime": now_ms, "lastActiveTime": now_ms})
+            pipe.expire(skey, SESSION_TTL_S)
+            pipe.set(route_key(sid), node, ex=SESSION_TTL_S)
+            pipe.sadd(online_key(uid), uid)
+            pipe.hset(node_sessions_key(node), sid, uid)
+
+        old_sid, old_node = (await pipelined(self._redis, build))[0]
+        if old_sid is None or old_node is None or text(old_sid) == sid:
+            return None
+        return Route(text(old_node), text(old_sid))
+
+    async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> None:
+        """One pipeline: for each (uid, sid) still current, lastActiveTime = ``now_ms`` and the
+        session's TTL renewed (a script on ``session:{uid}`` alone); the route's TTL renewed."""
+        if not sessions:
+            return
+
+        def build(pipe: RedisPipeline) -> None:
+            for uid, sid in sessions:
+                TOUCH.queue(pipe, [session_key(uid)], [sid, now_ms, SESSION_TTL_S])
+                pipe.expire(route_key(sid), SESSION_TTL_S)
+
+        await pipelined(self._redis, build, SCRIPTS)
+
+    async def logout(self, uid: str, sid: str, node: str) -> bool:
+        """Compare-and-delete ``session:{uid}`` (only if it still names ``sid``), delete
+        ``route:{sid}`` and the index entry; then drop the online entry unless a newer session
+        holds the user. True if the session key was removed."""
+        verdict = await _remove_sessions(self._redis, node, [(sid, uid)])
+        return verdict[0] == 1
+
+    async def lookup(self, uid: str) -> Route | None:
+        """The route named by ``session:{uid}``, or None when there is none, it is unusable
+        (logged) or its node's liveness expired."""
+        sid, node = await self._redis.hmget(session_key(uid), ["sessionId", "nodeId"])
+        if sid is None or node is None:
+            if sid is not None or node is not None:
+                log.warning("session of user %s lacks %s; treated as offline, key left alone",
+                            uid, "nodeId" if node is None else "sessionId")
+            return None
+        route = Route(text(node), text(sid))
+        return route if await self._node_alive(route.node) else None
+
+    async def online_count(self) -> int:
+        """Members of the 16 online sets (one pipeline of SCARD)."""
+
+        def build(pipe: RedisPipeline) -> None:
+            for n in range(ONLINE_SHARDS):
+                pipe.scard(f"online:{{{n}}}")
+
+        return sum(await pipelined(self._redis, build))
+
+    async def _node_alive(self, node: str) -> bool:
+        now = time.monotonic()
+        cached = self._alive.get(node)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        alive = bool(await self._redis.exists(node_key(node)))
+        if len(self._alive) > 1024:
+            self._alive.clear()
+        self._alive[node] = (now + LIVENESS_CACHE_S, alive)
+        return alive
+
+
+class RedisNodeDirectory:
+    """NodeDirectory on Redis: ``node:{node}`` liveness keys, the ``nodes`` work list, and the
+    sweep of the sessions of nodes whose liveness expired."""
+
+    __slots__ = ("_redis",)
+
+    def __init__(self, redis: RedisClient) -> None:
+        self._redis = redis
+
+    async def heartbeat(self, node: str, address: str, ttl_s: float) -> None:
+        """``node:{node}`` = ``address`` for ``ttl_s`` seconds, and ``node`` in the work list."""
+
+        def build(pipe: RedisPipeline) -> None:
+            pipe.set(node_key(node), address, px=max(1, int(ttl_s * 1000)))
+            pipe.sadd(NODES_KEY, node)
+
+        await pipelined(self._redis, build)
+
+    async def address(self, node: str) -> str | None:
+        """The internal address of a live ``node``, or None."""
+        value = await self._redis.get(node_key(node))
+        return None if value is None else text(value)
+
+    async def sweep(self, alive_node: str) -> int:
+        """Remove every session held by a node (other than ``alive_node``) whose liveness key is
+        gone: compare-and-delete of its session key, its route, its online entry (kept when a
+        newer session holds the user), its index entry; then the node leaves the work list.
+        Idempotent, safe on several nodes at once. Returns the sessions removed."""
+        nodes = [text(member) for member in await self._redis.smembers(NODES_KEY)]
+        nodes = [node for node in nodes if node != alive_node]
+
+        def build(pipe: RedisPipeline) -> None:
+            for node in nodes:
+                pipe.exists(node_key(node))
+
+        alive = await pipelined(self._redis, build) if nodes else []
+        removed = 0
+        for node, is_alive in zip(nodes, alive):
+            if not is_alive:
+                removed += await self._sweep_node(node)
+        return removed
+
+    async def leave(self, node: str) -> None:
+        """Delete ``node:{node}`` at once; the node stays in the work list until swept."""
+        await self._redis.delete(node_key(node))
+
+    async def _sweep_node(self, node: str) -> int:
+        index = node_sessions_key(node)
+        removed = 0
+        cursor = 0
+        while True:
+            cursor, page = await self._redis.hscan(index, cursor, count=SWEEP_BATCH)
+            assert isinstance(page, dict)
+            pairs = [(text(sid), text(uid)) for sid, uid in page.items()]
+            if pairs:
+                removed += sum(1 for verdict in await _remove_sessions(self._redis, node, pairs) if verdict == 1)
+            if cursor == 0:
+                break
+        def left(pipe: RedisPipeline) -> None:
+            pipe.exists(index)
+            pipe.exists(node_key(node))
+
+        if not any(await pipelined(self._redis, left)):
+            await self._redis.srem(NODES_KEY, node)
+        log.info("swept %d session(s) of dead node %s", removed, node)
+        return removed
+
+
+async def _remove_sessions(redis: RedisClient, node: str, pairs: Sequence[tuple[str, str]]) -> list[int]:
+    """Remove the (sid, uid) sessions of ``node``; returns the compare-and-delete verdicts."""
+
+    def remove(pipe: RedisPipeline) -> None:
+        for sid, uid in pairs:
+            COMPARE_AND_DELETE.queue(pipe, [session_key(uid)], [sid])
+            pipe.delete(route_key(sid))
+        pipe.hdel(node_sessions_key(node), *(sid for sid, _ in pairs))
+
+    verdicts = [int(reply) for reply in (await pipelined(redis, remove, SCRIPTS))[:-1:2]]
+    gone = [uid for (_, uid), verdict in zip(pairs, verdicts) if verdict != 0]  # 0: a newer session holds uid
+
+    def offline(pipe: RedisPipeline) -> None:
+        for uid in gone:
+            pipe.srem(online_key(uid), uid)
+
+    if gone:
+        await pipelined(redis, offline)
+    return verdicts

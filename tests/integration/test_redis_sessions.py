@@ -1,0 +1,173 @@
+"""The Redis SessionStore and NodeDirectory against a real standalone Redis and a real 3-master
+cluster: login layers (P-17), replacement, compare-and-delete (P-09), touch, tolerant reads, the
+sweep of a dead node (P-07 at the store level)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis._parsers.hiredis import _AsyncHiredisParser
+from redis.asyncio.cluster import RedisCluster
+
+from hongbao.core.adapters.redis_push import (
+    RedisNodeDirectory, RedisSessionStore, node_sessions_key, online_key, route_key, session_key,
+)
+from hongbao.core.push_ports import Route
+from tests.integration.conftest import RedisTarget
+
+T0 = 1_700_000_000_000
+
+
+async def test_login_writes_three_layers(redis_target: RedisTarget) -> None:
+    """P-17: one login pipeline writes session, route, online entry and node index, no CROSSSLOT."""
+    async with redis_target.connect() as client:
+        store = RedisSessionStore(client)
+        assert await store.login("u1", "s1", "a/1", T0) is None
+        session = await client.hgetall(session_key("u1"))
+        assert session == {b"sessionId": b"s1", b"nodeId": b"a/1", b"loginTime": str(T0).encode(),
+                           b"lastActiveTime": str(T0).encode()}
+        assert 590 <= await client.ttl(session_key("u1")) <= 600
+        assert await client.get(route_key("s1")) == b"a/1"
+        assert 590 <= await client.ttl(route_key("s1")) <= 600
+        assert await client.sismember(online_key("u1"), "u1")
+        assert await client.hgetall(node_sessions_key("a/1")) == {b"s1": b"u1"}
+        assert await store.online_count() == 1
+        if redis_target.cluster:
+            slots = {int(redis_target.cli("cluster", "keyslot", key)) for key in
+                     (session_key("u1"), route_key("s1"), online_key("u1"), node_sessions_key("a/1"))}
+            assert len(slots) == 4
+
+
+async def test_login_returns_replaced_session(redis_target: RedisTarget) -> None:
+    """A second login of the same user returns the older session's route; a retried login returns None."""
+    async with redis_target.connect() as client:
+        store, nodes = RedisSessionStore(client), RedisNodeDirectory(client)
+        await nodes.heartbeat("b/2", "127.0.0.1:9002", 30)
+        await store.login("u1", "s1", "a/1", T0)
+        assert await store.login("u1", "s2", "b/2", T0 + 5) == Route("a/1", "s1")
+        assert await store.login("u1", "s2", "b/2", T0 + 6) is None
+        assert await store.lookup("u1") == Route("b/2", "s2")
+
+
+async def test_late_cleanup_of_old_session_keeps_new(redis_target: RedisTarget) -> None:
+    """P-09: the old node's late logout of sid1 leaves sid2's session, route and online entry intact."""
+    async with redis_target.connect() as client:
+        store, nodes = RedisSessionStore(client), RedisNodeDirectory(client)
+        await nodes.heartbeat("b/2", "127.0.0.1:9002", 30)
+        await store.login("u1", "s1", "a/1", T0)
+        await store.login("u1", "s2", "b/2", T0 + 1000)
+        assert await store.logout("u1", "s1", "a/1") is False
+        assert (await client.hget(session_key("u1"), "sessionId")) == b"s2"
+        assert await client.get(route_key("s2")) == b"b/2"
+        assert await client.exists(route_key("s1")) == 0
+        assert await client.sismember(online_key("u1"), "u1")
+        assert await client.hgetall(node_sessions_key("a/1")) == {}
+        assert await store.lookup("u1") == Route("b/2", "s2")
+
+
+async def test_logout_removes_every_layer(redis_target: RedisTarget) -> None:
+    """Logout of the current session removes session, route, online entry and index entry."""
+    async with redis_target.connect() as client:
+        store = RedisSessionStore(client)
+        await store.login("u1", "s1", "a/1", T0)
+        assert await store.logout("u1", "s1", "a/1") is True
+        assert await store.logout("u1", "s1", "a/1") is False
+        for key in (session_key("u1"), route_key("s1"), node_sessions_key("a/1")):
+            assert await client.exists(key) == 0
+        assert await store.online_count() == 0
+
+
+async def test_touch_refreshes_only_the_current_session(redis_target: RedisTarget) -> None:
+    """Touch renews lastActiveTime and TTLs of the current session; never a replaced or deleted one."""
+    async with redis_target.connect() as client:
+        store = RedisSessionStore(client)
+        await store.login("u1", "s1", "a/1", T0)
+        await store.login("u2", "s2", "a/1", T0)
+        await client.expire(session_key("u1"), 5)
+        await client.expire(route_key("s1"), 5)
+        await store.logout("u2", "s2", "a/1")
+        await store.touch([("u1", "s1"), ("u1", "stale"), ("u2", "s2")], T0 + 30_000)
+        assert await client.hget(session_key("u1"), "lastActiveTime") == str(T0 + 30_000).encode()
+        assert await client.ttl(session_key("u1")) > 500
+        assert await client.ttl(route_key("s1")) > 500
+        assert await client.exists(session_key("u2")) == 0
+        assert await client.exists(route_key("s2")) == 0
+
+
+async def test_tolerant_session_reads(redis_target: RedisTarget) -> None:
+    """Unknown fields are ignored, a bad field is left alone, an unusable session is never deleted."""
+    async with redis_target.connect() as client:
+        store, nodes = RedisSessionStore(client), RedisNodeDirectory(client)
+        await nodes.heartbeat("a/1", "127.0.0.1:9001", 30)
+        await client.hset(session_key("u1"), mapping={"sessionId": "s1", "nodeId": "a/1", "loginTime": "not-a-time",
+                                                      "future": "{json?"})
+        assert await store.lookup("u1") == Route("a/1", "s1")
+        await client.hset(session_key("u2"), mapping={"sessionId": "s2", "lastActiveTime": "x"})
+        assert await store.lookup("u2") is None
+        assert await store.logout("u2", "other", "a/1") is False
+        await client.hdel(session_key("u2"), "sessionId")
+        assert await store.logout("u2", "s2", "a/1") is False
+        assert await client.hgetall(session_key("u2")) == {b"lastActiveTime": b"x"}
+        assert await client.hget(session_key("u1"), "loginTime") == b"not-a-time"
+
+
+async def test_dead_node_reads_offline(redis_target: RedisTarget) -> None:
+    """A session on a node with no liveness key reads as offline; the node's address comes and goes."""
+    async with redis_target.connect() as client:
+        nodes = RedisNodeDirectory(client)
+        await RedisSessionStore(client).login("u1", "s1", "a/1", T0)
+        assert await RedisSessionStore(client).lookup("u1") is None
+        await nodes.heartbeat("a/1", "127.0.0.1:9001", 0.3)
+        assert await nodes.address("a/1") == "127.0.0.1:9001"
+        assert await RedisSessionStore(client).lookup("u1") == Route("a/1", "s1")
+        await nodes.leave("a/1")
+        assert await nodes.address("a/1") is None
+        assert await RedisSessionStore(client).lookup("u1") is None
+
+
+async def test_sweep_removes_a_dead_nodes_sessions(redis_target: RedisTarget) -> None:
+    """P-07: once A's liveness expires, a sweep from B removes A's sessions, routes, online entries."""
+    async with redis_target.connect() as client:
+        store, nodes = RedisSessionStore(client), RedisNodeDirectory(client)
+        await nodes.heartbeat("a/1", "127.0.0.1:9001", 0.3)
+        await nodes.heartbeat("b/2", "127.0.0.1:9002", 30)
+        for i in range(60):
+            await store.login(f"u{i}", f"s{i}", "a/1", T0)
+        await store.login("u0", "t0", "b/2", T0 + 1)  # u0 moved to B before A died
+        assert await nodes.sweep("b/2") == 0  # A still alive
+        await asyncio.sleep(0.4)
+        assert await nodes.sweep("b/2") == 59
+        assert await nodes.sweep("b/2") == 0
+        assert await store.online_count() == 1
+        assert await store.lookup("u0") == Route("b/2", "t0")
+        for i in range(1, 60):
+            assert await client.exists(session_key(f"u{i}")) == 0
+            assert await client.exists(route_key(f"s{i}")) == 0
+        assert await client.exists(node_sessions_key("a/1")) == 0
+        assert await client.smembers("nodes") == {b"b/2"}
+
+
+async def test_client_parses_with_hiredis(redis_target: RedisTarget) -> None:
+    """The factory's clients parse replies with hiredis, standalone and cluster alike."""
+    async with redis_target.connect() as client:
+        assert await client.ping()
+        if isinstance(client, RedisCluster):
+            connections = [conn for node in client.get_nodes() for conn in node._connections]
+        else:
+            connections = list(client.connection_pool._available_connections)
+        assert connections
+        assert {type(conn._parser) for conn in connections} == {_AsyncHiredisParser}
+
+
+async def test_scripts_survive_script_flush(redis_target: RedisTarget) -> None:
+    """After SCRIPT FLUSH (as after a restart) touch and logout load their scripts again and work."""
+    async with redis_target.connect() as client:
+        store = RedisSessionStore(client)
+        await store.login("u1", "s1", "a/1", T0)
+        for port in redis_target.ports:
+            redis_target.cli("script", "flush", port=port)
+        await store.touch([("u1", "s1")], T0 + 1)
+        assert await client.hget(session_key("u1"), "lastActiveTime") == str(T0 + 1).encode()
+        for port in redis_target.ports:
+            redis_target.cli("script", "flush", port=port)
+        assert await store.logout("u1", "s1", "a/1") is True
