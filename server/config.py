@@ -56,6 +56,15 @@ class Settings:
     ws_idle_timeout_s: float = 180.0  # no inbound frame for this long: close
     ws_close_timeout_s: float = 5.0  # wait this long for the client's close reply, then drop TCP
     ws_token_grace_s: float = 30.0  # a connection outlives its token's exp by this much, then 4003
+    node_name: str = ""  # this host's push node name; empty: the host name (node id: {node_name}/{pid})
+    internal_host: str = "127.0.0.1"  # where each worker's internal push listener binds (ephemeral port)
+    internal_secret: str = ""  # shared secret of forwards between nodes; empty: derived from data_dir/jwt.key
+    push_node_ttl_s: float = 5.0  # a node that stops its heartbeat (every second) is dead this long after
+    push_session_ttl_s: float = 600.0  # a session not refreshed for this long reads as offline
+    push_forward_timeout_s: float = 0.5  # wait this long for another node's answer to a forward
+    push_store_failures: int = 3  # consecutive push store failures before this node drops its connections
+    push_log_max_messages: int = 1000  # per-user offline queue: the newest N messages are kept...
+    push_log_max_age_s: float = 86_400.0  # ... none older than this
     limits: Limits = field(default_factory=Limits)
 
     def checked(self) -> Settings:
@@ -70,7 +79,13 @@ class Settings:
                      "ws_max_message_bytes", "ws_max_output_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("ws_rate_per_s", "ws_idle_timeout_s", "ws_close_timeout_s"):
+        for name in ("push_store_failures", "push_log_max_messages"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.push_node_ttl_s > 1.0:
+            raise ValueError(f"push_node_ttl_s must be more than the 1 s heartbeat, got {self.push_node_ttl_s}")
+        for name in ("ws_rate_per_s", "ws_idle_timeout_s", "ws_close_timeout_s", "push_session_ttl_s", "push_forward_timeout_s",
+                     "push_log_max_age_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         return self
