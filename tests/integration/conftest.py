@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from hongbao.core.adapters.redis_client import RedisClient, redis_client
+from tests.integration.mariadb import mariadb  # noqa: F401  (the MariaDB server fixture)
 
 READY_TIMEOUT_S = 20.0
 
