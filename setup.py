@@ -12,6 +12,7 @@ PACKAGES = {
     "hongbao.server": "server",
     "hongbao.bench": "bench",
     "hongbao.bench.http": "bench/http",
+    "hongbao.bench.storm": "bench/storm",
 }
 
 setup(

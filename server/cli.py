@@ -1,4 +1,4 @@
-"""The ``hongbao`` command: serve | token | audit (migrate and storm arrive with their issues).
+"""The ``hongbao`` command: serve | token | audit | storm (migrate arrives with its issue).
 
 ``hongbao serve`` with no arguments runs the embedded backend on 127.0.0.1:8080 with its data
 in ./var. ``hongbao token --user ID [--user ID ...]`` prints one token per line, signed with
@@ -13,6 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
+from hongbao.bench.storm.cli import add_parser as add_storm_parser
 from hongbao.server.auth import embedded_secret, mint
 from hongbao.server.config import Settings, load_settings
 
@@ -89,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
     audit.add_argument("--not-drained", action="store_true",
                        help="the reconciler has not run yet: pending credits and refunds are not violations")
     audit.set_defaults(run=_audit)
+    add_storm_parser(sub, [common])
     return top
 
 

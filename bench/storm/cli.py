@@ -1,0 +1,111 @@
+"""``hongbao storm``: flags, and the whole run (load, drain, audit, report).
+
+``hongbao storm --target URL --data-dir DIR`` plays the ``smoke`` scenario against the server
+at URL whose data directory is DIR (its ``jwt.key`` mints the users' tokens, its database is
+audited afterwards). ``--jwt-secret`` mints without DIR (a server elsewhere); no audit runs then.
+Exit status: 0 the audit is clean (or could not run), 1 a violation or a repeated open answered
+with another amount, 2 the storm could not run (bad scenario, setup refused, a load process died).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hongbao.bench.storm.scenario import NAMED, Scenario, ScenarioError, load_scenario
+
+if TYPE_CHECKING:
+    from hongbao.bench.storm.runner import StormOptions
+
+# The heavy imports (aiohttp, rich, matplotlib) wait until a storm runs: ``hongbao serve`` builds
+# this parser too.
+# flag -> scenario field, for the knobs changed most often (any other: --set FIELD=VALUE)
+SHORTCUTS = {"duration": "duration_s", "tail": "tail_s", "rate": "send_rate", "users": "users", "groups": "groups",
+             "processes": "processes", "connections": "connections", "seed": "seed"}
+
+
+def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    """Add the ``storm`` subcommand to the ``hongbao`` command's subparsers."""
+    storm = sub.add_parser("storm", parents=parents, help="play a red-packet storm against a server, audit, report")
+    storm.add_argument("--target", required=True, help="the server's base URL, e.g. http://127.0.0.1:8080")
+    storm.add_argument("--scenario", choices=sorted(NAMED), help="named scenario (default: smoke, or the file's base)")
+    storm.add_argument("--scenario-file", type=Path, help="TOML scenario: base = NAME, then any field to override")
+    storm.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a scenario field (repeatable)")
+    for flag, name in SHORTCUTS.items():
+        storm.add_argument(f"--{flag}", type=float if name.endswith(("_s", "_rate")) else int,
+                           help=f"scenario field {name}")
+    storm.add_argument("--data-dir", dest="data_dir", type=Path, help="the target's data directory (key and audit)")
+    storm.add_argument("--jwt-secret", help="the target's HS256 secret (instead of --data-dir; no audit)")
+    storm.add_argument("--out", type=Path, default=Path("bench-results/storm"), help="report directory (default: bench-results/storm)")
+    storm.add_argument("--record", type=Path, help="write every request as JSON lines to FILE")
+    storm.add_argument("--replay", type=Path, help="play the requests of a record FILE instead of the scenario's plan")
+    storm.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to wait for credits to drain (default: 30)")
+    storm.set_defaults(run=main)
+
+
+def _value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def scenario_from(args: argparse.Namespace) -> Scenario:
+    """The scenario the flags ask for; ScenarioError (the message names the field) otherwise."""
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        field, sep, text = item.partition("=")
+        if not sep:
+            raise ScenarioError(f"--set {item!r}: expected FIELD=VALUE")
+        overrides[field.strip()] = _value(text.strip())
+    for flag, name in SHORTCUTS.items():
+        if getattr(args, flag, None) is not None:
+            overrides[name] = getattr(args, flag)
+    return load_scenario(args.scenario, args.scenario_file, overrides)
+
+
+def storm(opts: StormOptions, data_dir: Path | None, out: Path, drain_timeout_s: float) -> dict[str, Any]:
+    """Play the storm, drain, audit, then write ``out/report.json`` and ``out/report.png`` and
+    print the table; returns the report. Raises StormError when the storm cannot run."""
+    from rich.console import Console
+
+    from hongbao.bench.storm import plot, report
+    from hongbao.bench.storm.runner import run_load
+    from hongbao.bench.storm.settle import settle
+
+    console = opts.console or Console(stderr=True)
+    result = run_load(opts)
+    settlement = settle(opts.url, data_dir, drain_timeout_s)
+    summary = report.build(result, settlement, opts.scenario, opts.url)
+    report.write_json(summary, out / "report.json")
+    plot.write_png(summary, out / "report.png")
+    report.print_table(summary, console)
+    return summary
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``hongbao storm`` from parsed flags; returns the exit status."""
+    from rich.console import Console
+
+    from hongbao.bench.storm import report
+    from hongbao.bench.storm.runner import StormError, StormOptions
+    from hongbao.bench.storm.wire import storm_secret
+
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+    try:
+        scenario = scenario_from(args)
+        secret = storm_secret(args.data_dir, args.jwt_secret)
+    except (ScenarioError, ValueError, FileNotFoundError) as exc:
+        print(f"hongbao storm: {exc}", file=sys.stderr)
+        return 2
+    opts = StormOptions(args.target, scenario, secret, args.out / "work", args.record, args.replay, console)
+    try:
+        summary = storm(opts, args.data_dir, args.out, args.drain_timeout)
+    except StormError as exc:
+        print(f"hongbao storm: {exc}", file=sys.stderr)
+        return 2
+    console.print(f"report: {args.out / 'report.json'} and {args.out / 'report.png'}")
+    return 0 if report.passed(summary) else 1

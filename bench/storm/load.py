@@ -1,0 +1,129 @@
+"""Playing calls: an open-loop executor, and the body of one load process.
+
+The executor walks the calls by time and starts each at its planned moment (open loop: a slow
+server does not slow the storm down, the requests pile up as real users' would). A call first
+waits for the calls it ``needs`` (skipped if one failed), then fills in their ids and sends;
+on 429 busy it tries again after Retry-After (with jitter, at most ``busy_retries`` times), as
+our clients do. Every attempt becomes a sample ``(op, t, latency_s, status, code, lag_s)``:
+``t`` seconds after the start, ``lag_s`` how late the request left against the plan (a
+growing lag means the generator, not the server, is the bottleneck).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+import orjson
+
+from hongbao.bench.storm.plan import Call
+from hongbao.bench.storm.record import Recorder, call_line
+from hongbao.bench.storm.wire import Answer, Tokens, request
+
+Sample = tuple[str, float, float, int, str, float]
+MAX_BUSY_WAIT_S = 2.0
+
+
+def fill(template: str, values: dict[str, str]) -> str:
+    """``template`` with each ``{name}`` of ``values`` replaced by its id."""
+    for name, value in values.items():
+        template = template.replace("{" + name + "}", value)
+    return template
+
+
+class Executor:
+    """Runs calls against ``url`` on one aiohttp session, from the monotonic instant ``t0``.
+    ``known`` holds ids defined before (the groups, for the load processes)."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, tokens: Tokens, t0: float, busy_retries: int,
+                 recorder: Recorder | None = None, known: dict[str, str] | None = None) -> None:
+        self.session, self.url, self.tokens, self.t0 = session, url.rstrip("/"), tokens, t0
+        self.busy_retries, self.recorder = busy_retries, recorder
+        self.samples: list[Sample] = []
+        self.counts: Counter[str] = Counter()  # "{op} ok" / "{op} failed" / "{op} skipped"
+        self.done = 0
+        self.opened: dict[tuple[str, str], int] = {}  # (order id, user) -> the amount first answered
+        self.disagreements = 0  # repeated opens answered with another amount than the first
+        self._names: dict[str, asyncio.Future[str | None]] = {}
+        for name, value in (known or {}).items():
+            self._future(name).set_result(value)
+        self._defined = set(known or ())
+
+    def _future(self, name: str) -> asyncio.Future[str | None]:
+        future = self._names.get(name)
+        if future is None:
+            future = self._names[name] = asyncio.get_running_loop().create_future()
+        return future
+
+    def names(self) -> dict[str, str]:
+        """Every id defined so far, by name."""
+        return {n: f.result() for n, f in self._names.items() if f.done() and f.result() is not None}  # type: ignore[misc]
+
+    async def play(self, calls: Sequence[Call]) -> None:
+        """Start every call at ``t0 + call.at`` (calls come sorted by ``at``); return when all ended.
+        A call needing a name that no call here (nor ``known``) defines, as in a cut record, is skipped."""
+        tasks: set[asyncio.Task[None]] = set()
+        self._defined.update(call.name for call in calls if call.name is not None)
+        for call in calls:
+            delay = self.t0 + call.at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(self.run(call))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        while tasks:
+            await asyncio.gather(*tasks)
+
+    async def run(self, call: Call) -> None:
+        """Wait for what ``call`` needs, send it (retrying 429s), record it, define its name."""
+        values: dict[str, str] = {}
+        for name in call.needs:
+            value = await self._future(name) if name in self._defined else None
+            if value is None:
+                self._finish(call, call.path, call.body, None, 0, None)
+                return
+            values[name] = value
+        path = fill(call.path, values)
+        body = {k: fill(v, values) if isinstance(v, str) else v for k, v in call.body.items()} if call.body else call.body
+        payload = orjson.dumps(body) if body is not None else None
+        auth = self.tokens.bearer(call.user, admin=call.op == "topup")
+        planned = self.t0 + call.at
+        answer: Answer | None = None
+        for attempt in range(1, self.busy_retries + 2):
+            answer = await request(self.session, self.url + path, call.method, auth, payload, call.key)
+            self.samples.append((call.op, answer.started - self.t0, answer.latency_s, answer.status, answer.code,
+                                 max(0.0, answer.started - planned) if attempt == 1 else 0.0))
+            if answer.status != 429 or attempt > self.busy_retries:
+                break
+            await asyncio.sleep(min(MAX_BUSY_WAIT_S, answer.retry_after_s or 0.05) * random.uniform(0.5, 1.5))
+        assert answer is not None
+        created = None
+        if answer.body is not None:
+            if call.name is not None:
+                created = str(answer.body.get("group_id") or answer.body.get("order_id") or "")
+            if call.op == "open":
+                self._check_open(answer.body, call.user)
+        self._finish(call, path, body, answer.status, attempt, created)
+
+    def _check_open(self, body: dict[str, Any], user: str) -> None:
+        key, amount = (str(body.get("order_id")), user), int(body.get("amount_fen", 0))
+        first = self.opened.setdefault(key, amount)
+        if first != amount:
+            self.disagreements += 1
+
+    def _finish(self, call: Call, path: str, body: dict[str, Any] | None, status: int | None, attempts: int,
+                created: str | None) -> None:
+        outcome = "skipped" if status is None else "ok" if 200 <= status < 300 else "failed"
+        self.counts[f"{call.op} {outcome}"] += 1
+        self.done += 1
+        if call.name is not None:
+            future = self._future(call.name)
+            if not future.done():
+                future.set_result(created if outcome == "ok" else None)
+        if self.recorder is not None:
+            self.recorder.write(call_line(call, path, body, status, attempts, created))

@@ -1,0 +1,96 @@
+"""One load process: build its share of the plan (or of a record), wait for the common start,
+play it, report progress to the parent, and leave its samples in a JSON file.
+
+Processes are started with ``spawn`` (no state inherited from the parent's event loop or rich's
+threads). The parent hands each a ``LoadJob``; the process answers on the queue with
+``("ready", proc, calls)``, then ``("progress", proc, done, counts)`` every ``PROGRESS_S``
+seconds, then ``("done", proc)``, or ``("error", proc, text)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.queues import Queue
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import uvloop
+
+from hongbao.bench.storm.load import Executor
+from hongbao.bench.storm.plan import SETUP, Call, load_calls, populate
+from hongbao.bench.storm.record import Recorder, read_record
+from hongbao.bench.storm.scenario import Scenario
+from hongbao.bench.storm.wire import Tokens, connector
+
+PROGRESS_S = 0.25
+
+
+@dataclass(frozen=True)
+class LoadJob:
+    """What load process ``proc`` of ``procs`` plays: the plan of ``scenario`` for run tag ``run``
+    (or the load lines of the ``replay`` file), against ``url``, minting with ``secret``;
+    ``known`` ids defined in the setup; where to write its ``record`` lines and ``samples``."""
+
+    url: str
+    secret: str
+    scenario: Scenario
+    run: str
+    proc: int
+    procs: int
+    known: dict[str, str]
+    replay: Path | None
+    record: Path | None
+    samples: Path
+
+
+def job_calls(job: LoadJob) -> list[Call]:
+    """The calls of ``job``, sorted by time."""
+    if job.replay is not None:
+        calls = [c for c in read_record(job.replay) if c.packet != SETUP and c.packet % job.procs == job.proc]
+        return sorted(calls, key=lambda c: c.at)
+    return load_calls(job.scenario, populate(job.scenario, job.run), job.proc, job.procs)
+
+
+def load_main(job: LoadJob, queue: Queue[Any], start: Synchronized[float], go: Event) -> None:
+    """The body of a load process (the ``multiprocessing`` target)."""
+    try:
+        calls = job_calls(job)
+        queue.put(("ready", job.proc, len(calls)))
+        go.wait()
+        uvloop.run(_play(job, calls, queue, start.value))
+        queue.put(("done", job.proc))
+    except BaseException:
+        queue.put(("error", job.proc, traceback.format_exc()))
+        raise
+
+
+async def _play(job: LoadJob, calls: list[Call], queue: Queue[Any], start_wall: float) -> None:
+    t0 = time.monotonic() + (start_wall - time.time())
+    timeout = aiohttp.ClientTimeout(total=job.scenario.timeout_s)
+    recorder = Recorder(job.record) if job.record is not None else None
+    async with aiohttp.ClientSession(connector=connector(job.scenario.connections), timeout=timeout) as session:
+        executor = Executor(session, job.url, Tokens(job.secret), t0, job.scenario.busy_retries, recorder, job.known)
+
+        async def report() -> None:
+            while True:
+                queue.put(("progress", job.proc, executor.done, dict(executor.counts)))
+                await asyncio.sleep(PROGRESS_S)
+
+        reporter = asyncio.create_task(report())
+        try:
+            await executor.play(calls)
+        finally:
+            reporter.cancel()
+            if recorder is not None:
+                recorder.close()
+    queue.put(("progress", job.proc, executor.done, dict(executor.counts)))
+    job.samples.write_bytes(orjson.dumps({
+        "samples": executor.samples, "counts": executor.counts, "receipts_seen": len(executor.opened),
+        "fen_seen": sum(executor.opened.values()), "disagreements": executor.disagreements}))

@@ -1,0 +1,142 @@
+"""The storm's report: numbers from the samples, the JSON file, and the terminal table.
+
+Latency percentiles (nearest rank) are over the 2xx answers of each operation, in ms; rates
+are 2xx answers per second over the load's wall time, and the peak is the busiest whole second.
+Errors are counted per attempt by the answer's ``error.code`` (``timeout`` or the client
+exception's name when there was no answer); ``busy`` (429) attempts are the admission rejections.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from hongbao.bench.storm.load import Sample
+from hongbao.bench.storm.runner import LoadResult
+from hongbao.bench.storm.scenario import Scenario
+from hongbao.bench.storm.settle import Settlement
+
+OPS = ("topup", "group", "send", "pay", "grab", "open")
+PERCENTILES = (("p50_ms", 50.0), ("p90_ms", 90.0), ("p99_ms", 99.0))
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The nearest-rank ``q``-th percentile of ascending ``sorted_values`` (0.0 when empty)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def _operations(samples: list[Sample], counts: Counter[str], load_s: float) -> dict[str, Any]:
+    latencies: dict[str, list[float]] = defaultdict(list)
+    per_second: dict[str, Counter[int]] = defaultdict(Counter)
+    attempts: Counter[str] = Counter()
+    for op, t, latency, status, _, _ in samples:
+        attempts[op] += 1
+        if 200 <= status < 300:
+            latencies[op].append(latency * 1000.0)
+            per_second[op][int(t)] += 1
+    out: dict[str, Any] = {}
+    for op in OPS:
+        if not attempts[op]:
+            continue
+        values = sorted(latencies[op])
+        entry: dict[str, Any] = {
+            "ok": counts[f"{op} ok"], "failed": counts[f"{op} failed"], "skipped": counts[f"{op} skipped"],
+            "attempts": attempts[op], "rps": round(len(values) / load_s, 1) if load_s > 0 and op not in ("topup", "group") else None,
+            "peak_rps": max(per_second[op].values(), default=0)}
+        entry.update({name: round(percentile(values, q), 2) for name, q in PERCENTILES})
+        entry["max_ms"] = round(values[-1], 2) if values else 0.0
+        out[op] = entry
+    return out
+
+
+def _timeline(samples: list[Sample]) -> dict[str, list[int]]:
+    seconds = int(max((t for _, t, _, _, _, _ in samples), default=0.0)) + 1
+    lines: dict[str, list[int]] = {"second": list(range(seconds))}
+    for op in ("send", "pay", "grab", "open"):
+        lines[op] = [0] * seconds
+    for op, t, _, status, _, _ in samples:
+        if op in lines and 200 <= status < 300 and t >= 0:
+            lines[op][int(t)] += 1
+    return lines
+
+
+def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: str) -> dict[str, Any]:
+    """The report as a JSON object (see the module's docstring for the definitions)."""
+    load = [s for s in result.samples if s[0] not in ("topup", "group")]
+    errors: dict[str, Counter[str]] = defaultdict(Counter)
+    for op, _, _, status, code, _ in result.samples:
+        if not 200 <= status < 300:
+            errors[op][code] += 1
+    lags = sorted(lag * 1000.0 for *_, lag in load)
+    audit = settlement.audit
+    return {
+        "target": url,
+        "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "scenario": scenario.as_json(),
+        "load": {"seconds": round(result.load_s, 2), "setup_seconds": round(result.setup_s, 2), "calls": result.calls,
+                 "processes": scenario.processes, "lag_p99_ms": round(percentile(lags, 99.0), 1),
+                 "lag_max_ms": round(lags[-1], 1) if lags else 0.0},
+        "operations": _operations(result.samples, result.counts, result.load_s),
+        "errors": {op: dict(codes.most_common()) for op, codes in sorted(errors.items())},
+        "admission_rejections": sum(1 for s in load if s[3] == 429),
+        "timeline": _timeline(load),
+        "clients": {"receipts_seen": result.receipts_seen, "fen_seen": result.fen_seen,
+                    "disagreements": result.disagreements},
+        "settlement": {"drained": settlement.drained, "credits_pending": settlement.pending,
+                       "waited_s": round(settlement.waited_s, 2), "note": settlement.note},
+        "audit": None if audit is None else {"ok": audit.ok, "violations": audit.violations, "counts": dict(audit.counts)},
+        "push": None,  # filled once the storm has WebSocket users: delivered vs expected, delivery latency
+    }
+
+
+def passed(report: dict[str, Any]) -> bool:
+    """True when the audit ran clean (or could not run) and no repeated open disagreed."""
+    audit = report["audit"]
+    return (audit is None or bool(audit["ok"])) and report["clients"]["disagreements"] == 0
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    """Write the report as indented JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def print_table(report: dict[str, Any], console: Console) -> None:
+    """The terminal summary: one row per operation, then errors, clients, settlement, audit."""
+    load = report["load"]
+    table = Table(title=f"storm {report['scenario']['name']} against {report['target']}: {load['seconds']} s of load")
+    for column in ("op", "ok", "failed", "skipped", "2xx/s", "peak/s", "p50 ms", "p90 ms", "p99 ms", "max ms"):
+        table.add_column(column, justify="left" if column == "op" else "right")
+    for op, e in report["operations"].items():
+        table.add_row(op, str(e["ok"]), str(e["failed"]), str(e["skipped"]), "" if e["rps"] is None else f"{e['rps']:.1f}",
+                      str(e["peak_rps"]), f"{e['p50_ms']:.1f}", f"{e['p90_ms']:.1f}", f"{e['p99_ms']:.1f}", f"{e['max_ms']:.1f}")
+    console.print(table)
+    errors = ", ".join(f"{op} {code} x{n}" for op, codes in report["errors"].items() for code, n in codes.items())
+    console.print(f"errors: {errors or 'none'}; admission rejections (429): {report['admission_rejections']}")
+    clients = report["clients"]
+    console.print(f"clients: {clients['receipts_seen']} receipts seen, {clients['fen_seen']} fen, "
+                  f"{clients['disagreements']} repeated opens disagreeing; generator lag p99 {load['lag_p99_ms']} ms")
+    settlement = report["settlement"]
+    console.print(f"reconciler: {'drained' if settlement['drained'] else 'NOT drained'} after {settlement['waited_s']} s "
+                  f"(credits pending {settlement['credits_pending']}) {settlement['note']}")
+    audit = report["audit"]
+    if audit is None:
+        console.print("audit: not run")
+        return
+    counts = audit["counts"]
+    console.print(f"money: {counts.get('packets', 0)} packets, {counts.get('receipts', 0)} receipts, "
+                  f"{counts.get('ledger credit', 0)} credits, {counts.get('ledger refund', 0)} refunds, "
+                  f"{counts.get('top-ups fen', 0)} fen topped up")
+    for violation in audit["violations"]:
+        console.print(f"[red]VIOLATION[/red] {violation}")
+    console.print(f"audit: {len(audit['violations'])} violations")

@@ -1,0 +1,194 @@
+"""Running a storm: the setup in this process, the load in ``processes`` spawned processes with a
+rich progress display, then every process's samples gathered into one ``LoadResult``.
+
+The setup (top-ups, groups) runs first, as fast as the pool allows; the load processes then
+build their plans, say they are ready, and all start at one wall-clock instant, so their
+``t`` values share a time base.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import queue as queue_module
+import secrets
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import uvloop
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from hongbao.bench.storm.load import Executor, Sample
+from hongbao.bench.storm.plan import SETUP, Call, populate
+from hongbao.bench.storm.proc import LoadJob, load_main
+from hongbao.bench.storm.record import Recorder, merge, read_record
+from hongbao.bench.storm.scenario import Scenario
+from hongbao.bench.storm.wire import Tokens, connector
+
+READY_TIMEOUT_S = 120.0
+START_MARGIN_S = 0.3
+
+
+class StormError(RuntimeError):
+    """The storm could not run: the setup failed, or a load process died (the message says why)."""
+
+
+@dataclass(frozen=True)
+class StormOptions:
+    """One storm: ``url`` of the target, the ``scenario``, the HS256 ``secret`` to mint tokens,
+    ``work_dir`` for per-process files, optional ``record`` / ``replay`` JSONL files."""
+
+    url: str
+    scenario: Scenario
+    secret: str
+    work_dir: Path
+    record: Path | None = None
+    replay: Path | None = None
+    console: Console | None = None
+
+
+@dataclass
+class LoadResult:
+    """What the clients saw: every attempt's sample, call outcomes by ``"{op} ok|failed|skipped"``,
+    distinct receipts and fen the opens were answered with, repeated opens answered with another
+    amount (``disagreements``: must be 0), the load's wall time (s) and the setup's."""
+
+    samples: list[Sample] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    receipts_seen: int = 0
+    fen_seen: int = 0
+    disagreements: int = 0
+    load_s: float = 0.0
+    setup_s: float = 0.0
+    calls: int = 0
+
+
+async def _setup(opts: StormOptions, calls: list[Call], recorder: Recorder | None) -> dict[str, str]:
+    timeout = aiohttp.ClientTimeout(total=opts.scenario.timeout_s)
+    async with aiohttp.ClientSession(connector=connector(opts.scenario.connections), timeout=timeout) as session:
+        executor = Executor(session, opts.url, Tokens(opts.secret), time.monotonic(), opts.scenario.busy_retries, recorder)
+        await executor.play(calls)
+    failed = {k: v for k, v in executor.counts.items() if not k.endswith(" ok")}
+    if failed:
+        codes = Counter(f"{op} {status} {code}" for op, _, _, status, code, _ in executor.samples if status >= 300 or status == 0)
+        raise StormError(f"setup failed: {dict(failed)}; answers {dict(codes)}")
+    return executor.names()
+
+
+def setup_calls(opts: StormOptions, run: str) -> list[Call]:
+    """The population calls: from the replay file, or from the scenario's plan for ``run``."""
+    if opts.replay is not None:
+        return [c for c in read_record(opts.replay) if c.packet == SETUP]
+    return populate(opts.scenario, run).setup_calls(run)
+
+
+def run_load(opts: StormOptions) -> LoadResult:
+    """Set up the population, then play the load in ``scenario.processes`` processes with a
+    progress display; raises StormError when the setup fails or a process dies."""
+    opts.work_dir.mkdir(parents=True, exist_ok=True)
+    run = secrets.token_hex(3)
+    result = LoadResult()
+    started = time.monotonic()
+    recorder = Recorder(opts.work_dir / "record-setup.jsonl") if opts.record else None
+    try:
+        known = uvloop.run(_setup(opts, setup_calls(opts, run), recorder))
+    finally:
+        if recorder is not None:
+            recorder.close()
+    result.setup_s = time.monotonic() - started
+    procs = opts.scenario.processes
+    jobs = [LoadJob(opts.url, opts.secret, opts.scenario, run, p, procs, known, opts.replay,
+                    opts.work_dir / f"record-{p}.jsonl" if opts.record else None, opts.work_dir / f"samples-{p}.json")
+            for p in range(procs)]
+    _spawn_and_watch(jobs, result, opts.console or Console(stderr=True))
+    for job in jobs:
+        data: dict[str, Any] = orjson.loads(job.samples.read_bytes())
+        result.samples += [tuple(s) for s in data["samples"]]
+        result.counts.update(data["counts"])
+        result.receipts_seen += data["receipts_seen"]
+        result.fen_seen += data["fen_seen"]
+        result.disagreements += data["disagreements"]
+    if opts.record is not None:
+        merge([opts.work_dir / "record-setup.jsonl", *(j.record for j in jobs if j.record)], opts.record)
+    return result
+
+
+def _spawn_and_watch(jobs: list[LoadJob], result: LoadResult, console: Console) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    messages = ctx.Queue()
+    start, go = ctx.Value("d", 0.0), ctx.Event()
+    processes = [ctx.Process(target=load_main, args=(job, messages, start, go), daemon=True, name=f"storm-load-{job.proc}")
+                 for job in jobs]
+    for process in processes:
+        process.start()
+    try:
+        sizes: dict[int, int] = {}
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while len(sizes) < len(jobs):
+            message = _next(messages, processes, deadline)
+            if message[0] == "ready":
+                sizes[message[1]] = message[2]
+        result.calls = sum(sizes.values())
+        start.value = time.time() + START_MARGIN_S
+        go.set()
+        began = time.monotonic()
+        _watch(messages, processes, result.calls, console)
+        result.load_s = time.monotonic() - began - START_MARGIN_S
+        for process in processes:
+            process.join(timeout=30)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=5)
+
+
+def _next(messages: Any, processes: list[Any], deadline: float) -> tuple[Any, ...]:
+    while True:
+        try:
+            message: tuple[Any, ...] = messages.get(timeout=0.1)
+        except queue_module.Empty:
+            dead = [p.name for p in processes if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                raise StormError(f"load processes {dead or 'did not answer'} (exit codes {[p.exitcode for p in processes]})") from None
+            continue
+        if message[0] == "error":
+            raise StormError(f"load process {message[1]} failed:\n{message[2]}")
+        return message
+
+
+def _watch(messages: Any, processes: list[Any], total: int, console: Console) -> None:
+    progress = Progress(TextColumn("[bold]storm"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+    task = progress.add_task("calls", total=total)
+    done: dict[int, int] = {}
+    counts: dict[int, dict[str, int]] = {}
+    finished: set[int] = set()
+    status = Text()
+    with Live(Group(progress, status), console=console, refresh_per_second=4, transient=False):
+        while len(finished) < len(processes):
+            message = _next(messages, processes, float("inf"))
+            if message[0] == "progress":
+                done[message[1]], counts[message[1]] = message[2], message[3]
+                progress.update(task, completed=sum(done.values()))
+                status.plain = _status_line(counts)
+            elif message[0] == "done":
+                finished.add(message[1])
+
+
+def _status_line(counts: dict[int, dict[str, int]]) -> str:
+    total: Counter[str] = Counter()
+    for part in counts.values():
+        total.update(part)
+    parts = []
+    for op in ("send", "pay", "grab", "open"):
+        ok, failed, skipped = total[f"{op} ok"], total[f"{op} failed"], total[f"{op} skipped"]
+        parts.append(f"{op} {ok} ok" + (f" {failed} failed" if failed else "") + (f" {skipped} skipped" if skipped else ""))
+    return " · ".join(parts)

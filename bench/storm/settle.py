@@ -1,0 +1,77 @@
+"""After the load: wait for the reconciler to drain, then audit the money (DESIGN.md section 11).
+
+Draining: ``/metrics`` exports ``hongbao_credits_pending`` (queued credit messages); the storm
+polls it until it reads 0 twice in a row, bounded by ``timeout_s``. The audit
+(``hongbao.bench.audit``) reads the target's database, so it runs only when the storm knows
+the target's data directory (an embedded server on this machine); it runs with ``drained``
+when the queue drained, and is repeated while a violation remains and time is left, since
+a credit's two steps (ledger, then the receipt's mark) may straddle the first look.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from hongbao.bench.audit import AuditReport, audit_sqlite
+
+PENDING_METRIC = "hongbao_credits_pending"
+POLL_S = 0.2
+
+
+@dataclass
+class Settlement:
+    """How the storm ended: ``drained`` (credits pending reached 0), the last ``pending`` count
+    read (None: /metrics did not say), seconds ``waited``, and the ``audit`` (None: not run,
+    ``note`` says why)."""
+
+    drained: bool
+    pending: int | None
+    waited_s: float
+    audit: AuditReport | None
+    note: str = ""
+
+
+def credits_pending(url: str) -> int | None:
+    """The target's ``hongbao_credits_pending`` gauge, or None when /metrics does not answer or lacks it."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(PENDING_METRIC + " "):
+            return int(float(line.split()[1]))
+    return None
+
+
+def wait_drained(url: str, timeout_s: float) -> tuple[bool, int | None, float]:
+    """Poll until credits pending reads 0 twice in a row or ``timeout_s`` pass; returns
+    (drained, last count read, seconds waited)."""
+    started = time.monotonic()
+    zeros, pending = 0, None
+    while time.monotonic() - started < timeout_s:
+        pending = credits_pending(url)
+        zeros = zeros + 1 if pending == 0 else 0
+        if zeros >= 2:
+            return True, pending, time.monotonic() - started
+        time.sleep(POLL_S)
+    return False, pending, time.monotonic() - started
+
+
+def settle(url: str, data_dir: Path | None, timeout_s: float = 30.0) -> Settlement:
+    """Drain, then audit ``data_dir`` (if given); see the module's docstring."""
+    started = time.monotonic()
+    drained, pending, waited = wait_drained(url, timeout_s)
+    if data_dir is None:
+        return Settlement(drained, pending, waited, None, "audit not run: the storm was not given the target's --data-dir")
+    deadline = started + timeout_s
+    while True:
+        report = audit_sqlite(data_dir, drained=drained)
+        if report.ok or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    note = "" if drained else f"credits still pending after {waited:.0f} s: audited as not drained"
+    return Settlement(drained, pending, time.monotonic() - started, report, note)

@@ -1,0 +1,110 @@
+"""The storm's HTTP side: tokens for every user, and one request with its outcome.
+
+The client is aiohttp, not httpx: the storm is an open-loop generator whose own CPU must stay
+small next to the server's, and aiohttp's C-accelerated parser and keep-alive pool cost a
+fraction of httpx's per-request Python overhead on this path (httpx stays in the tests, where
+clarity matters more than throughput). Tokens are minted with the target's HS256 key, read
+from its data directory (``jwt.key``, DESIGN.md section 12) or given as a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from hongbao.server.auth import KEY_FILE, mint
+
+TOKEN_TTL_S = 6 * 3600
+
+
+def storm_secret(data_dir: Path | None, jwt_secret: str | None) -> str:
+    """The HS256 secret to mint with: ``jwt_secret`` if given, else ``data_dir/jwt.key`` (never
+    created here: a key made in the wrong directory would only yield 401s). Raises ValueError
+    when neither is given, FileNotFoundError when the key file is missing."""
+    if jwt_secret:
+        return jwt_secret
+    if data_dir is None:
+        raise ValueError("give the target's --data-dir (to read its jwt.key) or --jwt-secret")
+    path = data_dir / KEY_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: is {data_dir} the target server's data directory?")
+    return path.read_text().strip()
+
+
+class Tokens:
+    """``Authorization`` header values per user, minted once (HS256, ``TOKEN_TTL_S`` seconds);
+    the admin's for top-ups."""
+
+    __slots__ = ("_secret", "_cache")
+
+    def __init__(self, secret: str) -> None:
+        self._secret = secret
+        self._cache: dict[tuple[str, bool], str] = {}
+
+    def bearer(self, user: str, admin: bool = False) -> str:
+        """``Bearer <jwt>`` for ``user`` (an admin token if ``admin``)."""
+        value = self._cache.get((user, admin))
+        if value is None:
+            value = self._cache[(user, admin)] = "Bearer " + mint(self._secret, user, admin=admin, ttl_s=TOKEN_TTL_S)
+        return value
+
+
+@dataclass(slots=True)
+class Answer:
+    """One request's outcome: HTTP ``status`` (0: no answer), error ``code`` ("" on 2xx; the
+    body's ``error.code``, or ``timeout`` / the client exception's name), the JSON ``body`` of a
+    2xx, ``retry_after_s`` of a 429, and ``started`` / ``latency_s`` (monotonic seconds)."""
+
+    status: int
+    code: str
+    body: dict[str, Any] | None
+    retry_after_s: float
+    started: float
+    latency_s: float
+
+
+def connector(connections: int) -> aiohttp.TCPConnector:
+    """A keep-alive pool of at most ``connections`` connections (no DNS cache needed: loopback)."""
+    return aiohttp.TCPConnector(limit=connections, limit_per_host=connections, force_close=False)
+
+
+async def request(session: aiohttp.ClientSession, url: str, method: str, auth: str,
+                  payload: bytes | None, key: str | None) -> Answer:
+    """Send one request and read the whole answer; never raises for network errors or timeouts."""
+    headers = {"Authorization": auth}
+    if payload is not None:
+        headers["Content-Type"] = "application/json"
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    started = time.monotonic()
+    try:
+        async with session.request(method, url, data=payload, headers=headers) as response:
+            raw = await response.read()
+            status, retry = response.status, response.headers.get("Retry-After")
+    except asyncio.TimeoutError:
+        return Answer(0, "timeout", None, 0.0, started, time.monotonic() - started)
+    except aiohttp.ClientError as exc:
+        return Answer(0, type(exc).__name__, None, 0.0, started, time.monotonic() - started)
+    latency = time.monotonic() - started
+    try:
+        body = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        body = {}
+    if status < 400:
+        return Answer(status, "", body, 0.0, started, latency)
+    error = body.get("error") if isinstance(body, dict) else None
+    code = str(error.get("code", status)) if isinstance(error, dict) else str(status)
+    return Answer(status, code, None, _seconds(retry), started, latency)
+
+
+def _seconds(value: str | None) -> float:
+    try:
+        return max(0.0, float(value)) if value is not None else 0.0
+    except ValueError:
+        return 0.0
