@@ -23,7 +23,7 @@ share its bugs. What it adds is the push protocol:
   reconnects at once with a fresh token (so does any close after a stable connection reset the
   retry count);
   ``max_auth_failures`` handshakes answered 401 in a row end the client (AuthenticationFailed),
-  and close 4001 (replaced by a newer session of the same user) ends it too (Replaced);
+  a 403 ends it (Refused), and close 4001 (replaced by a newer session of the same user) ends it too (Replaced);
 * topics: ``subscribe``/``unsubscribe``, sent again after every reconnect.
 """
 
@@ -55,6 +55,10 @@ class PushClientError(Exception):
 
 class AuthenticationFailed(PushClientError):
     """``max_auth_failures`` handshakes in a row were answered 401: the token provider's tokens are refused."""
+
+
+class Refused(PushClientError):
+    """A handshake was answered 403: this client may not connect (e.g. its Origin is not allowed)."""
 
 
 class Replaced(PushClientError):
@@ -109,14 +113,16 @@ class PushClient:
     ``url``: ``ws://host:port/v1/ws``. ``token_provider()``: a JWT (sync or async), called before
     every connect. ``on_event(PushEvent)``: each message once, in order (sync or async; an exception
     it raises ends the client). ``on_reset()``: the history was lost, reload over HTTP.
-    ``on_retry(attempt, delay_s, reason)``: told before each backoff sleep. Times in seconds.
+    ``on_retry(attempt, delay_s, reason)``: told before each backoff sleep. ``offset``/``epoch``:
+    a cursor the app kept from an earlier client (e.g. across restarts), else None. Times in seconds.
     """
 
     def __init__(self, url: str, token_provider: TokenProvider, *, on_event: EventHandler,
                  on_reset: ResetHandler | None = None, on_retry: RetryHandler | None = None,
                  topics: tuple[str, ...] = (), ping_interval_s: float = 30.0, pong_timeout_s: float = 10.0,
                  backoff_base_s: float = 0.5, backoff_cap_s: float = 30.0, stable_after_s: float = 10.0,
-                 max_auth_failures: int = 3, open_timeout_s: float = 10.0, rng: random.Random | None = None) -> None:
+                 max_auth_failures: int = 3, open_timeout_s: float = 10.0, rng: random.Random | None = None,
+                 offset: int | None = None, epoch: str | None = None) -> None:
         self.url, self._token_provider = url, token_provider
         self._on_event, self._on_reset, self._on_retry = on_event, on_reset, on_retry
         self.topics: set[str] = set(topics)
@@ -127,8 +133,10 @@ class PushClient:
         self.max_auth_failures, self.open_timeout_s = max_auth_failures, open_timeout_s
         self._rng = rng or random.Random()
         self.stats = ClientStats()
-        self.epoch: str | None = None  # of the user's stream
+        self.epoch = epoch  # of the user's stream
         self._marks: dict[str | None, tuple[str | None, int]] = {}  # stream (None = user) -> (epoch, offset)
+        if offset is not None:
+            self._marks[None] = (epoch, offset)
         self._ws: ClientConnection | None = None
         self._connected, self._stop = asyncio.Event(), asyncio.Event()
         self._last_rx = 0.0  # loop time of the last inbound message
@@ -186,7 +194,7 @@ class PushClient:
         await self._send_if_open({"type": "unsubscribe", "topic": topic})
 
     async def run(self) -> None:
-        """Connect, receive, reconnect, until ``close()``; raises AuthenticationFailed or Replaced."""
+        """Connect, receive, reconnect, until ``close()``; raises AuthenticationFailed, Refused or Replaced."""
         attempt = auth_failures = 0
         loop = asyncio.get_running_loop()
         while not self._stop.is_set():
@@ -208,6 +216,8 @@ class PushClient:
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 reason = f"handshake {status}"
+                if status == 403:
+                    raise Refused("handshake answered 403") from None
                 if status == 401:
                     auth_failures += 1
                     if auth_failures >= self.max_auth_failures:

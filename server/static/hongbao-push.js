@@ -10,6 +10,8 @@
  *   });
  *   push.start();  push.subscribe("news");  push.close();
  *
+ * Options `offset` and `epoch` resume from a cursor the page kept (e.g. in sessionStorage).
+ *
  * What it does (times are in milliseconds, as everywhere in JavaScript):
  * - token: new WebSocket(url, ["bearer", jwt]); the server echoes only "bearer".
  * - acks {"type":"ack","offset":n} after onEvent returned; dedupe by a high-water offset per stream
@@ -23,7 +25,8 @@
  * - a browser cannot read a failed handshake's status (it sees 1006), so after preflightAfter
  *   failed connects in a row each further failure asks GET /v1/ws/preflight (same token, as an
  *   Authorization header): 401 counts as an auth failure (maxAuthFailures of them stop the client,
- *   onStopped("unauthorized")), 503 waits at least its Retry-After.
+ *   onStopped("unauthorized")), 403 stops it (onStopped("forbidden"): this Origin is refused),
+ *   503 waits at least its Retry-After.
  * - close 4001 (a newer connection of this user took over) stops the client (onStopped("replaced"));
  *   close 4003 (token expired) reconnects at once with a fresh token.
  * - onState(state, detail): "connecting", "open", "retrying", "stopped", for a UI.
@@ -46,7 +49,7 @@
   class HongbaoPush {
     constructor(options) {
       const o = Object.assign({
-        url: null, topics: [], pingIntervalMs: 30000, pongTimeoutMs: 10000,
+        url: null, offset: null, epoch: null, topics: [], pingIntervalMs: 30000, pongTimeoutMs: 10000,
         backoffBaseMs: 500, backoffCapMs: 30000, stableAfterMs: 10000,
         maxAuthFailures: 3, preflightAfter: 3, random: Math.random,
         onEvent: () => {}, onReset: () => {}, onRetry: () => {}, onState: () => {}, onStopped: () => {},
@@ -55,8 +58,9 @@
       this.options = o;
       this.url = o.url || defaultUrl();
       this.topics = new Set(o.topics);
-      this.epoch = null;
+      this.epoch = o.epoch;
       this.marks = new Map();  // stream (null = the user's) -> {epoch, offset}
+      if (o.offset !== null) this.marks.set(null, { epoch: o.epoch, offset: o.offset });
       this.stats = { connects: 0, events: 0, duplicates: 0, acks: 0, resets: 0, preflights: 0 };
       this._conn = null; this._timer = null; this._pingTimer = null;
       this._attempt = 0; this._failedConnects = 0; this._authFailures = 0;
@@ -140,6 +144,7 @@
       let waitMs = 0;
       if (this._failedConnects >= this.options.preflightAfter) {
         const answer = await this._preflight(conn.token);
+        if (answer.status === 403) return this._stop("forbidden");
         if (answer.status === 401 && ++this._authFailures >= this.options.maxAuthFailures) {
           return this._stop("unauthorized");
         }
