@@ -66,6 +66,6 @@ bench-http: install
 clean:
 	rm -rf $(VENV) native/target build bench-results *.egg-info
 
-demo:
-	@echo "make demo runs the storm, which is not built yet; today: make install, then .venv/bin/hongbao serve (see README)" >&2
-	@exit 1
+# An embedded server on a free port, a 30-second smoke storm, the audit, the report (bench/storm/demo.py).
+demo: install
+	$(BIN)/python -m hongbao.bench.storm.demo --out bench-results/demo

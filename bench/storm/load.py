@@ -5,8 +5,8 @@ server does not slow the storm down, the requests pile up as real users' would).
 waits for the calls it ``needs`` (skipped if one failed), then fills in their ids and sends;
 on 429 busy it tries again after Retry-After (with jitter, at most ``busy_retries`` times), as
 our clients do. Every attempt becomes a sample ``(op, t, latency_s, status, code, lag_s)``:
-``t`` seconds after the start, ``lag_s`` how late the request left against the plan (a
-growing lag means the generator, not the server, is the bottleneck).
+``t`` seconds after the start, ``lag_s`` how late the call started against the plan, before
+waiting for what it needs (a growing lag means the generator, not the server, is the bottleneck).
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ class Executor:
 
     async def run(self, call: Call) -> None:
         """Wait for what ``call`` needs, send it (retrying 429s), record it, define its name."""
+        lag = max(0.0, time.monotonic() - self.t0 - call.at)  # the generator's own delay, before any wait
         values: dict[str, str] = {}
         for name in call.needs:
             value = await self._future(name) if name in self._defined else None
@@ -92,12 +93,11 @@ class Executor:
         body = {k: fill(v, values) if isinstance(v, str) else v for k, v in call.body.items()} if call.body else call.body
         payload = orjson.dumps(body) if body is not None else None
         auth = self.tokens.bearer(call.user, admin=call.op == "topup")
-        planned = self.t0 + call.at
         answer: Answer | None = None
         for attempt in range(1, self.busy_retries + 2):
             answer = await request(self.session, self.url + path, call.method, auth, payload, call.key)
             self.samples.append((call.op, answer.started - self.t0, answer.latency_s, answer.status, answer.code,
-                                 max(0.0, answer.started - planned) if attempt == 1 else 0.0))
+                                 lag if attempt == 1 else 0.0))
             if answer.status != 429 or attempt > self.busy_retries:
                 break
             await asyncio.sleep(min(MAX_BUSY_WAIT_S, answer.retry_after_s or 0.05) * random.uniform(0.5, 1.5))
