@@ -1,12 +1,16 @@
 """``make demo``: an embedded server, a 30-second ``smoke`` storm, the audit, the report's path.
 
-Steps: start ``hongbao serve`` (embedded backend, ``--workers`` workers, default 2) on a free
+Steps: start ``hongbao serve`` (embedded backend, ``--workers`` workers, default 1) on a free
 port with a fresh data directory ``OUT/var`` (removed first); play ``smoke`` against it (load,
 drain, audit, ``OUT/report.json`` and ``OUT/report.png``); stop the server (SIGTERM, it must
 exit 0); audit the stopped database once more, drained (``hongbao audit --data-dir OUT/var``
 gives the same). Exit status: 0 clean, 1 a violation (or the server failed), 2 cannot run.
 
-Usage: ``python -m hongbao.bench.storm.demo [--out bench-results/demo] [--workers 2] [--duration 20]``.
+One worker by default: on the embedded backend a second worker contends for SQLite's single
+writer (BEGIN IMMEDIATE across processes), and on 2 cores that made pay and open about ten
+times slower at the median than one worker did (measured with this demo).
+
+Usage: ``python -m hongbao.bench.storm.demo [--out bench-results/demo] [--workers 1] [--duration 20]``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the exit status (see the module's docstring)."""
     parser = argparse.ArgumentParser(prog="python -m hongbao.bench.storm.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench-results/demo"), help="report directory")
-    parser.add_argument("--workers", type=int, default=2, help="server workers (default: 2)")
+    parser.add_argument("--workers", type=int, default=1, help="server workers (default: 1)")
     parser.add_argument("--duration", type=float, help="seconds of sends (default: the smoke scenario's)")
     args = parser.parse_args(argv)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
