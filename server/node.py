@@ -1,0 +1,69 @@
+"""This worker as a push node (DESIGN.md section 7): its id, liveness heartbeat and the sweeper.
+
+A node is one worker process (with SO_REUSEPORT a client lands on any worker). Every second it
+refreshes its liveness (``push_node_ttl_s``, 5 s by default) with the address of its internal
+listener, then sweeps: every live node removes the sessions of nodes whose liveness lapsed, so a
+crashed node's users read as offline within the TTL, not after the 10-minute session TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Callable
+
+from hongbao.core.push_ports import NodeDirectory
+
+log = logging.getLogger("hongbao.push.node")
+HEARTBEAT_S = 1.0
+
+
+def node_id(node_name: str) -> str:
+    """This process's node id: ``{node_name}/{pid}``, the host name when ``node_name`` is empty."""
+    return f"{node_name or socket.gethostname()}/{os.getpid()}"
+
+
+class Node:
+    """Liveness of node ``id`` in ``nodes`` for ``ttl_s`` seconds a beat; ``report(ok)`` hears
+    whether each heartbeat reached the store (the hub counts consecutive failures)."""
+
+    __slots__ = ("id", "address", "_nodes", "_ttl_s", "_report")
+
+    def __init__(self, node: str, nodes: NodeDirectory, ttl_s: float, report: Callable[[bool], None]) -> None:
+        self.id, self.address = node, ""
+        self._nodes, self._ttl_s, self._report = nodes, ttl_s, report
+
+    async def join(self, address: str) -> None:
+        """First heartbeat, at ``address`` (host:port of the internal listener), before any
+        connection is accepted; raises when the store cannot be reached."""
+        self.address = address
+        await self._nodes.heartbeat(self.id, address, self._ttl_s)
+        log.info("push node %s joined at %s", self.id, address)
+
+    async def beat_forever(self) -> None:
+        """Heartbeat and sweep every ``HEARTBEAT_S`` until cancelled."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                await self._nodes.heartbeat(self.id, self.address, self._ttl_s)
+            except Exception as exc:
+                log.warning("push node %s: heartbeat failed: %s", self.id, exc)
+                self._report(False)
+                continue
+            self._report(True)
+            try:
+                removed = await self._nodes.sweep(self.id)
+            except Exception as exc:
+                log.warning("push node %s: sweep failed: %s", self.id, exc)
+                continue
+            if removed:
+                log.info("push node %s swept %d session(s) of dead nodes", self.id, removed)
+
+    async def leave(self) -> None:
+        """Stop being alive now (graceful shutdown); the other nodes sweep what is left."""
+        try:
+            await self._nodes.leave(self.id)
+        except Exception as exc:
+            log.warning("push node %s: could not leave: %s", self.id, exc)

@@ -1,0 +1,112 @@
+"""Group pushes through the reliable queue, and broadcasts through the topic log (DESIGN.md section 7).
+
+Group: ``push_to_group`` puts one message on the ``push_group`` stream of the Queue port; every
+worker consumes the stream (a claim leases messages, so each is handled by one worker, and one
+that dies mid-way is taken over after the lease). A claimed batch is expanded to the groups'
+members, appended to every member's log in one round trip, acked, then sent: to the sockets
+here and, batched per node, to the other nodes.
+
+Broadcast: ``broadcast`` appends to the topic log; each worker reads the log once (its own cursor)
+and sends each broadcast to its local subscribers as one frame encoded once for all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from hongbao_native import OP_TEXT, encode_frame
+
+from hongbao.core import errors
+from hongbao.core.ports import GroupStore, Queue
+from hongbao.core.push_ports import BodyMaker, Stored, TopicLog
+from hongbao.server.push_messages import EventBody, now_ms
+
+if TYPE_CHECKING:
+    from hongbao.server.push_hub import PushHub
+
+log = logging.getLogger("hongbao.push.fanout")
+GROUP_STREAM = "push_group"
+GROUP_BATCH = 50  # group messages claimed at once
+GROUP_LEASE_MS = 30_000
+GROUP_POLL_S = 0.05  # how often a worker looks for group messages published by other workers
+BROADCAST_WAIT_S = 1.0
+
+
+class Fanout:
+    """Group pushes (``queue``, members from ``groups``) and broadcasts (``topics``) for ``hub``."""
+
+    __slots__ = ("hub", "queue", "groups", "topics", "_wake", "_cursor")
+
+    def __init__(self, hub: PushHub, queue: Queue, groups: GroupStore, topics: TopicLog) -> None:
+        self.hub, self.queue, self.groups, self.topics = hub, queue, groups, topics
+        self._wake: asyncio.Event | None = None
+        self._cursor: str | None = None
+
+    async def start(self) -> None:
+        """Take the topic log's cursor now: broadcasts published from here on reach this node."""
+        self._cursor, _ = await self.topics.read(None, 0)
+        self._wake = asyncio.Event()
+
+    async def push_to_group(self, group_id: str, event: str, data: Any) -> None:
+        """Queue ``event`` for every member of ``group_id``. Raises NotFound for an unknown group."""
+        if await self.groups.creator(group_id) is None:
+            raise errors.NotFound(f"no group {group_id}")
+        await self.queue.publish([(GROUP_STREAM, orjson.dumps({"g": group_id, "e": event, "d": data}))])
+        if self._wake is not None:
+            self._wake.set()
+
+    async def drain_groups(self) -> int:
+        """Handle one claimed batch of group messages; returns how many there were."""
+        if await self.queue.depth(GROUP_STREAM) == 0:
+            return 0
+        claimed = await self.queue.claim(GROUP_STREAM, GROUP_BATCH, GROUP_LEASE_MS, now_ms())
+        entries: list[tuple[str, BodyMaker]] = []
+        for _, body in claimed:
+            message = orjson.loads(body)
+            make_body = EventBody(message["e"], message["d"])
+            entries.extend((uid, make_body) for uid in await self.groups.members(message["g"]))
+        stored: list[Stored] = await self.hub.stores.log.append(entries, now_ms()) if entries else []
+        for message_id, _ in claimed:  # in every member's log now: the queue's job is done
+            await self.queue.ack(GROUP_STREAM, message_id)
+        await self.hub.send([(uid, message) for (uid, _), message in zip(entries, stored)])
+        return len(claimed)
+
+    async def groups_forever(self) -> None:
+        """Consume the group stream until cancelled: at once when this worker published, else
+        every ``GROUP_POLL_S``."""
+        assert self._wake is not None, "start() first"
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), GROUP_POLL_S)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                while await self.drain_groups():
+                    pass
+            except Exception as exc:  # the claimed messages come back after their lease
+                log.warning("group push failed; retried after the lease: %s", exc)
+
+    async def broadcast(self, topic: str, event: str, data: Any) -> Stored:
+        """Publish ``event`` to ``topic``'s subscribers on every node; the topic's Stored message."""
+        return await self.topics.publish(topic, EventBody(event, data, topic))
+
+    async def broadcasts_forever(self) -> None:
+        """Read the topic log and send each broadcast to the subscribers here, one frame for all."""
+        while True:
+            try:
+                self._cursor, items = await self.topics.read(self._cursor, BROADCAST_WAIT_S)
+            except Exception as exc:
+                log.warning("reading broadcasts failed: %s", exc)
+                await asyncio.sleep(BROADCAST_WAIT_S)
+                continue
+            for topic, message in items:
+                subscribers = self.hub.topics.get(topic)
+                if subscribers:
+                    frame = encode_frame(OP_TEXT, message.body)
+                    for conn in list(subscribers):
+                        conn.send_frame(frame)
+                    self.hub.metrics.events["push_broadcast_sends"] += len(subscribers)

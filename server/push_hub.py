@@ -1,0 +1,350 @@
+"""The push hub of one worker (DESIGN.md section 7): the sessions held here, ordered delivery
+with replay, and the push API (to a user, to a group, to a topic's subscribers).
+
+Every message of a user's stream is appended to the user's log first (MessageLog: offsets and an
+epoch), so nothing is lost; then it goes to the user's socket if the session is here, or is
+forwarded to the node that holds it (server/push_internal.py), through a route cached 30 s. A
+forward answered "not here" or not answered within ``push_forward_timeout_s`` drops the cached
+route; the route is looked up once more and, if it changed, the forward is tried once more.
+Otherwise the message stays queued in the log until the next connection replays it.
+
+A session's socket gets its stream in offset order, each message once: messages that arrive
+while a replay runs wait behind it, duplicates are dropped, and a message past a gap (an earlier
+one still on its way from another worker, or never delivered) makes the session read the gap
+from the log first. A gap the log no longer holds, or another epoch, is announced with
+``{"type": "reset", "epoch": e}`` before what is still held: never passed off as complete.
+
+Messages: ``{"type": "event", "event", "data", "offset", "epoch"}`` (broadcasts also carry
+``topic``; their offset and epoch are the topic's). Clients send ``{"type": "ack", "offset"}``,
+``{"type": "subscribe" | "unsubscribe", "topic"}``; acks (which trim the log) and liveness
+refreshes are written once a tick for every connection. ``push_store_failures`` consecutive
+store failures close every connection here (1011): their sessions can no longer be kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hongbao.core.events import Event
+from hongbao.core.ports import GroupStore, Queue
+from hongbao.core.push_ports import Route, Stored
+from hongbao.server import push_messages
+from hongbao.server.config import Settings
+from hongbao.server.metrics import WorkerMetrics
+from hongbao.server.node import Node, node_id
+from hongbao.server.push_fanout import Fanout
+from hongbao.server.push_internal import Forwarder, internal_secret, listen
+from hongbao.server.push_messages import EventBody, now_ms
+from hongbao.server.push_routes import RemoteDelivery
+from hongbao.server.push_stores import PushStores
+
+log = logging.getLogger("hongbao.push")
+TICK_S = 1.0
+MAX_TOPICS = 100  # subscriptions per connection
+_TOPIC = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+DELIVERED, QUEUED = "delivered_to_socket", "queued"
+
+
+class Conn(Protocol):
+    """What the hub needs of a connection (server/ws_connection.py's WsConnection)."""
+
+    uid: str
+    sid: str
+    subscriptions: set[str]
+
+    def send_text(self, body: bytes) -> bool: ...
+    def send_frame(self, frame: bytes) -> bool: ...
+    def close(self, code: int, reason: str = "") -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Pushed:
+    """What became of a targeted push: ``result`` (delivered_to_socket | queued) and the
+    message's place in the user's stream."""
+
+    result: str
+    offset: int
+    epoch: str
+
+
+class _Session:
+    """A session held here: where its stream stands on the socket. ``held`` collects messages
+    while a replay runs (None: live); ``sent`` is the last offset sent (None: unknown yet)."""
+
+    __slots__ = ("conn", "epoch", "sent", "held")
+
+    def __init__(self, conn: Conn, epoch: str | None) -> None:
+        self.conn, self.epoch = conn, epoch
+        self.sent: int | None = None
+        self.held: list[Stored] | None = []
+
+
+class PushHub:
+    """One worker's hub (``app.push``) over ``stores``, for ``settings``: this worker's Node, its
+    internal listener and forwarder, group pushes on ``queue`` with members from ``groups``."""
+
+    def __init__(self, settings: Settings, stores: PushStores, metrics: WorkerMetrics, queue: Queue, groups: GroupStore) -> None:
+        self.settings, self.stores, self.metrics = settings, stores, metrics
+        self.node = Node(node_id(settings.node_name), stores.nodes, settings.push_node_ttl_s, self.store_result)
+        self.forwarder = Forwarder(internal_secret(settings), settings.push_forward_timeout_s)
+        self.remote = RemoteDelivery(self.node.id, stores.sessions, stores.nodes, self.forwarder)
+        self.fanout = Fanout(self, queue, groups, stores.topics)
+        self.max_failures, self.failures = settings.push_store_failures, 0
+        self.sessions: dict[str, _Session] = {}
+        self.topics: dict[str, set[Conn]] = {}
+        self._touched: set[tuple[str, str]] = set()
+        self._acks: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._listener: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        """Before the worker accepts connections: open the internal listener, join as a live
+        node at its address, take the broadcast cursor. Raises when the store is unreachable."""
+        self._listener, address = await listen(self, self.settings)
+        await self.node.join(address)
+        await self.fanout.start()
+
+    def jobs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
+        """The hub's background jobs: liveness and sweep, the tick's writes, group pushes, broadcasts."""
+        return [self.node.beat_forever, self._flush_forever, self.fanout.groups_forever, self.fanout.broadcasts_forever]
+
+    async def stop(self) -> None:
+        """After the connections have closed: write the last acks, log out, leave, close the listener."""
+        await self.flush()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.node.leave()
+        await self.forwarder.close()
+        if self._listener is not None:
+            self._listener.close()
+
+    # --- connections (the WsConnection interface) -------------------------------------------------
+
+    async def attach(self, conn: Conn, offset: int | None, epoch: str | None) -> None:
+        """Log the session in (replacing an older one: closed with 4001 here or on its node),
+        register it, and replay the stream after (``offset``, ``epoch``); raises on store failure."""
+        old = await self.stores.sessions.login(conn.uid, conn.sid, self.node.id, now_ms())
+        session = _Session(conn, epoch)
+        previous = self.sessions.get(conn.uid)
+        self.sessions[conn.uid] = session
+        if previous is not None and previous.conn is not conn:
+            previous.conn.close(4001, "replaced by a newer session")
+        if old is not None and old.node != self.node.id:
+            self.spawn(self._kick(old, conn.uid))
+        await self._replay(session, offset, epoch)
+
+    def on_message(self, conn: Conn, message: dict[str, Any]) -> None:
+        """A client message: ack (coalesced per tick), subscribe / unsubscribe (answered)."""
+        kind, topic = message.get("type"), message.get("topic")
+        if kind == "ack":
+            offset = message.get("offset")
+            session = self.sessions.get(conn.uid)
+            if type(offset) is not int or offset < 0:
+                conn.send_text(push_messages.error("ack needs an offset: a non-negative integer"))
+            elif session is not None and session.conn is conn:
+                if session.sent is not None:  # never past what was sent: an ack trims the log
+                    offset = min(offset, session.sent)
+                self._acks[conn.uid] = max(offset, self._acks.get(conn.uid, -1))
+        elif kind in ("subscribe", "unsubscribe"):
+            if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
+                conn.send_text(push_messages.error("topic must be 1..64 of [A-Za-z0-9_.:-]"))
+            elif kind == "subscribe" and topic not in conn.subscriptions and len(conn.subscriptions) >= MAX_TOPICS:
+                conn.send_text(push_messages.error(f"at most {MAX_TOPICS} topics per connection"))
+            else:
+                self._subscribe(conn, topic, kind == "subscribe")
+                conn.send_text(push_messages.subscription(kind == "subscribe", topic))
+        else:
+            conn.send_text(push_messages.error("unknown message type"))
+
+    def touched(self, conn: Conn) -> None:
+        """Inbound frames: refresh the session at the next tick."""
+        self._touched.add((conn.uid, conn.sid))
+
+    def detach(self, conn: Conn) -> None:
+        """The connection is gone: unregister it, and log the session out if it is still this one."""
+        session = self.sessions.get(conn.uid)
+        if session is not None and session.conn is conn:
+            del self.sessions[conn.uid]
+        for topic in list(conn.subscriptions):
+            self._subscribe(conn, topic, False)
+        self._touched.discard((conn.uid, conn.sid))
+        self.spawn(self._logout(conn.uid, conn.sid))
+
+    def _subscribe(self, conn: Conn, topic: str, on: bool) -> None:
+        if on:
+            conn.subscriptions.add(topic)
+            self.topics.setdefault(topic, set()).add(conn)
+            return
+        conn.subscriptions.discard(topic)
+        subscribers = self.topics.get(topic)
+        if subscribers is not None:
+            subscribers.discard(conn)
+            if not subscribers:
+                del self.topics[topic]
+
+    async def _logout(self, uid: str, sid: str) -> None:
+        try:
+            await self.stores.sessions.logout(uid, sid, self.node.id)
+        except Exception as exc:  # the session reads offline after its TTL; the sweep removes it
+            log.warning("push logout of a session failed: %s", exc)
+
+    async def _kick(self, old: Route, uid: str) -> None:
+        address = await self.stores.nodes.address(old.node)
+        if address is not None:
+            await self.forwarder.kick(address, uid, old.sid)
+
+    # --- ordered delivery to the sessions held here -----------------------------------------------
+
+    def deliver(self, session: _Session, message: Stored) -> bool:
+        """Send ``message`` of the session's stream in order (see the module docstring); False
+        when the socket refused it (closing, or over its output cap)."""
+        if session.held is not None:
+            session.held.append(message)
+            return True
+        same = session.epoch is None or message.epoch == session.epoch
+        if same and session.sent is not None and message.offset <= session.sent:
+            return True
+        if not same or (session.sent is not None and message.offset > session.sent + 1):
+            session.held = [message]
+            self.spawn(self._catch_up(session))
+            return True
+        session.epoch, session.sent = message.epoch, message.offset
+        return session.conn.send_text(message.body)
+
+    async def _replay(self, session: _Session, after: int | None, epoch: str | None) -> None:
+        """Send the log after ``after`` (reset first if incomplete), then what arrived meanwhile."""
+        conn = session.conn
+        replay = await self.stores.log.replay(conn.uid, after, epoch, now_ms())
+        if not replay.complete:
+            conn.send_text(push_messages.reset(replay.epoch))
+            after = None
+        session.epoch, session.sent = replay.epoch, after
+        for message in replay.messages:
+            if session.sent is None or message.offset > session.sent:
+                session.sent = message.offset
+                conn.send_text(message.body)
+        held, session.held = session.held or [], None
+        for message in held:
+            self.deliver(session, message)
+
+    async def _catch_up(self, session: _Session) -> None:
+        try:
+            await self._replay(session, session.sent, session.epoch)
+        except Exception as exc:
+            log.warning("push catch-up from the log failed, closing the session: %s", exc)
+            session.conn.close(1011, "push store unavailable")
+
+    def receive(self, uid: str, sid: str, message: Stored) -> bool:
+        """A message forwarded by another node for session ``sid``; False if it is not here."""
+        session = self.sessions.get(uid)
+        if session is None or session.conn.sid != sid:
+            return False
+        return self.deliver(session, message)
+
+    def kick(self, uid: str, sid: str) -> bool:
+        """Close session ``sid`` (replaced by a login on another node) with 4001; False if not here."""
+        session = self.sessions.get(uid)
+        if session is None or session.conn.sid != sid:
+            return False
+        session.conn.close(4001, "replaced by a newer session")
+        return True
+
+    # --- the push API -------------------------------------------------------------------------------
+
+    async def push_to_user(self, uid: str, event: str, data: Any) -> Pushed:
+        """Append ``event`` with ``data`` to ``uid``'s stream, then send it to the user's socket
+        wherever it is. Raises when the log cannot be written (then nothing was queued)."""
+        [message] = await self.stores.log.append([(uid, EventBody(event, data))], now_ms())
+        [sent] = await self.send([(uid, message)])
+        return Pushed(DELIVERED if sent else QUEUED, message.offset, message.epoch)
+
+    async def push_to_group(self, group_id: str, event: str, data: Any) -> None:
+        """Queue ``event`` for every member of ``group_id`` (delivered by the group job of some
+        worker). Raises NotFound for an unknown group."""
+        await self.fanout.push_to_group(group_id, event, data)
+
+    async def broadcast(self, topic: str, event: str, data: Any) -> Stored:
+        """Publish ``event`` to ``topic``: every node sends it to its subscribers, encoded once."""
+        return await self.fanout.broadcast(topic, event, data)
+
+    async def send(self, items: Sequence[tuple[str, Stored]]) -> list[bool]:
+        """Send logged (uid, message) pairs to the users' sockets, here or on their nodes; per
+        message True if it reached a socket, False if it stays queued in the log."""
+        results = [False] * len(items)
+        remote: list[int] = []
+        for i, (uid, message) in enumerate(items):
+            session = self.sessions.get(uid)
+            if session is not None:
+                results[i] = self.deliver(session, message)
+            else:
+                remote.append(i)
+        if remote:
+            for i, sent in zip(remote, await self.remote.send([items[i] for i in remote])):
+                results[i] = sent
+        delivered = sum(results)
+        self.metrics.events["push_delivered"] += delivered
+        self.metrics.events["push_queued"] += len(results) - delivered
+        return results
+
+    def notify(self, event: Event) -> None:
+        """The services' Notifier: deliver ``event`` in the background; failures are logged and
+        counted (``push_failures``), never raised."""
+        self.spawn(self._notify(event))
+
+    async def _notify(self, event: Event) -> None:
+        try:
+            if event.group_id is not None:
+                await self.push_to_group(event.group_id, event.name, event.data)
+            for uid in event.user_ids:
+                await self.push_to_user(uid, event.name, event.data)
+        except Exception as exc:
+            self.metrics.events["push_failures"] += 1
+            log.warning("push of event %s failed: %s", event.name, exc)
+
+    # --- housekeeping ---------------------------------------------------------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` in the background, keeping a reference until it is done."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def store_result(self, ok: bool) -> None:
+        """Count consecutive push store failures; at ``max_failures`` close every connection here."""
+        if ok:
+            self.failures = 0
+            return
+        self.failures += 1
+        if self.failures >= self.max_failures:
+            log.error("push store failed %d times in a row: closing %d connection(s)", self.failures, len(self.sessions))
+            self.failures = 0
+            for session in list(self.sessions.values()):
+                session.conn.close(1011, "push store unavailable")
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write this tick's liveness refreshes and acks (one round trip each)."""
+        touched, self._touched = self._touched, set()
+        acks, self._acks = self._acks, {}
+        if not touched and not acks:
+            return
+        try:
+            if touched:
+                await self.stores.sessions.touch(sorted(touched), now_ms())
+            if acks:
+                await self.stores.log.ack(sorted(acks.items()))
+        except Exception as exc:
+            log.warning("push store refresh failed: %s", exc)
+            for uid, offset in acks.items():
+                self._acks[uid] = max(offset, self._acks.get(uid, -1))
+            self.store_result(False)
+            return
+        self.store_result(True)
