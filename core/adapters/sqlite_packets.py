@@ -11,30 +11,13 @@ from collections.abc import Sequence
 
 import hongbao_native
 
+from hongbao.core.adapters.packet_rows import (
+    PACKET_COLUMNS, RECEIPT_COLUMNS, packet_from_row, packet_values, plan_opens, receipt_from_row,
+)
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_schema import DAYS, packet_table, receipt_table
-from hongbao.core.packet import Kind, Packet, Receipt, Status
+from hongbao.core.packet import Packet, Receipt, Status
 from hongbao.core.ports import Draw, OpenResult
-
-_PACKET_COLUMNS = (
-    "order_id, sender_id, kind, count, total_fen, group_id, receiver_id, remaining_fen, "
-    "remaining_count, status, created_at, pay_by, expires_at, refunded_fen"
-)
-_RECEIPT_COLUMNS = "order_id, user_id, amount_fen, opened_at, credit_status"
-
-
-def _packet(row: tuple[object, ...]) -> Packet:
-    (order_id, sender, kind, count, total, group, receiver, rem_fen, rem_count, status, created, pay_by, expires, refunded) = row
-    return Packet(
-        str(order_id), str(sender), Kind(str(kind)), int(count), int(total),  # type: ignore[call-overload]
-        group if group is None else str(group), receiver if receiver is None else str(receiver),
-        int(rem_fen), int(rem_count), Status(str(status)), int(created), int(pay_by), int(expires), int(refunded),  # type: ignore[call-overload]
-    )
-
-
-def _receipt(row: tuple[object, ...]) -> Receipt:
-    order_id, user_id, amount, opened_at, credit_status = row
-    return Receipt(str(order_id), str(user_id), int(amount), int(opened_at), credit_status == "credited")  # type: ignore[call-overload]
 
 
 class SqlitePacketStore:
@@ -55,15 +38,11 @@ class SqlitePacketStore:
     async def insert_packet(self, packet: Packet) -> bool:
         """Insert the packet row; False if the order id exists (idempotent pay)."""
         ptable, _ = self._tables(packet.order_id)
-        values = (
-            packet.order_id, packet.sender_id, packet.kind.value, packet.count, packet.total_fen,
-            packet.group_id, packet.receiver_id, packet.remaining_fen, packet.remaining_count,
-            packet.status.value, packet.created_at_ms, packet.pay_by_ms, packet.expires_at_ms, packet.refunded_fen,
-        )
+        values = packet_values(packet)
 
         def insert() -> bool:
             with self._db.immediate() as conn:
-                cur = conn.execute(f"INSERT INTO {ptable} ({_PACKET_COLUMNS}) VALUES ({','.join('?' * 14)}) "
+                cur = conn.execute(f"INSERT INTO {ptable} ({PACKET_COLUMNS}) VALUES ({','.join('?' * 14)}) "
                                    "ON CONFLICT (order_id) DO NOTHING", values)
                 return cur.rowcount == 1
 
@@ -74,8 +53,8 @@ class SqlitePacketStore:
         ptable, _ = self._tables(order_id)
 
         def get() -> Packet | None:
-            row = self._db.reader.execute(f"SELECT {_PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
-            return None if row is None else _packet(row)
+            row = self._db.reader.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+            return None if row is None else packet_from_row(row)
 
         return self._db.read(get)
 
@@ -86,44 +65,26 @@ class SqlitePacketStore:
 
     def _open_batch(self, ptable: str, rtable: str, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
         with self._db.immediate() as conn:
-            row = conn.execute(f"SELECT {_PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+            row = conn.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
             if row is None:
                 return [OpenResult(None, "not_found") for _ in user_ids]
-            packet = _packet(row)
-            existing = self._existing(conn, rtable, order_id, user_ids)
-            rem_fen, rem_count = packet.remaining_fen, packet.remaining_count
-            results: list[OpenResult] = []
-            inserts: list[tuple[object, ...]] = []
-            for user_id in user_ids:
-                if user_id in existing:
-                    results.append(OpenResult(existing[user_id], repeat=True))
-                elif packet.status is not Status.ACTIVE or rem_count == 0:
-                    results.append(OpenResult(None, "finished" if packet.status in (Status.ACTIVE, Status.FINISHED) else "expired"))
-                elif now_ms >= packet.expires_at_ms:
-                    results.append(OpenResult(None, "expired"))
-                else:
-                    amount = draw(rem_fen, rem_count) if packet.kind is Kind.LUCKY else rem_fen // rem_count
-                    position = packet.count - rem_count + 1
-                    rem_fen, rem_count = rem_fen - amount, rem_count - 1
-                    receipt = Receipt(order_id, user_id, amount, now_ms)
-                    existing[user_id] = receipt
-                    inserts.append((order_id, user_id, position, amount, now_ms))
-                    results.append(OpenResult(receipt, last=rem_count == 0))
-            if inserts:
-                conn.executemany(f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES (?, ?, ?, ?, ?)", inserts)
-                finished = rem_count == 0
-                best = self._best_luck(conn, rtable, order_id) if finished else None
+            packet = packet_from_row(row)
+            plan = plan_opens(packet, self._existing(conn, rtable, order_id, user_ids), user_ids, now_ms, draw)
+            if plan.inserts:
+                conn.executemany(f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES (?, ?, ?, ?, ?)",
+                                 plan.inserts)
+                best = self._best_luck(conn, rtable, order_id) if plan.finished else None
                 conn.execute(
                     f"UPDATE {ptable} SET remaining_fen = ?, remaining_count = ?, status = ?, best_luck_user_id = ? WHERE order_id = ?",
-                    (rem_fen, rem_count, (Status.FINISHED if finished else Status.ACTIVE).value, best, order_id),
+                    (plan.remaining_fen, plan.remaining_count, (Status.FINISHED if plan.finished else Status.ACTIVE).value, best, order_id),
                 )
-            return results
+            return plan.results
 
     @staticmethod
     def _existing(conn: sqlite3.Connection, rtable: str, order_id: str, user_ids: Sequence[str]) -> dict[str, Receipt]:
         marks = ",".join("?" * len(user_ids))
-        rows = conn.execute(f"SELECT {_RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? AND user_id IN ({marks})", (order_id, *user_ids))
-        return {str(r[1]): _receipt(r) for r in rows}
+        rows = conn.execute(f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? AND user_id IN ({marks})", (order_id, *user_ids))
+        return {str(r[1]): receipt_from_row(r) for r in rows}
 
     @staticmethod
     def _best_luck(conn: sqlite3.Connection, rtable: str, order_id: str) -> str | None:
@@ -143,17 +104,17 @@ class SqlitePacketStore:
     async def receipts(self, order_id: str) -> list[Receipt]:
         """Every receipt of the packet, in open order."""
         _, rtable = self._tables(order_id)
-        sql = f"SELECT {_RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? ORDER BY position"
-        return self._db.read(lambda: [_receipt(r) for r in self._db.reader.execute(sql, (order_id,))])
+        sql = f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? ORDER BY position"
+        return self._db.read(lambda: [receipt_from_row(r) for r in self._db.reader.execute(sql, (order_id,))])
 
     async def receipt(self, order_id: str, user_id: str) -> Receipt | None:
         """The user's receipt for the packet, or None."""
         _, rtable = self._tables(order_id)
-        sql = f"SELECT {_RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? AND user_id = ?"
+        sql = f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? AND user_id = ?"
 
         def get() -> Receipt | None:
             row = self._db.reader.execute(sql, (order_id, user_id)).fetchone()
-            return None if row is None else _receipt(row)
+            return None if row is None else receipt_from_row(row)
 
         return self._db.read(get)
 
@@ -171,8 +132,8 @@ class SqlitePacketStore:
                 )
                 if cur.rowcount != 1:
                     return None
-                row = conn.execute(f"SELECT {_PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
-                packet = _packet(row)
+                row = conn.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+                packet = packet_from_row(row)
                 return packet if packet.status is Status.EXPIRED else None
 
         return await self._db.run(refund)
@@ -194,8 +155,8 @@ class SqlitePacketStore:
         def scan() -> list[Packet]:
             found: list[Packet] = []
             for ptable, _ in self._all_tables():
-                rows = self._db.conn.execute(f"SELECT {_PACKET_COLUMNS} FROM {ptable} WHERE status = ? LIMIT ?", (Status.EXPIRED.value, limit))
-                found += (_packet(r) for r in rows)
+                rows = self._db.conn.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE status = ? LIMIT ?", (Status.EXPIRED.value, limit))
+                found += (packet_from_row(r) for r in rows)
             return found[:limit]
 
         return await self._db.run(scan)
@@ -231,9 +192,9 @@ class SqlitePacketStore:
             found: list[Receipt] = []
             for _, rtable in self._all_tables():
                 rows = self._db.conn.execute(
-                    f"SELECT {_RECEIPT_COLUMNS} FROM {rtable} WHERE credit_status = 'pending' AND opened_at < ? "
+                    f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE credit_status = 'pending' AND opened_at < ? "
                     "ORDER BY opened_at LIMIT ?", (opened_before_ms, limit))
-                found += (_receipt(r) for r in rows)
+                found += (receipt_from_row(r) for r in rows)
             return sorted(found, key=lambda r: r.opened_at_ms)[:limit]
 
         return await self._db.run(scan)

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hongbao.core.adapters.blocks import SEQUENCE_BLOCK, BlockSequence
 from hongbao.core.adapters.sqlite_db import SqliteDb
-
-SEQUENCE_BLOCK = 1000
-DB_SOURCE = 1  # DESIGN.md section 4: source 1 = the DB's block allocator
 
 
 class SqlitePreOrderStore:
@@ -145,32 +143,27 @@ class SqliteGroupStore:
         return self._db.read(lambda: [str(r[0]) for r in self._db.reader.execute(sql, (group_id,))])
 
 
-class SqliteSequenceSource:
-    """The DB block allocator (source 1): each worker takes blocks of 1000 in a transaction."""
+class SqliteSequenceSource(BlockSequence):
+    """The DB block allocator (source 1) on t_seq_block: each worker takes blocks of 1000 in a transaction."""
 
-    __slots__ = ("_db", "_blocks")
+    __slots__ = ("_db",)
 
     def __init__(self, db: SqliteDb) -> None:
+        super().__init__()
         self._db = db
-        self._blocks: dict[tuple[int, int], tuple[int, int]] = {}
 
-    async def next(self, region: int, yymmdd: int) -> tuple[int, int]:
-        """The next (1, sequence) for the region and day; never repeats across workers or restarts."""
-        key = (region, yymmdd)
-        start, end = self._blocks.get(key, (0, 0))
-        if start >= end:
-            def take() -> int:
-                with self._db.immediate() as conn:
-                    row = conn.execute(
-                        "INSERT INTO t_seq_block (region, yymmdd, next_seq) VALUES (?, ?, ?) "
-                        "ON CONFLICT (region, yymmdd) DO UPDATE SET next_seq = next_seq + ? RETURNING next_seq",
-                        (region, yymmdd, SEQUENCE_BLOCK, SEQUENCE_BLOCK)).fetchone()
-                    return int(row[0])
+    async def take_block(self, region: int, yymmdd: int) -> int:
+        """Advance the day's counter by one block; returns the block's end."""
 
-            end = await self._db.run(take)
-            start = end - SEQUENCE_BLOCK
-        self._blocks[key] = (start + 1, end)
-        return DB_SOURCE, start
+        def take() -> int:
+            with self._db.immediate() as conn:
+                row = conn.execute(
+                    "INSERT INTO t_seq_block (region, yymmdd, next_seq) VALUES (?, ?, ?) "
+                    "ON CONFLICT (region, yymmdd) DO UPDATE SET next_seq = next_seq + ? RETURNING next_seq",
+                    (region, yymmdd, SEQUENCE_BLOCK, SEQUENCE_BLOCK)).fetchone()
+                return int(row[0])
+
+        return await self._db.run(take)
 
 
 class SqliteQueue:
