@@ -27,7 +27,13 @@ class Settings:
     port: int = 8080
     workers: int = 1
     data_dir: Path = Path("var")
-    backend: str = "embedded"
+    backend: str = "embedded"  # embedded | production (MySQL/MariaDB money, Redis state)
+    mysql_dsn: str = ""  # mysql://user:pass@host:port; comma-separated: database i lives on DSN i mod count
+    mysql_dbs: int = 4  # N databases (db_00..), DESIGN.md section 5
+    mysql_tables: int = 4  # M tables per database and day
+    mysql_prefix: str = ""  # database names are {prefix}db_{i:02}
+    mysql_pool_size: int = 10  # connections per database per worker
+    mysql_hot_days: int = 3  # `hongbao migrate --cold` moves closed packets older than this
     region: int = 1
     jwt_secret: str = ""  # HS256 secret; empty -> the embedded key file data_dir/jwt.key
     jwt_public_key_file: str = ""  # RS256/ES256 public key (PEM); verification only
@@ -79,6 +85,10 @@ class Settings:
                      "ws_max_message_bytes", "ws_max_output_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.backend not in ("embedded", "production"):
+            raise ValueError(f"backend must be embedded or production, got {self.backend!r}")
+        if min(self.mysql_dbs, self.mysql_tables, self.mysql_pool_size, self.mysql_hot_days) < 1:
+            raise ValueError("mysql_dbs, mysql_tables, mysql_pool_size and mysql_hot_days must be at least 1")
         for name in ("push_store_failures", "push_log_max_messages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -1,0 +1,212 @@
+"""The sharded MySQL/MariaDB layout of DESIGN.md section 5 and one asyncmy pool per database.
+
+Routing: packets, receipts and pre-orders by the order id (``hongbao_native.shard_of``: db, table,
+day); accounts, ledger, user lists and profiles by the user id, and groups by the group id, with
+the same rule over xxh3-64 of the id's UTF-8 bytes (db = h mod N, table = (h div N) mod M).
+
+Connections: autocommit for single statements, READ COMMITTED for transactions (the open
+transaction locks the packet row first, so every later read sees every committed open), utf8mb4,
+and server-side prepared statements (asyncmy's statement cache: every ``%s`` query is prepared
+once per connection and then runs in the binary protocol). A lost or refused connection becomes
+``Degraded`` (503), and a short circuit breaker per database answers the next requests at once
+instead of letting each wait for a dead server; a deadlock is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import asyncmy
+import hongbao_native
+from asyncmy.connection import Connection
+from asyncmy.cursors import Cursor
+from asyncmy.errors import MySQLError, OperationalError
+from asyncmy.pool import Pool
+
+from hongbao.core.errors import Degraded
+
+log = logging.getLogger("hongbao.mysql")
+T = TypeVar("T")
+Row = tuple[Any, ...]
+#: client error codes of a connection that is gone or never came (CR_CONNECTION_ERROR,
+#: CR_CONN_HOST_ERROR, CR_SERVER_GONE_ERROR, CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED).
+CONNECTION_LOST = frozenset({2002, 2003, 2006, 2013, 2055})
+DEADLOCK, DEADLOCK_RETRIES = 1213, 3
+BREAKER_S = 0.5  # after a connection failure, requests to that database fail at once for this long
+STATEMENT_CACHE = 64  # prepared statements kept per connection
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """N databases x M tables (x 31 days for packets and receipts), named ``{prefix}db_{i:02}``;
+    ``hot_days``: the hot window of the cold move (days)."""
+
+    n_dbs: int
+    n_tables: int
+    prefix: str = ""
+    hot_days: int = 3
+
+    def db_name(self, db: int) -> str:
+        """The database of shard ``db``."""
+        return f"{self.prefix}db_{db:02}"
+
+    def cold_name(self, db: int) -> str:
+        """The cold database beside shard ``db`` (same table names, closed packets past the hot window)."""
+        return f"{self.prefix}db_{db:02}_cold"
+
+    def order_shard(self, order_id: str) -> tuple[int, int, int]:
+        """(db, table, day) of an order id; raises ValueError for an invalid id."""
+        return hongbao_native.shard_of(order_id, self.n_dbs, self.n_tables)
+
+    def key_shard(self, key: str) -> tuple[int, int]:
+        """(db, table) of a user or group id."""
+        h = hongbao_native.xxh3_64(key.encode())
+        return h % self.n_dbs, (h // self.n_dbs) % self.n_tables
+
+
+def parse_dsn(dsn: str) -> list[dict[str, Any]]:
+    """``mysql://user:pass@host:port[,mysql://...]`` -> asyncmy connect arguments, one per server.
+
+    Raises ValueError for another scheme, a missing host or a bad port."""
+    servers = []
+    for part in (p.strip() for p in dsn.split(",")):
+        url = urlsplit(part)
+        if url.scheme not in ("mysql", "mariadb") or not url.hostname:
+            raise ValueError(f"mysql_dsn must look like mysql://user:pass@host:port, got {part!r}")
+        servers.append({"host": url.hostname, "port": url.port or 3306, "user": unquote(url.username or "root"),
+                        "password": unquote(url.password or "")})
+    return servers
+
+
+def _lost(exc: OperationalError) -> bool:
+    return bool(exc.args) and exc.args[0] in CONNECTION_LOST
+
+
+def connect_args(server: dict[str, Any], *, connect_timeout_s: float = 2.0) -> dict[str, Any]:
+    """asyncmy arguments shared by every hongbao connection to ``server``."""
+    return {**server, "charset": "utf8mb4", "autocommit": True, "connect_timeout": max(1, round(connect_timeout_s)),
+            "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", "stmt_cache_size": STATEMENT_CACHE}
+
+
+class MysqlShards:
+    """The pools of every database of ``layout`` on the servers of ``dsn`` (database i on the
+    i-th DSN, cyclically), ``pool_size`` connections each. Pools open on first use, on the
+    running event loop; ``connect()`` opens them all at once (a startup check). Raises
+    ValueError for a bad DSN."""
+
+    __slots__ = ("layout", "_servers", "_pool_size", "_pools", "_lock", "_down_until")
+
+    def __init__(self, dsn: str, layout: Layout, *, pool_size: int = 10) -> None:
+        self.layout, self._servers, self._pool_size = layout, parse_dsn(dsn), pool_size
+        self._pools: list[Pool | None] = [None] * layout.n_dbs
+        self._lock = asyncio.Lock()
+        self._down_until = [0.0] * layout.n_dbs
+
+    async def connect(self) -> None:
+        """Open every pool now; raises Degraded when a database cannot be reached (not migrated,
+        wrong DSN, server down)."""
+        for db in range(self.layout.n_dbs):
+            async with self._conn(db):
+                pass
+
+    async def close(self) -> None:
+        """Close every pool and wait for its connections."""
+        pools = [pool for pool in self._pools if pool is not None]
+        self._pools = [None] * self.layout.n_dbs
+        for pool in pools:
+            pool.close()
+        for pool in pools:
+            await pool.wait_closed()
+
+    async def _pool(self, db: int) -> Pool:
+        pool = self._pools[db]
+        if pool is None:
+            async with self._lock:
+                pool = self._pools[db]
+                if pool is None:
+                    args = connect_args(self._servers[db % len(self._servers)])
+                    pool = self._pools[db] = await asyncmy.create_pool(minsize=1, maxsize=self._pool_size,
+                                                                       db=self.layout.db_name(db), **args)
+        return pool
+
+    @asynccontextmanager
+    async def _conn(self, db: int) -> AsyncIterator[Connection]:
+        if time.monotonic() < self._down_until[db]:
+            raise Degraded(f"database {self.layout.db_name(db)} is unavailable")
+        try:
+            pool = await self._pool(db)
+            conn = await pool.acquire()
+        except (MySQLError, OSError) as exc:
+            await self._trip(db, exc)
+            raise Degraded(f"database {self.layout.db_name(db)} is unavailable") from exc
+        try:
+            yield conn
+        except OperationalError as exc:
+            if _lost(exc):
+                conn.close()
+                await self._trip(db, exc)
+                raise Degraded(f"database {self.layout.db_name(db)} is unavailable") from exc
+            raise
+        except Exception:
+            raise
+        except BaseException:  # cancelled mid-statement: the connection's state is unknown
+            conn.close()
+            raise
+        finally:
+            pool.release(conn)
+
+    async def _trip(self, db: int, exc: BaseException) -> None:
+        """Open the breaker of ``db`` and drop its idle connections (after a restart they are all dead)."""
+        if time.monotonic() >= self._down_until[db]:
+            log.warning("database %s unavailable (%s); failing fast for %.1f s", self.layout.db_name(db), exc, BREAKER_S)
+        self._down_until[db] = time.monotonic() + BREAKER_S
+        pool = self._pools[db]
+        if pool is not None:
+            await pool.clear()
+
+    async def transaction(self, db: int, body: Callable[[Cursor], Awaitable[T]]) -> T:
+        """Run ``body(cursor)`` in one transaction on database ``db``: commit on return, roll back
+        on any exception; a deadlock reruns the whole body (up to 3 times). Raises Degraded when
+        the database is unreachable or the connection is lost (nothing is committed then)."""
+        for attempt in range(DEADLOCK_RETRIES):
+            async with self._conn(db) as conn:
+                await conn.begin()
+                try:
+                    async with conn.cursor() as cur:
+                        result = await body(cur)
+                    await conn.commit()
+                    return result
+                except Exception as exc:
+                    if isinstance(exc, OperationalError) and _lost(exc):
+                        raise
+                    with suppress(MySQLError, OSError):
+                        await conn.rollback()
+                    if not (isinstance(exc, OperationalError) and exc.args[:1] == (DEADLOCK,)) or attempt + 1 == DEADLOCK_RETRIES:
+                        raise
+                    log.info("deadlock on %s; retrying the transaction", self.layout.db_name(db))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def execute(self, db: int, sql: str, args: Sequence[object] = ()) -> int:
+        """One autocommitted statement; returns the rows it changed."""
+        async with self._conn(db) as conn, conn.cursor() as cur:
+            return await cur.execute(sql, tuple(args))
+
+    async def fetchone(self, db: int, sql: str, args: Sequence[object] = ()) -> Row | None:
+        """The first row of an autocommitted query, or None."""
+        async with self._conn(db) as conn, conn.cursor() as cur:
+            await cur.execute(sql, tuple(args))
+            row = await cur.fetchone()
+            return None if row is None else tuple(row)
+
+    async def fetchall(self, db: int, sql: str, args: Sequence[object] = ()) -> list[Row]:
+        """Every row of an autocommitted query."""
+        async with self._conn(db) as conn, conn.cursor() as cur:
+            await cur.execute(sql, tuple(args))
+            return [tuple(r) for r in await cur.fetchall()]
