@@ -22,6 +22,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # the loop's exception handler fired (an exception nobody awaited), as uvloop's own test base does.
 import asyncio
 import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -42,6 +43,13 @@ def event_loop_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture
+def loop_cleanups() -> list[Callable[[], Awaitable[None]]]:
+    """Async cleanups of loop-bound resources (pools, clients) made for an async test: a fixture
+    appends to this list, and they run on the test's own loop, last first, after the test."""
+    return []
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if not inspect.iscoroutinefunction(pyfuncitem.obj):
@@ -52,7 +60,11 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     names = inspect.signature(pyfuncitem.obj).parameters
     kwargs = {name: pyfuncitem.funcargs[name] for name in names}
     try:
-        loop.run_until_complete(pyfuncitem.obj(**kwargs))
+        try:
+            loop.run_until_complete(pyfuncitem.obj(**kwargs))
+        finally:
+            for cleanup in reversed(pyfuncitem.funcargs.get("loop_cleanups", [])):
+                loop.run_until_complete(cleanup())
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
         loop.close()

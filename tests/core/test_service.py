@@ -275,9 +275,9 @@ async def test_lapsed_pre_orders_are_dropped(backend: Embedded, clock: ManualClo
     clock.set_ms(pay_by)
     with pytest.raises(errors.NotFound):
         await svc.pay("A", lapsed)
-    await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
-    rows = backend.db.reader.execute("SELECT order_id FROM t_preorder").fetchall()
-    assert lapsed not in {r[0] for r in rows} and len(rows) == 1
+    fresh, _ = await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
+    assert await svc.ports.preorders.get(lapsed, pay_by - 1) is None  # the row is gone, not only lapsed
+    assert await svc.ports.preorders.get(fresh, pay_by) is not None
     assert await svc.ports.ledger.balance("A") == 100
 
 

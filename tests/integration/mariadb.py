@@ -9,6 +9,7 @@ The machine runs the tests as root, so the server runs with ``--user=root``.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import subprocess
@@ -17,9 +18,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import asyncmy
 import pytest
 
 from hongbao.bench.http.run import free_port, terminate
+from hongbao.core.adapters.mysql_db import Layout, connect_args, parse_dsn
+from hongbao.core.adapters.mysql_schema import migrate
 
 USER, PASSWORD = "hongbao", "hongbao-test"
 READY_TIMEOUT_S = 30.0
@@ -117,3 +121,25 @@ def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDb]:
     server.start()
     yield server
     server.stop()
+
+
+async def _empty(dsn: str, layout: Layout) -> None:
+    conn = await asyncmy.connect(**connect_args(parse_dsn(dsn)[0]))
+    try:
+        async with conn.cursor() as cur:
+            for db in range(layout.n_dbs):
+                name = layout.db_name(db)
+                await cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                                  "AND table_name <> 't_meta'", (name,))
+                for (table,) in await cur.fetchall():
+                    await cur.execute(f"DELETE FROM `{name}`.`{table}`")
+                await cur.execute(f"DELETE FROM `{name}`.t_meta WHERE name LIKE 'flag:%%'")
+    finally:
+        conn.close()
+
+
+def migrated(server: MariaDb, layout: Layout) -> Layout:
+    """``layout`` migrated on ``server`` (idempotent) and emptied of every row: a clean slate."""
+    asyncio.run(migrate(server.dsn, layout))
+    asyncio.run(_empty(server.dsn, layout))
+    return layout

@@ -1,0 +1,94 @@
+"""The service suite of tests/core/test_service.py, unchanged, on the MySQL/MariaDB adapters over a
+real MariaDB (2 x 2 shards, emptied before each test); then what only a real server shows: the
+batched open under 300 concurrent openers across two workers, and refunds racing on three."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import hongbao_native
+import pytest
+
+from hongbao.core import errors
+from hongbao.core.adapters.mysql_db import Layout, MysqlShards
+from hongbao.core.adapters.sqlite_db import SqliteDb
+from hongbao.core.adapters.sqlite_state import SqliteQueue
+from hongbao.core.clock import ManualClock
+from hongbao.core.packet import Status
+from hongbao.core.production import Production, open_mysql
+from tests.core import test_service as suite
+from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
+from tests.integration.mariadb import MariaDb, migrated
+
+globals().update({name: test for name, test in vars(suite).items() if name.startswith("test_")})
+
+LAYOUT = Layout(2, 2, prefix="svc_")
+DAY_MS = suite.DAY_MS
+
+
+@pytest.fixture
+def make_backend(mariadb: MariaDb, tmp_path: Path, clock: ManualClock, admission: hongbao_native.AdmissionTable,  # noqa: F811
+                 loop_cleanups: list[Any]) -> Iterator[Callable[..., Production]]:
+    """One more worker's backend on the same (emptied) MariaDB shards and admission table; the
+    queue is the embedded one (the Redis queue is tested with Redis)."""
+    layout = migrated(mariadb, LAYOUT)
+    queues: list[SqliteDb] = []
+
+    def make(**kwargs: Any) -> Production:
+        queues.append(SqliteDb(tmp_path / "queue.db"))
+        backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, SqliteQueue(queues[-1]), clock=clock, **kwargs)
+        loop_cleanups.append(backend.aclose)
+        return backend
+
+    yield make
+    for queue in queues:
+        queue.close()
+
+
+@pytest.fixture
+def backend(make_backend: Callable[..., Production]) -> Production:
+    return make_backend()
+
+
+async def test_hot_packet_300_openers_on_two_workers(make_backend: Callable[..., Production]) -> None:
+    """M-21: 300 concurrent openers over two workers on N=100: exactly 100 receipts, sum == total, no lock errors."""
+    workers = [make_backend(max_in_db=2) for _ in range(2)]
+    svc = workers[0].service
+    users = [f"u{i:03}" for i in range(300)]
+    await suite._group(svc, "g", ["S", *users])
+    order_id = await suite._paid(svc, "S", {"count": 100, "total_fen": 20000, "group_id": "g"}, fund=20000)
+    outcomes = await asyncio.gather(*(workers[i % 2].service.open(u, order_id) for i, u in enumerate(users)), return_exceptions=True)
+    winners = {u: o[0].amount_fen for u, o in zip(users, outcomes) if isinstance(o, tuple)}
+    assert len(winners) == 100 and sum(winners.values()) == 20000 and min(winners.values()) >= 1
+    assert all(isinstance(o, errors.Finished) for o in outcomes if not isinstance(o, tuple))
+    receipts = await svc.ports.packets.receipts(order_id)
+    assert {r.user_id: r.amount_fen for r in receipts} == winners
+    packet = await svc.ports.packets.get_packet(order_id)
+    assert packet is not None and (packet.status, packet.remaining_fen, packet.remaining_count) == (Status.FINISHED, 0, 0)
+    best = max(receipts, key=lambda r: r.amount_fen).amount_fen
+    assert await svc.ports.packets.best_luck(order_id) == next(r.user_id for r in receipts if r.amount_fen == best)
+
+
+async def test_refunds_race_on_three_workers(make_backend: Callable[..., Production], clock: ManualClock) -> None:  # noqa: F811
+    """M-11: twelve expired packets, the refund job on 3 workers at once: each refunded exactly once, to its sender."""
+    workers = [make_backend() for _ in range(3)]
+    svc = workers[0].service
+    senders = [f"s{i}" for i in range(12)]
+    await suite._group(svc, "g", ["B", *senders])
+    orders = [await suite._paid(svc, s, {"count": 3, "total_fen": 90 + i, "group_id": "g"}, fund=90 + i) for i, s in enumerate(senders)]
+    for order_id in orders[::2]:
+        await svc.open("B", order_id)
+    clock.advance_ms(DAY_MS)
+    counts = await asyncio.gather(*(w.service.refund_due(limit=5) for w in workers for _ in range(3)))
+    while sum(await asyncio.gather(*(w.service.refund_due(limit=5) for w in workers))):
+        pass
+    assert sum(counts) <= 12
+    opened = {o: sum(r.amount_fen for r in await svc.ports.packets.receipts(o)) for o in orders}
+    for sender, order_id, total in zip(senders, orders, range(90, 102)):
+        refunds = [e for e in await svc.ports.ledger.entries(sender, 0, 10) if e.kind == "refund"]
+        assert [e.amount_fen for e in refunds] == [total - opened[order_id]]
+        packet = await svc.ports.packets.get_packet(order_id)
+        assert packet is not None and packet.status is Status.REFUNDED and packet.refunded_fen == total - opened[order_id]
