@@ -35,22 +35,26 @@ RETRIES = 3
 CONNECT_TIMEOUT_S = 1.0
 
 
-def redis_client(url: str, *, cluster: bool, socket_timeout_s: float = 5.0, max_connections: int = 64) -> RedisClient:
+async def redis_client(url: str, *, cluster: bool, socket_timeout_s: float = 5.0, max_connections: int = 64) -> RedisClient:
     """A client for ``url`` (``redis://[user:password@]host:port[/db]`` or ``rediss://``): a
-    ``RedisCluster`` that discovers the cluster from that one node when ``cluster`` is True,
-    else a ``Redis`` with a pool of at most ``max_connections`` connections.
+    ``RedisCluster`` that has discovered the cluster from that one node when ``cluster`` is True,
+    else a ``Redis`` with a pool of at most ``max_connections`` connections (no I/O yet: its
+    first command connects).
 
-    ``socket_timeout_s`` bounds a reply's wait (seconds); blocking reads (XREAD BLOCK) must ask
-    for less. Replies are bytes (no decoding). No I/O happens here: the first command connects.
-    Raises ValueError for a malformed URL."""
+    The cluster's topology is read here, before any command: with redis-py 8.1 commands that
+    race the client's first discovery can fail on a half-made connection (seen with 60
+    concurrent commands on a fresh client). ``socket_timeout_s`` bounds a reply's wait
+    (seconds); blocking reads (XREAD BLOCK) must ask for less. Replies are bytes.
+    Raises ValueError for a malformed URL, ``redis.exceptions.RedisClusterException`` or
+    ``ConnectionError`` when no cluster node answers."""
     retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), RETRIES)
     errors: list[type[Exception]] = [ConnectionError, TimeoutError]
     if cluster:
-        return RedisCluster.from_url(url, retry=retry, retry_on_error=errors, socket_timeout=socket_timeout_s,
-                                     socket_connect_timeout=CONNECT_TIMEOUT_S, max_connections=max_connections)
+        client = RedisCluster.from_url(url, retry=retry, retry_on_error=errors, socket_timeout=socket_timeout_s,
+                                       socket_connect_timeout=CONNECT_TIMEOUT_S, max_connections=max_connections)
+        return await client.initialize()
     return Redis.from_url(url, retry=retry, retry_on_error=errors, socket_timeout=socket_timeout_s,
                           socket_connect_timeout=CONNECT_TIMEOUT_S, max_connections=max_connections)
-
 
 def text(reply: bytes | str) -> str:
     """A bulk-string reply as text (replies are bytes: clients are made without decoding)."""

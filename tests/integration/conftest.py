@@ -43,7 +43,7 @@ class RedisTarget:
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[RedisClient]:
         """An asyncio client of this Redis made by the product's factory, closed afterwards."""
-        client = redis_client(self.url, cluster=self.cluster)
+        client = await redis_client(self.url, cluster=self.cluster)
         try:
             yield client
         finally:

@@ -5,6 +5,7 @@ sweep of a dead node (P-07 at the store level)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from redis._parsers.hiredis import _AsyncHiredisParser
 from redis.asyncio.cluster import RedisCluster
@@ -151,10 +152,8 @@ async def test_client_parses_with_hiredis(redis_target: RedisTarget) -> None:
     """The factory's clients parse replies with hiredis, standalone and cluster alike."""
     async with redis_target.connect() as client:
         assert await client.ping()
-        if isinstance(client, RedisCluster):
-            connections = [conn for node in client.get_nodes() for conn in node._connections]
-        else:
-            connections = list(client.connection_pool._available_connections)
+        connections: list[Any] = ([conn for node in client.get_nodes() for conn in node._connections]
+                                  if isinstance(client, RedisCluster) else client.connection_pool._available_connections)
         assert connections
         assert {type(conn._parser) for conn in connections} == {_AsyncHiredisParser}
 
