@@ -15,9 +15,10 @@ from enum import StrEnum
 import hongbao_native
 import orjson
 
-from hongbao.core import errors
+from hongbao.core import errors, events
 from hongbao.core.batching import OpenBatcher
 from hongbao.core.clock import Clock
+from hongbao.core.events import Event, Notifier, NullNotifier
 from hongbao.core.packet import Kind, Packet, Receipt, Status
 from hongbao.core.ports import (
     Draw, Flags, GroupStore, LedgerEntry, LedgerStore, OpenResult, PacketStore, PreOrderStore, ProfileStore, Queue,
@@ -79,10 +80,11 @@ class PacketService:
     transactions per packet allowed in the database at once (K); concurrent opens in this worker
     are batched (hongbao.core.batching). ``draw`` computes a lucky share (native split_lucky by
     default); ``region`` is 1 (north) or 2 (south); ``realtime_threshold_fen`` splits the
-    realtime_large crediting mode.
+    realtime_large crediting mode. ``notifier`` hears the red-packet events (hongbao.core.events;
+    nobody by default): handing an event over never fails or slows a money flow.
     """
 
-    __slots__ = ("ports", "limits", "batcher", "draw", "region", "crediting_mode", "realtime_threshold_fen",
+    __slots__ = ("ports", "limits", "batcher", "draw", "region", "crediting_mode", "realtime_threshold_fen", "notifier",
                  "_packets", "_members", "_opened")
 
     def __init__(self, ports: Ports, limits: Limits, admission: hongbao_native.AdmissionTable, *, max_in_db: int = 2,
@@ -91,6 +93,7 @@ class PacketService:
         self.ports, self.limits, self.draw = ports, limits, draw
         self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
         self.region, self.crediting_mode, self.realtime_threshold_fen = region, crediting_mode, realtime_threshold_fen
+        self.notifier: Notifier = NullNotifier()
         # The grab filter's first cache level: packet rows and memberships for a second, and the
         # amounts this worker has seen opened (an open's amount never changes).
         self._packets: TtlCache[str, Packet] = TtlCache(GRAB_CACHE_TTL_MS)
@@ -168,6 +171,7 @@ class PacketService:
                         pre["pay_by"], now + self.limits.expiry_ms)
         if await self.ports.packets.insert_packet(packet):
             await self._note(pre["greeting"], order_id)
+            self._notify(events.packet_received(packet, pre["greeting"]))
             await self._publish([(LISTS_STREAM, {"t": "sent", "u": sender_id, "o": order_id, "a": packet.total_fen, "c": now})])
         await self.ports.preorders.delete(order_id)
         stored = await self.ports.packets.get_packet(order_id)
@@ -250,6 +254,8 @@ class PacketService:
             raise _REFUSALS.get(result.refusal or "", errors.HongbaoError)(f"packet {order_id}: {result.refusal}")
         self._opened.put((order_id, user_id), result.receipt.amount_fen, self.ports.clock.now_ms())
         self._packets.drop(order_id)
+        if not result.repeat:
+            self._notify(events.opened(result.receipt))
         if not result.repeat and self._credit_in_request(result.receipt):
             try:
                 await self.credit(order_id, user_id)
@@ -275,6 +281,22 @@ class PacketService:
             except Exception:  # non-critical: details fall back to the default greeting
                 log.exception("could not keep the greeting of %s", order_id)
 
+    def _notify(self, event: Event) -> None:
+        try:
+            self.notifier.notify(event)
+        except Exception:  # push is never a reason for a money flow to fail
+            log.exception("the notifier failed on event %s", event.name)
+
+    async def _notify_finished(self, order_id: str, best_luck_user_id: str) -> None:
+        try:
+            packet = await self.ports.packets.get_packet(order_id)
+            receipt = await self.ports.packets.receipt(order_id, best_luck_user_id)
+        except Exception:
+            log.exception("could not read packet %s for its finished event", order_id)
+            return
+        if packet is not None and receipt is not None:
+            self._notify(events.finished(packet, best_luck_user_id, receipt.amount_fen))
+
     async def _publish(self, messages: list[tuple[str, dict[str, object]]]) -> None:
         if not messages:
             return
@@ -292,7 +314,8 @@ class PacketService:
             return False
         if not receipt.credited:
             ref = f"{order_id}:{user_id}"
-            await self.ports.ledger.post(LedgerEntry(user_id, "credit", ref, receipt.amount_fen, self.ports.clock.now_ms()))
+            if await self.ports.ledger.post(LedgerEntry(user_id, "credit", ref, receipt.amount_fen, self.ports.clock.now_ms())):
+                self._notify(events.credited(order_id, user_id, receipt.amount_fen))
             await self.ports.packets.mark_credited(order_id, user_id)
         return True
 
@@ -304,6 +327,7 @@ class PacketService:
         for order_id in await self.ports.packets.due_refunds(now, limit):
             packet = await self.ports.packets.refund(order_id, now)
             if packet is not None:
+                self._notify(events.expired(packet))
                 await self.pay_refund(packet)
                 done += 1
         return done
@@ -311,7 +335,8 @@ class PacketService:
     async def pay_refund(self, packet: Packet) -> None:
         """Credit an expired packet's refunded fen to its sender (ref = order id), then mark it refunded."""
         entry = LedgerEntry(packet.sender_id, "refund", packet.order_id, packet.refunded_fen, self.ports.clock.now_ms())
-        await self.ports.ledger.post(entry)
+        if await self.ports.ledger.post(entry):
+            self._notify(events.refunded(packet))
         await self.ports.packets.mark_refunded(packet.order_id)
 
     async def drain_credits(self, max_messages: int = 100, lease_ms: int = 30_000) -> int:
@@ -324,7 +349,8 @@ class PacketService:
         return len(messages)
 
     async def drain_lists(self, max_messages: int = 100, lease_ms: int = 30_000) -> int:
-        """Write queued sent/received/best-luck rows to the user lists; returns how many messages."""
+        """Write queued sent/received/best-luck rows to the user lists (and announce a finished
+        packet with its best luck); returns how many messages."""
         messages = await self.ports.queue.claim(LISTS_STREAM, max_messages, lease_ms, self.ports.clock.now_ms())
         for message_id, body in messages:
             m = orjson.loads(body)
@@ -332,6 +358,7 @@ class PacketService:
                 best = await self.ports.packets.best_luck(m["o"])
                 if best is not None:
                     await self.ports.lists.mark_best_luck(best, m["o"])
+                    await self._notify_finished(m["o"], best)
             else:
                 await self.ports.lists.add(m["u"], m["t"], m["o"], m["a"], m["c"])
                 # Batches publish after their own transaction, so a later batch's "best" can be
