@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from hongbao_native import Request
+from hongbao_native import RateLimiter, Request
 
 from hongbao.core import errors
 from hongbao.core.clock import OffsetFileClock
@@ -27,6 +27,7 @@ from hongbao.server.metrics import CONTENT_TYPE, WorkerMetrics
 from hongbao.server.push_assets import asset_routes
 from hongbao.server.responses import Response, error_response, from_error, json_response
 from hongbao.server.router import Route, Router
+from hongbao.server.ws_handshake import Gate
 
 log = logging.getLogger("hongbao.server")
 
@@ -34,8 +35,11 @@ log = logging.getLogger("hongbao.server")
 class App:
     """Routes of DESIGN.md section 12 over one embedded backend, for one worker process."""
 
-    def __init__(self, settings: Settings, backend: Embedded, verifier: TokenVerifier, metrics: WorkerMetrics) -> None:
+    def __init__(self, settings: Settings, backend: Embedded, verifier: TokenVerifier, metrics: WorkerMetrics,
+                 ws_limiter: RateLimiter) -> None:
+        """``ws_limiter``: the host-wide admission rate of new WebSocket connections (made by the master)."""
         self.settings, self.backend, self.verifier, self.metrics = settings, backend, verifier, metrics
+        self.ws_gate = Gate(settings, verifier, ws_limiter)
         h = Handlers(backend.service)
         routes = [
             Route("GET", "/healthz", self.healthz, auth="none"),
@@ -58,6 +62,8 @@ class App:
             Route("GET", "/v1/me/sent", h.sent),
             Route("GET", "/v1/me/ledger", h.ledger),
             Route("PUT", "/v1/me/profile", h.profile),
+            Route("GET", "/v1/ws", self.ws_gate.upgrade_required),
+            Route("GET", "/v1/ws/preflight", self.ws_gate.preflight),
             *asset_routes(),
         ]
         if settings.test_clock:

@@ -11,6 +11,11 @@ Task and no extra turn of the loop (what Python 3.12's eager tasks do, kept here
 Answers are written together once per turn of the loop (``Connections.flush``), in order per
 connection: a burst of answers wakes the client once, not once per answer, which on a busy
 machine costs more than building the answer.
+
+A WebSocket upgrade request is checked by the app's ``ws_gate`` (server/ws_handshake.py) when its
+turn comes (answers to earlier pipelined requests are written first); on success the 101 is
+written and the transport is handed to a ``WsConnection`` (server/ws_connection.py) with the bytes
+that followed the request head. WebSocket connections count against ``max_connections`` too.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from hongbao_native import HttpParseError, RequestParser
 
 from hongbao.server.app import App
 from hongbao.server.responses import Response, error_response
+from hongbao.server.ws_connection import WsRegistry, take_over
 
 log = logging.getLogger("hongbao.http")
 MAX_PIPELINED = 32
@@ -82,13 +88,15 @@ class _Rest:
 
 
 class Connections:
-    """This worker's open connections (``open``) against the configured ``limit``."""
+    """This worker's open HTTP connections (``open``) and WebSocket connections (``ws``), together
+    against the configured ``limit``."""
 
-    __slots__ = ("open", "limit", "unsent")
+    __slots__ = ("open", "limit", "unsent", "ws")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, ws: WsRegistry) -> None:
         self.open: set[HttpProtocol] = set()
         self.limit = limit
+        self.ws = ws
         self.unsent: list[HttpProtocol] = []  # connections with answers waiting for this turn's flush
 
     def flush(self) -> None:
@@ -110,11 +118,17 @@ class Connections:
             self.sweep(loop.time())
 
     def close_idle(self) -> None:
-        """Close every connection that is not answering a request (graceful shutdown)."""
+        """Close every connection that is not answering a request, and start closing every
+        WebSocket with 1001 going away (graceful shutdown; RFC 6455 section 7.4.1)."""
         for conn in list(self.open):
             if conn.task is None and conn.transport is not None:
                 conn.flush()
                 conn.transport.close()
+        self.ws.close_all(1001, "server shutting down")
+
+    def count(self) -> int:
+        """Open connections of both kinds."""
+        return len(self.open) + len(self.ws.open)
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -139,7 +153,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
-        if len(self.conns.open) >= self.conns.limit:
+        if self.conns.count() >= self.conns.limit:
             self._finish(error_response(503, "busy", "too many connections to this worker", [("retry-after", "1")]))
             return
         self.conns.open.add(self)
@@ -220,13 +234,34 @@ class HttpProtocol(asyncio.Protocol):
         transport.write(hongbao_native.encode_response(response.status, headers, response.body))
         transport.close()
 
+    def _upgrade(self, request: hongbao_native.Request) -> None:
+        """Answer a WebSocket upgrade: the gate's refusal (then close), or the 101 and the hand-over."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        accepted = self.app.ws_gate.accept(request)
+        events = self.app.metrics.events
+        if isinstance(accepted, Response):
+            if accepted.status == 503:
+                events["ws_admission_rejections"] += 1
+            self._finish(accepted)
+            return
+        events["ws_handshakes"] += 1
+        self.flush()
+        transport.write(accepted.response)
+        self.conns.open.discard(self)
+        self.transport, self.deadline = None, 0.0
+        take_over(transport, accepted.identity, accepted.sid, self.app.push, self.conns.ws,
+                  (accepted.offset, accepted.epoch), self.parser.take_buffered())
+        if self.paused:
+            transport.resume_reading()
+
     async def _serve(self) -> None:
         try:
             while self.pending:
                 request = self.pending.popleft()
                 if request.websocket:
-                    response = error_response(501, "not_implemented", "WebSocket push is not available on this server yet")
-                    self._finish(response)
+                    self._upgrade(request)
                     return
                 response = await self.app.handle(request)
                 transport = self.transport

@@ -1,4 +1,5 @@
-"""The master process (DESIGN.md section 8): create the host-wide admission table, fork N
+"""The master process (DESIGN.md section 8): create the host-wide admission table and the
+WebSocket admission rate limiter (``ws_rate_per_s``, ``ws_burst``; DESIGN.md section 7), fork N
 workers that share the port with SO_REUSEPORT, restart a worker that dies (reclaiming its
 admission slots first), and on SIGTERM/SIGINT stop the workers gracefully, then exit.
 """
@@ -13,6 +14,8 @@ import shutil
 import signal
 import socket
 import time
+
+import hongbao_native
 
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.embedded import DB_FILE, create_admission
@@ -64,6 +67,7 @@ def serve(settings: Settings) -> int:
     _check_port(settings.host, settings.port)
     _prepare(settings)
     admission = create_admission(f"hongbao-{settings.port}-{os.getpid()}")
+    ws_limiter = hongbao_native.RateLimiter.create(f"ws-{settings.port}-{os.getpid()}", settings.ws_rate_per_s, settings.ws_burst)
     workers: dict[int, float] = {}
     master = os.getpid()
     stopping = False
@@ -77,7 +81,7 @@ def serve(settings: Settings) -> int:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 _die_with_parent(master)
-                run_worker(settings, admission.name)
+                run_worker(settings, admission.name, ws_limiter.name)
             except BaseException:
                 log.exception("worker failed")
                 code = 1
@@ -131,5 +135,6 @@ def serve(settings: Settings) -> int:
             spawn()
     finally:
         admission.unlink()
+        ws_limiter.unlink()
         log.info("master %d stopped", os.getpid())
     return 1 if quick_crashes >= MAX_QUICK_CRASHES else 0

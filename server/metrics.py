@@ -28,6 +28,8 @@ _COUNTERS = {
     "push_queued": "Push messages left in the offline queue (user offline or unreachable)",
     "push_failures": "Event pushes that failed (logged; the money flow went on)",
     "push_broadcast_sends": "Broadcast frames sent to local subscribers",
+    "ws_handshakes": "WebSocket handshakes answered 101",
+    "ws_admission_rejections": "WebSocket handshakes refused with 503 by the host-wide admission rate",
 }
 
 

@@ -19,6 +19,7 @@ from hongbao.server.auth import TokenVerifier, embedded_secret
 from hongbao.server.config import Settings
 from hongbao.server.http_protocol import Connections, HttpProtocol
 from hongbao.server.metrics import WorkerMetrics
+from hongbao.server.ws_connection import WsRegistry
 
 log = logging.getLogger("hongbao.worker")
 GRACE_S = 10.0
@@ -36,18 +37,19 @@ def verifier_for(settings: Settings) -> TokenVerifier:
     return TokenVerifier(secret, ["HS256"], settings.jwt_leeway_s)
 
 
-async def _serve(settings: Settings, admission_name: str) -> None:
+async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) -> None:
     loop = asyncio.get_running_loop()
     admission = hongbao_native.AdmissionTable.attach(admission_name)
+    ws_limiter = hongbao_native.RateLimiter.attach(ws_limiter_name)
     clock: Clock = OffsetFileClock(settings.data_dir / CLOCK_FILE) if settings.test_clock else SystemClock()
     backend = open_embedded(settings.data_dir, admission, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db)
     backend.service.crediting_mode = CreditingMode(settings.crediting_mode)
     backend.service.realtime_threshold_fen = settings.realtime_threshold_fen
-    app = App(settings, backend, verifier_for(settings), WorkerMetrics(settings.data_dir / METRICS_DIR))
-    conns = Connections(settings.max_connections)
+    app = App(settings, backend, verifier_for(settings), WorkerMetrics(settings.data_dir / METRICS_DIR), ws_limiter)
+    conns = Connections(settings.max_connections, WsRegistry(settings))
     server = await loop.create_server(lambda: HttpProtocol(app, conns), settings.host, settings.port,
                                       reuse_port=True, backlog=4096)
-    jobs: list[asyncio.Task[None]] = [loop.create_task(job()) for job in (*app.background_jobs(), conns.sweep_forever)]
+    jobs: list[asyncio.Task[None]] = [loop.create_task(job()) for job in (*app.background_jobs(), conns.sweep_forever, conns.ws.sweep_forever)]
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -55,7 +57,7 @@ async def _serve(settings: Settings, admission_name: str) -> None:
     await stop.wait()
     server.close()
     deadline = time.monotonic() + GRACE_S
-    while conns.open and time.monotonic() < deadline:
+    while conns.count() and time.monotonic() < deadline:
         conns.close_idle()
         await asyncio.sleep(0.05)
     for job in jobs:
@@ -65,6 +67,7 @@ async def _serve(settings: Settings, admission_name: str) -> None:
     backend.close()
 
 
-def run_worker(settings: Settings, admission_name: str) -> None:
-    """Run one worker until SIGTERM/SIGINT (called in the forked child)."""
-    uvloop.run(_serve(settings, admission_name))
+def run_worker(settings: Settings, admission_name: str, ws_limiter_name: str) -> None:
+    """Run one worker until SIGTERM/SIGINT (called in the forked child), attached to the host's
+    admission table and WebSocket admission rate limiter (both created by the master)."""
+    uvloop.run(_serve(settings, admission_name, ws_limiter_name))

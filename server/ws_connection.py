@@ -20,7 +20,9 @@ Send: frames go straight to the transport while it accepts them; above its high-
 frames (pong, app pong, close) are written ahead of that queue: whole frames only, never inside
 one. Bytes in the transport plus bytes queued here may not pass ``ws_max_output_bytes``: past it
 nothing more is queued, ``send_text``/``send_frame`` return False and the connection is closed
-with 1013 (the hub keeps the message for the next connection).
+with 1013 (the hub keeps the message for the next connection). The kernel's send buffer is fixed
+at ``SNDBUF`` (autotuning would let a stalled client hold megabytes there, out of the cap's sight
+and ahead of any pong), so a client is never more than the cap plus ~200 KiB behind.
 
 Close (section 7): ``close(code, reason)`` sends a close frame (queued data not yet handed to
 the transport is dropped: the hub replays what was not acked), ignores data frames from then on,
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections import deque
 from typing import Any, Protocol, cast
@@ -50,6 +53,7 @@ from hongbao.server.config import Settings
 log = logging.getLogger("hongbao.ws")
 WRITE_HIGH = 64 * 1024  # transport high-water mark (bytes): past it data frames wait in our queue
 WRITE_LOW = 16 * 1024
+SNDBUF = 64 * 1024  # the socket's kernel send buffer (Linux doubles it), fixed rather than autotuned
 HELD_MAX = 64  # messages held while the hub attaches the connection
 PONG_FRAME = encode_frame(OP_TEXT, b'{"type":"pong"}')
 MAX_REASON_BYTES = 123  # a close reason fits a 125-byte control frame with its code (section 5.5.1)
@@ -134,6 +138,9 @@ class WsConnection(asyncio.Protocol):
         """Take over (the transport already points here): register, attach to the hub with the
         reconnect cursor, and decode ``buffered``, the bytes that followed the request head."""
         self.transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
         self.registry.open.add(self)
         self.loop.create_task(self._attach(offset, epoch))
         if buffered:

@@ -1,6 +1,6 @@
 """The server side of the WebSocket opening handshake on ``GET /v1/ws`` (RFC 6455 section 4.2) and
 its admission (DESIGN.md section 7), as a ``Gate`` with no I/O: it reads a parsed request and
-either returns the encoded 101 answer or raises the HongbaoError to answer instead.
+returns either the encoded 101 answer or the Response that refuses it.
 
 Checks, in this order (cheapest first, so a storm is shed before any costly work):
 
@@ -8,15 +8,16 @@ Checks, in this order (cheapest first, so a storm is shed before any costly work
    parser already required HTTP/1.1, ``Upgrade: websocket`` and a ``Connection: upgrade`` option
    (items 1, 3, 4) for the request to be an upgrade at all.
 2. ``Sec-WebSocket-Version``: missing is a 400, any value but 13 a 426 naming version 13
-   (item 6, section 4.4); ``Sec-WebSocket-Key``: canonical base64 of 16 bytes, else 400 (item 5).
-3. the query: ``offset`` (decimal digits, at most 18; empty means none) and ``epoch`` (1..64 of
-   RFC 3986 unreserved characters) of a reconnect, else 400.
-4. ``Origin`` (section 10.2) against ``ws_allowed_origins`` (empty: any; no Origin, as non-browser
+   (item 6, section 4.4).
+3. ``Origin`` (section 10.2) against ``ws_allowed_origins`` (empty: any; no Origin, as non-browser
    clients send, passes): 403.
-5. the host-wide admission rate (native ``RateLimiter``, shared by every worker of the host):
-   no token left is a 503 with ``Retry-After`` in whole seconds, rounded up. It comes before the
-   token check because verifying an uncached JWT costs ~55 us of CPU (DESIGN.md section 8); every
-   attempt that got this far counts, whether its token is good or not.
+4. the host-wide admission rate (native ``RateLimiter``, shared by every worker of the host):
+   no token left is a 503 with ``Retry-After`` in whole seconds, rounded up (a prebuilt answer).
+   It comes before the rest because they cost more (an uncached JWT check ~55 us of CPU, DESIGN.md
+   section 8); every attempt that got this far counts, whether the rest is good or not.
+5. ``Sec-WebSocket-Key``: canonical base64 of 16 bytes, else 400 (item 5); the query's reconnect
+   cursor: ``offset`` (decimal digits, at most 18; empty means none) and ``epoch`` (1..64 of RFC
+   3986 unreserved characters), else 400.
 6. the bearer token, from ``Sec-WebSocket-Protocol: bearer, <jwt>`` (what a browser can send:
    ``new WebSocket(url, ["bearer", jwt])``) or else ``?token=``: missing or invalid is a bare 401
    (a JSON error body, no upgrade).
@@ -66,34 +67,41 @@ class Accepted:
 class Gate:
     """The handshake checks of one worker, over its token verifier and the host's rate limiter."""
 
-    __slots__ = ("verifier", "limiter", "origins")
+    __slots__ = ("verifier", "limiter", "origins", "busy_answers")
 
     def __init__(self, settings: Settings, verifier: TokenVerifier, limiter: RateLimiter) -> None:
         self.verifier, self.limiter = verifier, limiter
         self.origins = frozenset(origin.lower() for origin in settings.ws_allowed_origins)
+        self.busy_answers: dict[int, Response] = {}
 
-    def accept(self, request: Request) -> Accepted:
-        """Check an upgrade request (``request.websocket``) in the order of the module docstring and
-        take one admission token. Raises NotFound, MethodNotAllowed, InvalidRequest, UpgradeRequired,
-        Forbidden, TooManyConnections or Unauthorized (each answered with its status, no upgrade)."""
-        if request.path != WS_PATH:
-            raise errors.NotFound(f"no WebSocket endpoint at {request.path}")
-        if request.method != "GET":
-            raise errors.MethodNotAllowed("a WebSocket handshake is a GET (RFC 6455 section 4.2.1)", ["GET"])
-        version = request.header("sec-websocket-version")
-        if version is None:
-            raise errors.InvalidRequest("Sec-WebSocket-Version is missing (RFC 6455 section 4.2.1)")
-        if version != "13":
-            raise errors.UpgradeRequired("this server speaks WebSocket version 13 only (RFC 6455 section 4.4)")
+    def accept(self, request: Request) -> Accepted | Response:
+        """Check an upgrade request (``request.websocket``) in the order of the module docstring,
+        taking one admission token: the Accepted handshake, or the refusal to answer (then close)."""
+        try:
+            if request.path != WS_PATH:
+                raise errors.NotFound(f"no WebSocket endpoint at {request.path}")
+            if request.method != "GET":
+                raise errors.MethodNotAllowed("a WebSocket handshake is a GET (RFC 6455 section 4.2.1)", ["GET"])
+            version = request.header("sec-websocket-version")
+            if version is None:
+                raise errors.InvalidRequest("Sec-WebSocket-Version is missing (RFC 6455 section 4.2.1)")
+            if version != "13":
+                raise errors.UpgradeRequired("this server speaks WebSocket version 13 only (RFC 6455 section 4.4)")
+            self._check_origin(request)
+            if not self.limiter.try_acquire():
+                return self._busy()
+            return self._admit(request)
+        except errors.HongbaoError as exc:
+            return from_error(exc)
+
+    def _admit(self, request: Request) -> Accepted:
+        """Steps 5 and 6 and the 101; raises InvalidRequest or Unauthorized."""
         try:
             accept = hongbao_native.accept_key(request.header("sec-websocket-key") or "")
         except ValueError:
             raise errors.InvalidRequest("Sec-WebSocket-Key must be base64 of 16 bytes (RFC 6455 section 4.2.1)") from None
         query = parse_qs(request.query, keep_blank_values=True)
         offset, epoch = _cursor(query)
-        self._check_origin(request)
-        if not self.limiter.try_acquire():
-            raise errors.TooManyConnections("too many new connections; retry later", self._retry_after())
         offered, token = _subprotocol_token(request.header("sec-websocket-protocol"))
         identity = self.verifier.verify(token or _last(query, "token") or "")
         headers = [("upgrade", "websocket"), ("connection", "Upgrade"), ("sec-websocket-accept", accept)]
@@ -109,11 +117,10 @@ class Gate:
         no token left, else 200 ``{"status": "ok"}``. Takes no admission token: it only reads the limiter."""
         try:
             self._check_origin(ctx.request)
-            if self.limiter.retry_after() > 0:
-                raise errors.TooManyConnections("too many new connections; retry later", self._retry_after())
-        except errors.HongbaoError as exc:
-            return from_error(exc)  # answered here: the app counts raised "busy" errors as refused opens
-        return _READY
+        except errors.Forbidden as exc:
+            return from_error(exc)
+        # answered, not raised: the app counts raised "busy" errors as refused opens
+        return self._busy() if self.limiter.retry_after() > 0 else _READY
 
     async def upgrade_required(self, _ctx: Context) -> Response:
         """GET /v1/ws without an upgrade: 426, naming the protocol and version to ask for."""
@@ -124,9 +131,15 @@ class Gate:
         if self.origins and origin is not None and origin.lower() not in self.origins:
             raise errors.Forbidden("this Origin may not open a WebSocket here (RFC 6455 section 10.2)")
 
-    def _retry_after(self) -> float:
-        """Whole seconds until the limiter has a token again, at least 1 (RFC 9110 section 10.2.3)."""
-        return float(max(1, math.ceil(self.limiter.retry_after())))
+    def _busy(self) -> Response:
+        """503 busy with Retry-After: the whole seconds until the limiter has a token again, at
+        least 1 (RFC 9110 section 10.2.3); one prebuilt answer per value."""
+        seconds = max(1, math.ceil(self.limiter.retry_after()))
+        answer = self.busy_answers.get(seconds)
+        if answer is None:
+            answer = self.busy_answers[seconds] = from_error(
+                errors.TooManyConnections("too many new connections; retry later", seconds))
+        return answer
 
 
 def _subprotocol_token(header: str | None) -> tuple[bool, str | None]:
