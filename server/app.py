@@ -24,7 +24,10 @@ from hongbao.server.config import Settings
 from hongbao.server.context import Context
 from hongbao.server.handlers import Handlers
 from hongbao.server.metrics import CONTENT_TYPE, WorkerMetrics
+from hongbao.server.push_admin import AdminPush
 from hongbao.server.push_assets import asset_routes
+from hongbao.server.push_hub import PushHub
+from hongbao.server.push_stores import open_push_stores
 from hongbao.server.responses import Response, error_response, from_error, json_response
 from hongbao.server.router import Route, Router
 from hongbao.server.ws_handshake import Gate
@@ -40,6 +43,9 @@ class App:
         """``ws_limiter``: the host-wide admission rate of new WebSocket connections (made by the master)."""
         self.settings, self.backend, self.verifier, self.metrics = settings, backend, verifier, metrics
         self.ws_gate = Gate(settings, verifier, ws_limiter)
+        self.push = PushHub(settings, open_push_stores(settings, backend.db), metrics, backend.service.ports.queue,
+                            backend.service.ports.groups)
+        backend.service.notifier = self.push
         h = Handlers(backend.service)
         routes = [
             Route("GET", "/healthz", self.healthz, auth="none"),
@@ -47,6 +53,7 @@ class App:
             Route("GET", "/metrics", self.scrape, auth="none"),
             Route("POST", "/v1/admin/accounts/{user_id}/topup", h.topup, auth="admin"),
             Route("POST", "/v1/admin/crediting-mode", h.crediting_mode, auth="admin"),
+            AdminPush(self.push).route(),
             Route("GET", "/v1/balance", h.balance),
             Route("POST", "/v1/groups", h.create_group),
             Route("GET", "/v1/groups/{group_id}", h.get_group),
@@ -143,7 +150,7 @@ class App:
         return json_response(200, {"now_ms": clock.now_ms(), "frozen": frozen})
 
     def background_jobs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
-        """The periodic jobs every worker runs: crediting, lists, refunds, reconciliation, flags, metrics.
+        """The periodic jobs every worker runs: crediting, lists, refunds, reconciliation, flags, metrics, push.
         Each is safe on any number of workers at once (every step is idempotent)."""
         svc, s = self.backend.service, self.settings
 
@@ -160,6 +167,7 @@ class App:
             _every(s.reconcile_interval_s, lambda: svc.reconcile(s.reconcile_window_ms)),
             _every(1.0, svc.sync_flags),
             _every(1.0, metrics),
+            *self.push.jobs(),
         ]
 
 

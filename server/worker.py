@@ -47,6 +47,7 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
     backend.service.realtime_threshold_fen = settings.realtime_threshold_fen
     app = App(settings, backend, verifier_for(settings), WorkerMetrics(settings.data_dir / METRICS_DIR), ws_limiter)
     conns = Connections(settings.max_connections, WsRegistry(settings))
+    await app.push.start()  # a live push node with its internal listener before the first connection
     server = await loop.create_server(lambda: HttpProtocol(app, conns), settings.host, settings.port,
                                       reuse_port=True, backlog=4096)
     jobs: list[asyncio.Task[None]] = [loop.create_task(job()) for job in (*app.background_jobs(), conns.sweep_forever, conns.ws.sweep_forever)]
@@ -63,6 +64,7 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
     for job in jobs:
         job.cancel()
     await asyncio.gather(*jobs, return_exceptions=True)
+    await app.push.stop()
     app.metrics.flush()
     backend.close()
 

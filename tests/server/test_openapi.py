@@ -45,6 +45,7 @@ T = TypeVar("T")
 
 TOPUP = "/v1/admin/accounts/{user_id}/topup"
 MODE = "/v1/admin/crediting-mode"
+PUSH = "/v1/admin/push"
 CLOCK = "/v1/admin/clock"
 GROUP = "/v1/groups/{group_id}"
 MEMBERS = "/v1/groups/{group_id}/members"
@@ -345,6 +346,17 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert code(check(bob.delete(f"/v1/groups/{gid}/members/erin"), MEMBER, 403)) == "forbidden"
     assert check(alice.delete(f"/v1/groups/{gid}/members/erin"), MEMBER, 200) == {"group_id": gid, "removed": "erin"}
     assert code(check(alice.delete(f"/v1/groups/{gid}/members/erin"), MEMBER, 404)) == "not_found"
+
+    # admin push: to a user who is not connected, to a group, to a topic
+    to_carol = check(admin.post(PUSH, json={"user_id": "carol", "event": "note", "data": {"n": 1}}), PUSH, 200)
+    assert to_carol["result"] == "queued" and to_carol["offset"] == 1
+    assert check(admin.post(PUSH, json={"group_id": gid, "event": "note"}), PUSH, 200) == {"group_id": gid, "result": "queued"}
+    published = check(admin.post(PUSH, json={"topic": "news", "event": "note", "data": [1]}), PUSH, 200)
+    assert (published["result"], published["offset"]) == ("published", 1)
+    for bad in ({"user_id": "carol", "topic": "news", "event": "note"}, {"topic": "news"}, {"user_id": "c d", "event": "e"}):
+        assert code(check(admin.post(PUSH, json=bad), PUSH, 400)) == "invalid_request", bad
+    assert code(check(admin.post(PUSH, json={"group_id": "gnothere", "event": "note"}), PUSH, 404)) == "not_found"
+    assert code(check(alice.post(PUSH, json={"topic": "news", "event": "note"}), PUSH, 403)) == "forbidden"
 
     # profile
     profile = {"nickname": "Alice", "avatar_url": "https://example.com/a.png"}
