@@ -3,7 +3,8 @@ section 7), on a single Redis or a Redis Cluster through the same code (``redis_
 
 Keys (the braces are cluster hash tags: each key's slot follows the name inside them):
 
-- ``session:{uid}``  hash: sessionId, nodeId, loginTime, lastActiveTime (ms, UTC); TTL 10 min.
+- ``session:{uid}``  hash: sessionId, nodeId, loginTime, lastActiveTime (ms, UTC); TTL the
+  session TTL (10 min by default), renewed by every touch.
 - ``route:{sid}``    string: the node id holding session ``sid``; same TTL.
 - ``online:{n}``     set of user ids, n = ``hongbao_native.online_shard(uid)`` in [0, 16).
 - ``node:{node}``    string: the node's internal address (host:port); short TTL = its liveness.
@@ -32,7 +33,6 @@ from hongbao.core.push_ports import Route
 
 log = logging.getLogger("hongbao.redis_push")
 
-SESSION_TTL_S = 600
 ONLINE_SHARDS = 16
 NODES_KEY = "nodes"
 SWEEP_BATCH = 500
@@ -46,11 +46,11 @@ if sid == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
 if sid or redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 return -1
 """)
-#: Refresh lastActiveTime (ARGV[2], ms) and the TTL (ARGV[3], s) only if the key names session ARGV[1].
+#: Refresh lastActiveTime (ARGV[2], ms) and the TTL (ARGV[3], ms) only if the key names session ARGV[1].
 TOUCH = LuaScript("""
 if redis.call('HGET', KEYS[1], 'sessionId') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'lastActiveTime', ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """)
 SCRIPTS = (COMPARE_AND_DELETE, TOUCH)
@@ -82,16 +82,18 @@ def node_sessions_key(node: str) -> str:
 
 
 class RedisSessionStore:
-    """SessionStore on Redis: ``session:{uid}``, ``route:{sid}``, ``online:{n}`` (see the module)."""
+    """SessionStore on Redis: ``session:{uid}``, ``route:{sid}``, ``online:{n}`` (see the module);
+    a session not touched for ``ttl_s`` seconds expires (and reads as offline)."""
 
-    __slots__ = ("_alive", "_redis")
+    __slots__ = ("_alive", "_redis", "_ttl_ms")
 
-    def __init__(self, redis: RedisClient) -> None:
+    def __init__(self, redis: RedisClient, ttl_s: float) -> None:
         self._redis = redis
+        self._ttl_ms = max(1, int(ttl_s * 1000))
         self._alive: dict[str, tuple[float, bool]] = {}  # node -> (monotonic deadline, alive)
 
     async def login(self, uid: str, sid: str, node: str, now_ms: int) -> Route | None:
-        """One pipeline: read the old session, write ``session:{uid}`` (TTL 10 min), ``route:{sid}``,
+        """One pipeline: read the old session, write ``session:{uid}`` (with the TTL), ``route:{sid}``,
         the online entry and the node's session index. Returns the replaced session's Route (None
         if there was none, or it was ``sid`` itself: a retried login)."""
         skey = session_key(uid)
@@ -99,8 +101,8 @@ class RedisSessionStore:
         def build(pipe: RedisPipeline) -> None:
             pipe.hmget(skey, ["sessionId", "nodeId"])
             pipe.hset(skey, mapping={"sessionId": sid, "nodeId": node, "loginTime": now_ms, "lastActiveTime": now_ms})
-            pipe.expire(skey, SESSION_TTL_S)
-            pipe.set(route_key(sid), node, ex=SESSION_TTL_S)
+            pipe.pexpire(skey, self._ttl_ms)
+            pipe.set(route_key(sid), node, px=self._ttl_ms)
             pipe.sadd(online_key(uid), uid)
             pipe.hset(node_sessions_key(node), sid, uid)
 
@@ -117,8 +119,8 @@ class RedisSessionStore:
 
         def build(pipe: RedisPipeline) -> None:
             for uid, sid in sessions:
-                TOUCH.queue(pipe, [session_key(uid)], [sid, now_ms, SESSION_TTL_S])
-                pipe.expire(route_key(sid), SESSION_TTL_S)
+                TOUCH.queue(pipe, [session_key(uid)], [sid, now_ms, self._ttl_ms])
+                pipe.pexpire(route_key(sid), self._ttl_ms)
 
         await pipelined(self._redis, build, SCRIPTS)
 

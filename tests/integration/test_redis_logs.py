@@ -8,9 +8,9 @@ import time
 
 import orjson
 
-from hongbao.core.adapters.redis_push_logs import (
-    USER_PEEK, USER_PUT, BodyMaker, RedisMessageLog, RedisTopicLog, mlog_key, mstream_key,
-)
+from hongbao.core.adapters.redis_push_logs import RedisMessageLog, RedisTopicLog, mlog_key, mstream_key
+from hongbao.core.adapters.redis_push_lua import USER_PEEK, USER_PUT
+from hongbao.core.push_ports import BodyMaker, Stored
 from tests.integration.conftest import RedisTarget
 
 T0 = 1_700_000_000_000
@@ -19,6 +19,12 @@ T0 = 1_700_000_000_000
 def body(event: str) -> BodyMaker:
     """A body maker that encodes the offset and epoch it is given, as the hub does."""
     return lambda offset, epoch: orjson.dumps({"type": "event", "offset": offset, "epoch": epoch, "event": event})
+
+
+async def one(logs: RedisMessageLog, uid: str, event: str, now_ms: int = T0) -> Stored:
+    """Append one message to ``uid``'s stream."""
+    [stored] = await logs.append([(uid, body(event))], now_ms)
+    return stored
 
 
 def decoded(raw: bytes) -> dict[str, object]:
@@ -32,8 +38,8 @@ async def test_offsets_count_per_user_and_bodies_carry_them(redis_target: RedisT
     """Offsets go 1, 2, 3 per user in one epoch, and each body carries its own offset and epoch."""
     async with redis_target.connect() as client:
         logs = RedisMessageLog(client, max_len=100, max_age_s=3600)
-        first = [await logs.append("u1", body(f"e{i}"), T0) for i in range(3)]
-        other = await logs.append("u2", body("x"), T0)
+        first = [await one(logs, "u1", f"e{i}", T0) for i in range(3)]
+        other = await one(logs, "u2", "x", T0)
         assert [m.offset for m in first] == [1, 2, 3] and other.offset == 1
         assert len({m.epoch for m in first}) == 1 and other.epoch != first[0].epoch
         assert decoded(first[2].body) == {"type": "event", "offset": 3, "epoch": first[0].epoch, "event": "e2"}
@@ -44,16 +50,17 @@ async def test_replay_after_an_offset_in_order(redis_target: RedisTarget) -> Non
     """Replay gives what follows the client's offset, in order; acked messages are dropped."""
     async with redis_target.connect() as client:
         logs = RedisMessageLog(client, max_len=100, max_age_s=3600)
-        epoch = (await logs.append("u1", body("e1"), T0)).epoch
+        epoch = (await one(logs, "u1", "e1", T0)).epoch
         for i in range(2, 6):
-            await logs.append("u1", body(f"e{i}"), T0)
+            await one(logs, "u1", f"e{i}", T0)
         replay = await logs.replay("u1", 2, epoch, T0)
         assert (replay.epoch, replay.complete) == (epoch, True)
         assert [(m.offset, decoded(m.body)["event"]) for m in replay.messages] == [(3, "e3"), (4, "e4"), (5, "e5")]
         everything = await logs.replay("u1", None, None, T0)
         assert [m.offset for m in everything.messages] == [1, 2, 3, 4, 5] and everything.complete
-        await logs.ack("u1", 3)
+        await logs.ack([("u1", 3)])
         assert [m.offset for m in (await logs.replay("u1", 3, epoch, T0)).messages] == [4, 5]
+        assert [m.offset for m in (await logs.replay("u1", None, None, T0)).messages] == [4, 5]
         assert await client.xlen(mstream_key("u1")) == 2
 
 
@@ -63,7 +70,7 @@ async def test_length_bound_reports_the_gap(redis_target: RedisTarget) -> None:
         logs = RedisMessageLog(client, max_len=3, max_age_s=3600)
         epoch = ""
         for i in range(1, 6):
-            epoch = (await logs.append("u1", body(f"e{i}"), T0)).epoch
+            epoch = (await one(logs, "u1", f"e{i}", T0)).epoch
         lossy = await logs.replay("u1", 1, epoch, T0)
         assert [m.offset for m in lossy.messages] == [3, 4, 5] and lossy.complete is False
         whole = await logs.replay("u1", 2, epoch, T0)
@@ -75,8 +82,8 @@ async def test_age_bound_drops_old_messages(redis_target: RedisTarget) -> None:
     """Messages older than max_age_s are dropped at the next append or replay, and reported."""
     async with redis_target.connect() as client:
         logs = RedisMessageLog(client, max_len=100, max_age_s=10)
-        epoch = (await logs.append("u1", body("old"), T0)).epoch
-        await logs.append("u1", body("young"), T0 + 5_000)
+        epoch = (await one(logs, "u1", "old", T0)).epoch
+        await one(logs, "u1", "young", T0 + 5_000)
         replay = await logs.replay("u1", 0, epoch, T0 + 10_500)
         assert [decoded(m.body)["event"] for m in replay.messages] == ["young"] and replay.complete is False
         assert (await logs.replay("u1", 1, epoch, T0 + 10_500)).complete is True
@@ -86,12 +93,12 @@ async def test_lost_history_starts_a_new_epoch(redis_target: RedisTarget) -> Non
     """After a flush the epoch changes, offsets restart at 1, and an old client's replay is incomplete."""
     async with redis_target.connect() as client:
         logs = RedisMessageLog(client, max_len=100, max_age_s=3600)
-        old = (await logs.append("u1", body("a"), T0)).epoch
-        await logs.append("u1", body("b"), T0)
+        old = (await one(logs, "u1", "a", T0)).epoch
+        await one(logs, "u1", "b", T0)
         redis_target.flush()
         replay = await logs.replay("u1", 2, old, T0)
         assert replay.epoch != old and replay.complete is False and replay.messages == []
-        fresh = await logs.append("u1", body("c"), T0)
+        fresh = await one(logs, "u1", "c", T0)
         assert (fresh.offset, fresh.epoch) == (1, replay.epoch)
         mixed = await logs.replay("u1", 2, old, T0)
         assert [m.offset for m in mixed.messages] == [1] and mixed.complete is False
@@ -101,34 +108,74 @@ async def test_unreadable_counter_starts_a_new_epoch(redis_target: RedisTarget) 
     """A seq that does not parse is never reused: a new epoch begins and the stale entries go."""
     async with redis_target.connect() as client:
         logs = RedisMessageLog(client, max_len=100, max_age_s=3600)
-        old = (await logs.append("u1", body("a"), T0)).epoch
+        old = (await one(logs, "u1", "a", T0)).epoch
         await client.hset(mlog_key("u1"), "seq", "garbage")
-        fresh = await logs.append("u1", body("b"), T0)
+        fresh = await one(logs, "u1", "b", T0)
         assert fresh.offset == 1 and fresh.epoch != old
         assert [m.offset for m in (await logs.replay("u1", None, None, T0)).messages] == [1]
 
 
 async def test_concurrent_appends_stay_in_offset_order(redis_target: RedisTarget) -> None:
-    """Appends racing from two clients get distinct offsets 1..60, stored in order, bodies matching."""
-    async with redis_target.connect() as one, redis_target.connect() as two:
-        logs = [RedisMessageLog(one, 100, 3600), RedisMessageLog(two, 100, 3600)]
-        stored = await asyncio.gather(*(logs[i % 2].append("u1", body(f"e{i}"), T0) for i in range(60)))
-        assert sorted(m.offset for m in stored) == list(range(1, 61))
+    """Batches racing from two clients: distinct offsets 1..60, stored in order, each batch consecutive."""
+    async with redis_target.connect() as one_client, redis_target.connect() as two_client:
+        logs = [RedisMessageLog(one_client, 100, 3600), RedisMessageLog(two_client, 100, 3600)]
+        batches = await asyncio.gather(*(logs[i % 2].append([("u1", body(f"b{i}.0")), ("u2", body("x")), ("u1", body(f"b{i}.1"))], T0)
+                                         for i in range(30)))
+        for first, _, second in batches:
+            assert second.offset == first.offset + 1
+        assert sorted(m.offset for batch in batches for m in (batch[0], batch[2])) == list(range(1, 61))
         held = (await logs[0].replay("u1", None, None, T0)).messages
         assert [m.offset for m in held] == list(range(1, 61))
         assert all(decoded(m.body)["offset"] == m.offset for m in held)
+        assert sorted(batch[1].offset for batch in batches) == list(range(1, 31))
+
+
+async def test_batch_keeps_the_order_given(redis_target: RedisTarget) -> None:
+    """One append of several users' messages: consecutive offsets per user, results in entry order."""
+    async with redis_target.connect() as client:
+        logs = RedisMessageLog(client, 100, 3600)
+        stored = await logs.append([("u1", body("a")), ("u2", body("b")), ("u1", body("c")), ("u3", body("d"))], T0)
+        assert [(m.offset, decoded(m.body)["event"]) for m in stored] == [(1, "a"), (1, "b"), (2, "c"), (1, "d")]
+        assert await logs.append([], T0) == []
+
+
+async def test_replay_of_a_new_stream_and_past_the_end(redis_target: RedisTarget) -> None:
+    """A new stream replays complete under the epoch later appends use; a cursor past the end is incomplete."""
+    async with redis_target.connect() as client:
+        logs = RedisMessageLog(client, 100, 3600)
+        fresh = await logs.replay("u1", None, None, T0)
+        assert (fresh.messages, fresh.complete) == ([], True)
+        first = await one(logs, "u1", "a")
+        assert (first.offset, first.epoch) == (1, fresh.epoch)
+        assert (await logs.replay("u1", 5, fresh.epoch, T0)).complete is False
+        assert (await logs.replay("u1", 1, None, T0)).complete is True
+
+
+async def test_ack_moves_the_replay_base(redis_target: RedisTarget) -> None:
+    """After an ack (one past the end counts as the last) a replay without cursor starts after it."""
+    async with redis_target.connect() as client:
+        logs = RedisMessageLog(client, 100, 3600)
+        for event in "abc":
+            await one(logs, "u1", event)
+        await logs.ack([("u1", 2), ("u2", 7)])
+        after_ack = await logs.replay("u1", None, None, T0)
+        assert [m.offset for m in after_ack.messages] == [3] and after_ack.complete
+        await logs.ack([("u1", 99)])
+        await one(logs, "u1", "d")
+        last = await logs.replay("u1", None, None, T0)
+        assert [m.offset for m in last.messages] == [4] and last.complete
 
 
 async def test_retried_append_writes_once(redis_target: RedisTarget) -> None:
-    """The same write sent twice (a retry after a lost reply) stores one message."""
+    """The same write sent twice (a retry after a lost reply) stores its messages once."""
     async with redis_target.connect() as client:
         keys = [mlog_key("u1"), mstream_key("u1")]
         offset, epoch, _ = await USER_PEEK(client, keys, ["e0"])
-        args = [int(offset), epoch.decode(), "nonce1", b"m", T0, 100, 0, 60_000, "e1"]
-        assert (await USER_PUT(client, keys, args))[0] == 1
-        assert (await USER_PUT(client, keys, args))[0] == 1
-        assert await client.xlen(mstream_key("u1")) == 1
-        assert (await USER_PUT(client, keys, [*args[:2], "nonce2", *args[3:]]))[:2] == [0, 2]
+        args = [int(offset), epoch.decode(), "nonce1", T0, 100, 0, 60_000, "e1", b"m1", b"m2"]
+        assert await USER_PUT(client, keys, args) == [1]
+        assert await USER_PUT(client, keys, args) == [1]
+        assert await client.xlen(mstream_key("u1")) == 2
+        assert await USER_PUT(client, keys, [*args[:2], "nonce2", *args[3:]]) == [0, 3, epoch]
 
 
 async def test_topic_log_reads_from_a_cursor(redis_target: RedisTarget) -> None:
