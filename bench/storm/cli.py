@@ -2,7 +2,7 @@
 
 ``hongbao storm --target URL --data-dir DIR`` plays the ``smoke`` scenario against the server
 at URL whose data directory is DIR (its ``jwt.key`` mints the users' tokens, its database is
-audited afterwards). ``--jwt-secret`` mints without DIR (a server elsewhere); no audit runs then.
+audited afterwards; DIR defaults to the configuration's, ./var, as for ``hongbao token``). ``--jwt-secret`` mints without DIR (a server elsewhere); no audit runs then.
 Exit status: 0 the audit is clean (or could not run), 1 a violation or a repeated open answered
 with another amount, 2 the storm could not run (bad scenario, setup refused, a load process died).
 """
@@ -93,8 +93,11 @@ def main(args: argparse.Namespace) -> int:
     from hongbao.bench.storm import report
     from hongbao.bench.storm.runner import StormError, StormOptions
     from hongbao.bench.storm.wire import storm_secret
+    from hongbao.server.config import load_settings
 
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+    if args.data_dir is None and not args.jwt_secret:
+        args.data_dir = load_settings(args.config).data_dir  # as ``hongbao token`` does: ./var by default
     try:
         scenario = scenario_from(args)
         secret = storm_secret(args.data_dir, args.jwt_secret)

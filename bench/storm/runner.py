@@ -13,6 +13,7 @@ import multiprocessing
 import queue as queue_module
 import secrets
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,9 +91,22 @@ def setup_calls(opts: StormOptions, run: str) -> list[Call]:
     return populate(opts.scenario, run).setup_calls(run)
 
 
+def probe(url: str) -> None:
+    """Raise StormError unless ``url`` answers ``GET /healthz`` with 200 within 5 s."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/healthz", timeout=5) as response:
+            if response.status == 200:
+                return
+    except OSError as exc:
+        raise StormError(f"the target {url} does not answer /healthz: {exc}") from None
+    raise StormError(f"the target {url} answers /healthz with {response.status}")
+
+
 def run_load(opts: StormOptions) -> LoadResult:
-    """Set up the population, then play the load in ``scenario.processes`` processes with a
-    progress display; raises StormError when the setup fails or a process dies."""
+    """Check the target answers, set up the population, then play the load in
+    ``scenario.processes`` processes with a progress display; raises StormError when the
+    target does not answer, the setup fails or a process dies."""
+    probe(opts.url)
     opts.work_dir.mkdir(parents=True, exist_ok=True)
     run = secrets.token_hex(3)
     result = LoadResult()
