@@ -1,0 +1,98 @@
+"""The Queue port (``hongbao.core.ports.Queue``) on Redis Streams with a consumer group, on a single
+Redis or a Redis Cluster (credits, user lists, group pushes: DESIGN.md sections 6 and 7).
+
+Stream ``s`` lives in key ``{queue}:s``. Every queue shares the ``{queue}`` hash tag, so a publish
+to several streams is one MULTI/EXEC on one slot (all or none, as the port asks); the price is
+that all queues live on one cluster master. Messages are entries with one field ``b`` (the body).
+
+One consumer group (``hongbao``) per stream; each process claims as its own consumer. A claim is
+one script on the stream's key: XAUTOCLAIM takes over entries leased longer than ``lease_ms``
+ago (by any consumer: compensation for a worker that died holding them), then XREADGROUP adds
+new ones. An ack is XACK + XDEL, so the stream holds exactly the messages not acked yet and
+``depth`` is its length. Leases are measured by Redis's clock (``now_ms`` is not used).
+
+Message ids: the entry id ``ms-seq`` as one int, ``ms << 20 | seq``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hongbao.core.adapters.redis_client import LuaScript, RedisClient, text
+
+GROUP = "hongbao"
+SEQ_BITS = 20
+
+#: KEYS stream. ARGV group, consumer, count, lease_ms -> [[id, [field, value, ...]], ...]
+CLAIM = LuaScript("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], ARGV[1], '0')
+local count = tonumber(ARGV[3])
+local got = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], '0-0', 'COUNT', count)[2]
+if #got < count then
+  local fresh = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count - #got, 'STREAMS', KEYS[1], '>')
+  if fresh then
+    for _, entry in ipairs(fresh[1][2]) do table.insert(got, entry) end
+  end
+end
+return got
+""")
+#: KEYS stream. ARGV group, entry id
+ACK = LuaScript("""
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return redis.call('XDEL', KEYS[1], ARGV[2])
+""")
+
+
+def queue_key(stream: str) -> str:
+    """``{queue}:<stream>``: the Redis key of queue ``stream``."""
+    return f"{{queue}}:{stream}"
+
+
+def message_id(entry_id: bytes | str) -> int:
+    """The int id of stream entry ``ms-seq``. Raises ValueError past 2**20 entries in one ms."""
+    ms, seq = text(entry_id).split("-")
+    if int(seq) >> SEQ_BITS:
+        raise ValueError(f"stream entry {text(entry_id)}: sequence past {1 << SEQ_BITS}")
+    return int(ms) << SEQ_BITS | int(seq)
+
+
+def entry_id(message: int) -> str:
+    """The stream entry id of int id ``message`` (the inverse of :func:`message_id`)."""
+    return f"{message >> SEQ_BITS}-{message & ((1 << SEQ_BITS) - 1)}"
+
+
+class RedisQueue:
+    """Queue on Redis Streams; ``consumer`` names this process in the consumer groups (e.g. the
+    node id), so a lease can be told apart from another process's."""
+
+    __slots__ = ("_consumer", "_redis")
+
+    def __init__(self, redis: RedisClient, consumer: str) -> None:
+        self._redis = redis
+        self._consumer = consumer
+
+    async def publish(self, messages: Sequence[tuple[str, bytes]]) -> None:
+        """Append each (stream, body) in one MULTI/EXEC: all or none."""
+        if not messages:
+            return
+        pipe = self._redis.pipeline(transaction=True)
+        for stream, body in messages:
+            pipe.xadd(queue_key(stream), {"b": body})
+        await pipe.execute()
+
+    async def claim(self, stream: str, count: int, lease_ms: int, now_ms: int) -> list[tuple[int, bytes]]:
+        """Up to ``count`` (id, body) in id order: entries leased over ``lease_ms`` ago first, then
+        new ones; each is leased to this consumer until acked or ``lease_ms`` has passed (Redis's
+        clock). Entries deleted while leased are skipped."""
+        entries: list[Any] = await CLAIM(self._redis, [queue_key(stream)], [GROUP, self._consumer, count, lease_ms])
+        return sorted((message_id(eid), fields[fields.index(b"b") + 1]) for eid, fields in entries if fields)
+
+    async def ack(self, stream: str, message_id: int) -> None:
+        """Remove a handled message (idempotent)."""
+        await ACK(self._redis, [queue_key(stream)], [GROUP, entry_id(message_id)])
+
+    async def depth(self, stream: str) -> int:
+        """Messages in ``stream`` not acked yet (leased or not)."""
+        return int(await self._redis.xlen(queue_key(stream)))

@@ -1,0 +1,86 @@
+"""RedisQueue (the Queue port on Streams with a consumer group) against a real standalone Redis
+and a real 3-master cluster: publish, claim, leases and XAUTOCLAIM, ack, depth."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hongbao.core.adapters.redis_queue import RedisQueue, entry_id, message_id, queue_key
+from tests.integration.conftest import RedisTarget
+
+
+async def publish_credits(queue: RedisQueue) -> None:
+    """Publish three credit messages."""
+    await queue.publish([("credit", b"c1"), ("credit", b"c2"), ("credit", b"c3")])
+
+
+async def test_publish_claim_ack(redis_target: RedisTarget) -> None:
+    """Messages come back in order, once while leased; an ack removes one; depth counts the rest."""
+    async with redis_target.connect() as client:
+        queue = RedisQueue(client, "a/1")
+        await queue.publish([("credit", b"m1"), ("credit", b"m2"), ("lists", b"l1")])
+        assert (await queue.depth("credit"), await queue.depth("lists"), await queue.depth("none")) == (2, 1, 0)
+        claimed = await queue.claim("credit", 10, 30_000, 0)
+        assert [body for _, body in claimed] == [b"m1", b"m2"] and claimed[0][0] < claimed[1][0]
+        assert await queue.claim("credit", 10, 30_000, 0) == []
+        await queue.ack("credit", claimed[0][0])
+        await queue.ack("credit", claimed[0][0])
+        assert await queue.depth("credit") == 1
+        assert [body for _, body in await queue.claim("lists", 10, 30_000, 0)] == [b"l1"]
+
+
+async def test_claim_respects_count(redis_target: RedisTarget) -> None:
+    """A claim takes at most ``count`` messages; the next claim takes the following ones."""
+    async with redis_target.connect() as client:
+        queue = RedisQueue(client, "a/1")
+        await queue.publish([("s", str(i).encode()) for i in range(5)])
+        sizes = [len(await queue.claim("s", 2, 30_000, 0)) for _ in range(4)]
+        assert sizes == [2, 2, 1, 0]
+
+
+async def test_stale_leases_are_taken_over(redis_target: RedisTarget) -> None:
+    """Entries a dead consumer leased come back to another after the lease (XAUTOCLAIM), never before."""
+    async with redis_target.connect() as client:
+        dead, alive = RedisQueue(client, "a/1"), RedisQueue(client, "b/2")
+        await publish_credits(dead)
+        first = await dead.claim("credit", 10, 200, 0)
+        assert len(first) == 3
+        assert await alive.claim("credit", 10, 200, 0) == []
+        await asyncio.sleep(0.3)
+        taken = await alive.claim("credit", 10, 200, 0)
+        assert taken == first
+        for message, _ in taken:
+            await alive.ack("credit", message)
+        assert await alive.depth("credit") == 0
+        await asyncio.sleep(0.3)
+        assert await dead.claim("credit", 10, 200, 0) == []
+
+
+async def test_group_comes_back_after_a_flush(redis_target: RedisTarget) -> None:
+    """A claim on a never-used stream is empty and writes nothing; after a flush the group is remade."""
+    async with redis_target.connect() as client:
+        queue = RedisQueue(client, "a/1")
+        assert await queue.claim("credit", 10, 1000, 0) == []
+        assert await client.exists(queue_key("credit")) == 0
+        await publish_credits(queue)
+        assert len(await queue.claim("credit", 10, 1000, 0)) == 3
+        redis_target.flush()
+        await queue.publish([("credit", b"again")])
+        assert [body for _, body in await queue.claim("credit", 10, 1000, 0)] == [b"again"]
+
+
+def test_queues_share_one_slot(redis_cluster: RedisTarget) -> None:
+    """Every queue key hashes to one cluster slot, so a publish to several streams is one MULTI."""
+    slots = {redis_cluster.cli("cluster", "keyslot", queue_key(stream)) for stream in ("credit", "lists", "push_group")}
+    assert len(slots) == 1
+
+
+@given(st.integers(0, 2**44), st.integers(0, 2**20 - 1))
+def test_message_ids_round_trip(ms: int, seq: int) -> None:
+    """Entry ids map to ints that keep their order and map back."""
+    value = message_id(f"{ms}-{seq}")
+    assert entry_id(value) == f"{ms}-{seq}"
+    assert value == ms * 2**20 + seq
