@@ -19,7 +19,7 @@ from hongbao.server.config import Settings, load_settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    flags = {k: getattr(args, k, None) for k in ("host", "port", "workers", "data_dir", "backend")}
+    flags = {k: getattr(args, k, None) for k in ("host", "port", "workers", "data_dir", "backend", "redis_url", "redis_cluster")}
     return load_settings(args.config, flags=flags)
 
 
@@ -77,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int)
     serve.add_argument("--data-dir", dest="data_dir", type=Path)
     serve.add_argument("--backend", choices=["embedded"])
+    serve.add_argument("--redis-url", dest="redis_url", help="redis://host:port: push state in Redis (also HONGBAO_REDIS_URL)")
+    serve.add_argument("--redis-cluster", dest="redis_cluster", action="store_true", default=None,
+                       help="--redis-url names a node of a Redis Cluster (also HONGBAO_REDIS_CLUSTER)")
     serve.set_defaults(run=_serve)
     token = sub.add_parser("token", parents=[common], help="mint bearer tokens with this directory's key")
     token.add_argument("--user", action="append", help="user id (repeatable; one token per line)")

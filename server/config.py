@@ -71,10 +71,14 @@ class Settings:
     push_store_failures: int = 3  # consecutive push store failures before this node drops its connections
     push_log_max_messages: int = 1000  # per-user offline queue: the newest N messages are kept...
     push_log_max_age_s: float = 86_400.0  # ... none older than this
+    redis_url: str = ""  # redis://[user:pass@]host:port: push state (sessions, logs, topics, group queue) in Redis; empty: embedded
+    redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
     limits: Limits = field(default_factory=Limits)
 
     def checked(self) -> Settings:
         """This object, if its values make sense together; ValueError naming the first that does not."""
+        if self.redis_cluster and not self.redis_url:
+            raise ValueError("redis_cluster needs redis_url (one node of the cluster)")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         if self.workers < 1:
