@@ -43,8 +43,8 @@ class App:
         """``ws_limiter``: the host-wide admission rate of new WebSocket connections (made by the master)."""
         self.settings, self.backend, self.verifier, self.metrics = settings, backend, verifier, metrics
         self.ws_gate = Gate(settings, verifier, ws_limiter)
-        self.push = PushHub(settings, open_push_stores(settings, backend.db), metrics, backend.service.ports.queue,
-                            backend.service.ports.groups)
+        stores = open_push_stores(settings, backend.db)
+        self.push = PushHub(settings, stores, metrics, stores.queue or backend.service.ports.queue, backend.service.ports.groups)
         backend.service.notifier = self.push
         h = Handlers(backend.service)
         routes = [
@@ -123,11 +123,16 @@ class App:
         return _HEALTHY
 
     async def readyz(self, _ctx: Context) -> Response:
-        """GET /readyz: dependencies reachable (the database answers a read)."""
+        """GET /readyz: dependencies reachable (the database answers a read, the push store -- Redis
+        when configured -- a ping)."""
         try:
             await self.backend.service.ports.ledger.balance("readyz")
         except Exception as exc:
             return error_response(503, "degraded", f"database unreachable: {exc}")
+        try:
+            await self.push.stores.check()
+        except Exception as exc:
+            return error_response(503, "degraded", f"push store unreachable: {type(exc).__name__} {exc}")
         return json_response(200, {"status": "ready"})
 
     async def scrape(self, _ctx: Context) -> Response:

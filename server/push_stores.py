@@ -1,32 +1,69 @@
 """The push channel's storage (hongbao.core.push_ports) for one worker, chosen from Settings.
 
-Today: the embedded SQLite adapters on the worker's database (shared by the workers of one host
-through the file). This is the one place a deployment's push storage is picked.
+Embedded (no ``redis_url``): the SQLite adapters on the worker's database (shared by the workers
+of one host through the file); group pushes go through the service's queue. With ``redis_url``
+(``redis_cluster`` for a Redis Cluster): the Redis adapters of core/adapters/redis_push*.py and
+the group queue on Redis Streams, so nodes on several hosts share sessions, logs, topics and
+group pushes. This is the one place a deployment's push storage is picked.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
+from hongbao.core.adapters.redis_client import RedisClient, redis_client
+from hongbao.core.adapters.redis_push import RedisNodeDirectory, RedisSessionStore
+from hongbao.core.adapters.redis_push_logs import RedisMessageLog, RedisTopicLog
+from hongbao.core.adapters.redis_queue import RedisQueue
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
+from hongbao.core.ports import Queue
 from hongbao.core.push_ports import MessageLog, NodeDirectory, SessionStore, TopicLog
 from hongbao.server.config import Settings
+from hongbao.server.node import node_id
+
+#: Broadcasts kept in the Redis topic stream (nodes read them within milliseconds).
+TOPIC_MAX_LEN = 10_000
+#: How long /readyz waits for Redis to answer a PING (seconds).
+READY_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
 class PushStores:
-    """The four push ports one hub runs on."""
+    """The four push ports one hub runs on; ``queue``: the group-push queue when it is not the
+    service's own (Redis), and ``redis``: the client they share (None when embedded)."""
 
     sessions: SessionStore
     nodes: NodeDirectory
     log: MessageLog
     topics: TopicLog
+    queue: Queue | None = None
+    redis: RedisClient | None = None
+
+    async def check(self) -> None:
+        """Raise when the push store cannot be reached: Redis must answer a PING within
+        ``READY_TIMEOUT_S`` (a dropped connection is retried first, so a blip passes); the
+        embedded stores live in the database /readyz already reads."""
+        if self.redis is not None:
+            await asyncio.wait_for(self.redis.ping(), READY_TIMEOUT_S)
 
 
 def open_push_stores(settings: Settings, db: SqliteDb) -> PushStores:
     """The push stores of ``settings`` (``db``: the worker's embedded database): sessions with
-    ``push_session_ttl_s``, per-user logs bounded by ``push_log_max_messages`` and ``push_log_max_age_s``."""
+    ``push_session_ttl_s``, per-user logs bounded by ``push_log_max_messages`` and
+    ``push_log_max_age_s``; on Redis when ``redis_url`` is set (no I/O here: the hub's start
+    issues the first command, the node's heartbeat, alone)."""
+    if settings.redis_url:
+        redis = redis_client(settings.redis_url, cluster=settings.redis_cluster)
+        return PushStores(
+            RedisSessionStore(redis, settings.push_session_ttl_s),
+            RedisNodeDirectory(redis),
+            RedisMessageLog(redis, settings.push_log_max_messages, settings.push_log_max_age_s),
+            RedisTopicLog(redis, TOPIC_MAX_LEN),
+            RedisQueue(redis, node_id(settings.node_name)),
+            redis,
+        )
     return PushStores(
         SqliteSessionStore(db, settings.push_session_ttl_s),
         SqliteNodeDirectory(db, settings.push_session_ttl_s),
