@@ -35,24 +35,22 @@ RETRIES = 3
 CONNECT_TIMEOUT_S = 1.0
 
 
-async def redis_client(url: str, *, cluster: bool, socket_timeout_s: float = 5.0, max_connections: int = 64) -> RedisClient:
+def redis_client(url: str, *, cluster: bool, socket_timeout_s: float = 5.0, max_connections: int = 64) -> RedisClient:
     """A client for ``url`` (``redis://[user:password@]host:port[/db]`` or ``rediss://``): a
-    ``RedisCluster`` that has discovered the cluster from that one node when ``cluster`` is True,
-    else a ``Redis`` with a pool of at most ``max_connections`` connections (no I/O yet: its
-    first command connects).
+    ``RedisCluster`` that discovers the cluster from that one node when ``cluster`` is True,
+    else a ``Redis`` with a pool of at most ``max_connections`` connections. No I/O here.
 
-    The cluster's topology is read here, before any command: with redis-py 8.1 commands that
-    race the client's first discovery can fail on a half-made connection (seen with 60
-    concurrent commands on a fresh client). ``socket_timeout_s`` bounds a reply's wait
-    (seconds); blocking reads (XREAD BLOCK) must ask for less. Replies are bytes.
-    Raises ValueError for a malformed URL, ``redis.exceptions.RedisClusterException`` or
-    ``ConnectionError`` when no cluster node answers."""
+    A cluster client reads the topology on its first command (or ``await client.initialize()``,
+    which both classes have): issue that one alone, before concurrent use -- with redis-py 8.1,
+    commands racing the first discovery can fail on a half-made connection (seen with 60
+    concurrent commands on a fresh client). ``socket_timeout_s`` bounds a reply's wait (seconds);
+    blocking reads (XREAD BLOCK) must ask for less. Replies are bytes.
+    Raises ValueError for a malformed URL."""
     retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), RETRIES)
     errors: list[type[Exception]] = [ConnectionError, TimeoutError]
     if cluster:
-        client = RedisCluster.from_url(url, retry=retry, retry_on_error=errors, socket_timeout=socket_timeout_s,
-                                       socket_connect_timeout=CONNECT_TIMEOUT_S, max_connections=max_connections)
-        return await client.initialize()
+        return RedisCluster.from_url(url, retry=retry, retry_on_error=errors, socket_timeout=socket_timeout_s,
+                                     socket_connect_timeout=CONNECT_TIMEOUT_S, max_connections=max_connections)
     return Redis.from_url(url, retry=retry, retry_on_error=errors, socket_timeout=socket_timeout_s,
                           socket_connect_timeout=CONNECT_TIMEOUT_S, max_connections=max_connections)
 

@@ -42,9 +42,11 @@ class RedisTarget:
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[RedisClient]:
-        """An asyncio client of this Redis made by the product's factory, closed afterwards."""
-        client = await redis_client(self.url, cluster=self.cluster)
+        """An asyncio client of this Redis made by the product's factory (topology read),
+        closed afterwards."""
+        client = redis_client(self.url, cluster=self.cluster)
         try:
+            await client.initialize()
             yield client
         finally:
             await client.aclose()
