@@ -330,7 +330,8 @@ class _NoToken(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple) and len(args) == 2 and str(args[0]).lower() == "sec-websocket-protocol":
-            record.args = (args[0], "bearer, <redacted>")
+            first, comma, _token = str(args[1]).partition(",")
+            record.args = (args[0], first + (", <redacted>" if comma else ""))
         return True
 
 

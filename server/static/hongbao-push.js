@@ -110,8 +110,13 @@
       if (this._stopped) return;
       // One record per socket: its token, when it opened, when a message last came, and the
       // promise chain that runs its messages one at a time, in order.
-      const conn = { ws: new WebSocket(this.resumeUrl(), ["bearer", token]), token, openedAt: null, lastRx: 0,
-                     chain: Promise.resolve() };
+      let ws;
+      try {
+        ws = new WebSocket(this.resumeUrl(), ["bearer", token]);
+      } catch (err) {  // a malformed URL, or a token that is not a valid subprotocol token
+        return this._stop("cannot connect: " + err.name);
+      }
+      const conn = { ws, token, openedAt: null, lastRx: 0, chain: Promise.resolve() };
       this._conn = conn;
       conn.ws.onopen = () => {
         conn.openedAt = Date.now();

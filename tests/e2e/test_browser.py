@@ -1,0 +1,147 @@
+"""The plain JavaScript push client (server/static/hongbao-push.js) in a real headless Chromium
+(Debian's /usr/bin/chromium driven by Playwright for Python; no browser download), on the demo
+page the server serves: P-12 (token as subprotocol), delivery, resume, reset, preflight on 401."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.e2e.conftest import push, wait_until
+from tests.server.conftest import Server
+
+CHROMIUM = "/usr/bin/chromium"
+FAST = "backoffBaseMs: 20, backoffCapMs: 100"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium for the module."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh page (own context: no shared storage between tests)."""
+    context = browser.new_context()
+    yield context.new_page()
+    context.close()
+
+
+def _header(headers: dict[str, str], name: str) -> str | None:
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), None)
+
+
+def _events(page: Page) -> list[dict[str, Any]]:
+    return [{"offset": int(li.get_attribute("data-offset") or 0), "event": li.get_attribute("data-event")}
+            for li in page.locator("#events li").all()]
+
+
+def test_demo_page_receives_an_event_with_the_token_as_subprotocol(push_server: Server, page: Page) -> None:
+    """P-12: the page opens new WebSocket(url, ["bearer", jwt]); the 101 carries Sec-WebSocket-Protocol:
+    bearer and never the token; a pushed red-packet event shows on the page; the token is in no log line."""
+    uid = "browser-p12"
+    token = push_server.token(uid)
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    sent: list[dict[str, Any]] = []
+    answered: list[dict[str, Any]] = []
+    cdp.on("Network.webSocketWillSendHandshakeRequest", lambda e: sent.append(e["request"]))
+    cdp.on("Network.webSocketHandshakeResponseReceived", lambda e: answered.append(e["response"]))
+    page.goto(f"{push_server.url}/v1/ws/demo#token={token}")
+    page.wait_for_function("document.getElementById('state').textContent === 'open'", timeout=10_000)
+    push(push_server, uid, "packet_received", {"order_id": "10260129000000000017", "greeting": "恭喜发财"})
+    page.wait_for_selector("#events li", timeout=10_000)
+    assert _events(page) == [{"offset": 1, "event": "packet_received"}]
+    assert "恭喜发财" in page.locator("#events li").first.text_content()  # type: ignore[operator]
+    wait_until(lambda: len(answered) == 1)
+    assert _header(sent[0]["headers"], "Sec-WebSocket-Protocol") == f"bearer, {token}"
+    assert answered[0]["status"] == 101
+    assert _header(answered[0]["headers"], "Sec-WebSocket-Protocol") == "bearer"
+    assert not any(token in str(v) for v in answered[0]["headers"].values())
+    assert token not in push_server.log() and token.split(".")[2] not in push_server.log()
+
+
+def test_js_client_resumes_from_its_cursor(push_server: Server, page: Page) -> None:
+    """A page client receives two events and closes; two more are pushed; a new client started with the
+    first one's offset and epoch receives exactly the two it missed, in order."""
+    uid = "browser-resume"
+    page.goto(f"{push_server.url}/v1/ws/demo")
+    page.evaluate(f"""token => {{
+        window.got = [];
+        window.first = new HongbaoPush({{token: () => token, onEvent: ev => got.push(ev.offset), {FAST}}});
+        first.start();
+    }}""", push_server.token(uid))
+    page.wait_for_function("first.stats.connects === 1")
+    push(push_server, uid, "credited", {"n": 1})
+    push(push_server, uid, "credited", {"n": 2})
+    page.wait_for_function("got.length === 2")
+    cursor = page.evaluate("(() => { first.close(); return [first.lastOffset, first.epoch]; })()")
+    push(push_server, uid, "credited", {"n": 3})
+    push(push_server, uid, "credited", {"n": 4})
+    page.evaluate(f"""([token, offset, epoch]) => {{
+        window.later = [];
+        window.second = new HongbaoPush({{token: () => token, offset, epoch, {FAST},
+                                          onEvent: ev => later.push([ev.offset, ev.data.n])}});
+        second.start();
+    }}""", [push_server.token(uid), *cursor])
+    page.wait_for_function("later.length === 2")
+    assert page.evaluate("later") == [[3, 3], [4, 4]]
+    assert cursor[0] == 2 and page.evaluate("[second.stats.resets, second.stats.acks]") == [0, 2]
+
+
+def test_js_client_resets_on_a_lost_epoch(push_server: Server, page: Page) -> None:
+    """A page client resuming from an epoch the server no longer has gets onReset once, then the
+    events that are held, under the server's epoch."""
+    uid = "browser-reset"
+    push(push_server, uid, "refunded", {"n": 1})
+    page.goto(f"{push_server.url}/v1/ws/demo")
+    page.evaluate(f"""token => {{
+        window.resets = 0; window.got = [];
+        window.c = new HongbaoPush({{token: () => token, offset: 5, epoch: "gone", {FAST},
+                                     onReset: () => {{ resets += 1; }}, onEvent: ev => got.push([ev.offset, ev.epoch])}});
+        c.start();
+    }}""", push_server.token(uid))
+    page.wait_for_function("got.length === 1")
+    resets, got, epoch = page.evaluate("[resets, got, c.epoch]")
+    assert resets == 1 and epoch not in (None, "gone") and got == [[1, epoch]]
+
+
+def test_js_client_preflights_and_stops_on_401(push_server: Server, page: Page) -> None:
+    """A refused token: the browser only sees failed connects (1006), so after preflightAfter of them the
+    client asks GET /v1/ws/preflight, learns 401, and stops after maxAuthFailures; backoff stays in bounds."""
+    page.goto(f"{push_server.url}/v1/ws/demo")
+    result = page.evaluate(f"""() => new Promise(resolve => {{
+        const retries = [];
+        const c = new HongbaoPush({{token: () => "not-a-jwt", preflightAfter: 2, maxAuthFailures: 2, {FAST},
+            onRetry: (n, delay) => retries.push([n, delay]),
+            onStopped: reason => resolve({{reason, stats: c.stats, retries}})}});
+        c.start();
+    }})""")
+    assert result["reason"] == "unauthorized"
+    assert result["stats"]["preflights"] == 2 and result["stats"]["connects"] == 0
+    assert [n for n, _ in result["retries"]] == [0, 1]
+    assert all(0 <= d <= min(100, 20 * 2**n) for n, d in result["retries"])
+
+
+def test_js_client_waits_out_a_503(make_server: Callable[..., Server], page: Page) -> None:
+    """Over the admission rate (0.5 new connections/s, burst 1) the browser sees only a failed
+    connect; the preflight's 503 + Retry-After (whole seconds, at least 1) sets the wait, then the
+    client gets in."""
+    server = make_server(extra_config="ws_rate_per_s = 0.5\nws_burst = 1\n")
+    page.goto(f"{server.url}/v1/ws/demo")
+    result = page.evaluate(f"""([first, second]) => new Promise(resolve => {{
+        const retries = [];
+        const late = new HongbaoPush({{token: () => second, preflightAfter: 1, {FAST},
+            onRetry: (n, delay, reason) => retries.push([n, delay, reason]),
+            onState: state => {{ if (state === "open") resolve({{retries, stats: late.stats}}); }}}});
+        new HongbaoPush({{token: () => first, onState: state => {{ if (state === "open") late.start(); }}}}).start();
+    }})""", [server.token("busy-1"), server.token("busy-2")])
+    assert result["stats"]["connects"] == 1 and result["stats"]["preflights"] >= 1
+    assert result["retries"][0][1] >= 1000 and result["retries"][0][2] == "connect failed"
