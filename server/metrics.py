@@ -25,6 +25,7 @@ _COUNTERS = {
     "grabs": "Grab checks answered",
     "admission_rejections": "Opens refused with 429 busy by per-packet admission",
     "push_delivered": "Push messages handed to a user's socket (here or through another node)",
+    "push_forwarded": "Push messages handed to a user's socket on another node (internal forward)",
     "push_queued": "Push messages left in the offline queue (user offline or unreachable)",
     "push_failures": "Event pushes that failed (logged; the money flow went on)",
     "push_broadcast_sends": "Broadcast frames sent to local subscribers",

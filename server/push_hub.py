@@ -13,6 +13,8 @@ while a replay runs wait behind it, duplicates are dropped, and a message past a
 one still on its way from another worker, or never delivered) makes the session read the gap
 from the log first. A gap the log no longer holds, or another epoch, is announced with
 ``{"type": "reset", "epoch": e}`` before what is still held: never passed off as complete.
+A replay is paced by the connection's waiting output (at most half of ``ws_max_output_bytes``),
+so a backlog larger than the output cap reaches a client that reads instead of closing it (1013).
 
 Messages: ``{"type": "event", "event", "data", "offset", "epoch"}`` (broadcasts also carry
 ``topic``; their offset and epoch are the topic's). Clients send ``{"type": "ack", "offset"}``,
@@ -26,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hongbao.core.events import Event
 from hongbao.core.ports import GroupStore, Queue
-from hongbao.core.push_ports import Route, Stored
+from hongbao.core.push_ports import Replay, Route, Stored
 from hongbao.server import push_messages
 from hongbao.server.config import Settings
 from hongbao.server.metrics import WorkerMetrics
@@ -45,6 +48,7 @@ from hongbao.server.push_stores import PushStores
 
 log = logging.getLogger("hongbao.push")
 TICK_S = 1.0
+REPLAY_PAUSE_S, REPLAY_PAUSE_MAX_S = 0.005, 0.1  # a paced replay looks at the output this often
 MAX_TOPICS = 100  # subscriptions per connection
 _TOPIC = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 DELIVERED, QUEUED = "delivered_to_socket", "queued"
@@ -57,6 +61,7 @@ class Conn(Protocol):
     sid: str
     subscriptions: set[str]
 
+    def output_bytes(self) -> int: ...
     def send_text(self, body: bytes) -> bool: ...
     def send_frame(self, frame: bytes) -> bool: ...
     def close(self, code: int, reason: str = "") -> None: ...
@@ -95,6 +100,7 @@ class PushHub:
         self.remote = RemoteDelivery(self.node.id, stores.sessions, stores.nodes, self.forwarder)
         self.fanout = Fanout(self, queue, groups, stores.topics)
         self.max_failures, self.failures = settings.push_store_failures, 0
+        self._replay_budget = settings.ws_max_output_bytes // 2
         self.sessions: dict[str, _Session] = {}
         self.topics: dict[str, set[Conn]] = {}
         self._touched: set[tuple[str, str]] = set()
@@ -135,7 +141,7 @@ class PushHub:
             previous.conn.close(4001, "replaced by a newer session")
         if old is not None and old.node != self.node.id:
             self.spawn(self._kick(old, conn.uid))
-        await self._replay(session, offset, epoch)
+        self._replay(session, await self.stores.log.replay(conn.uid, offset, epoch, now_ms()), offset)
 
     def on_message(self, conn: Conn, message: dict[str, Any]) -> None:
         """A client message: ack (coalesced per tick), subscribe / unsubscribe (answered)."""
@@ -215,28 +221,47 @@ class PushHub:
         session.epoch, session.sent = message.epoch, message.offset
         return session.conn.send_text(message.body)
 
-    async def _replay(self, session: _Session, after: int | None, epoch: str | None) -> None:
-        """Send the log after ``after`` (reset first if incomplete), then what arrived meanwhile."""
-        conn = session.conn
-        replay = await self.stores.log.replay(conn.uid, after, epoch, now_ms())
+    def _replay(self, session: _Session, replay: Replay, after: int | None) -> None:
+        """Send ``replay`` (what followed ``after``; a reset first if incomplete), then what arrived meanwhile."""
         if not replay.complete:
-            conn.send_text(push_messages.reset(replay.epoch))
+            session.conn.send_text(push_messages.reset(replay.epoch))
             after = None
         session.epoch, session.sent = replay.epoch, after
-        for message in replay.messages:
-            if session.sent is None or message.offset > session.sent:
-                session.sent = message.offset
-                conn.send_text(message.body)
+        self._pump(session, deque(m for m in replay.messages if after is None or m.offset > after))
+
+    def _pump(self, session: _Session, pending: deque[Stored]) -> None:
+        """Send ``pending`` while the connection's output stays under half its cap (a backlog
+        larger than the cap flows as the client reads it), then go live with what was held."""
+        conn = session.conn
+        while pending:
+            waiting = conn.output_bytes()
+            if waiting and waiting + len(pending[0].body) > self._replay_budget:
+                self.spawn(self._pump_later(session, pending))
+                return
+            message = pending.popleft()
+            session.sent = message.offset
+            conn.send_text(message.body)
         held, session.held = session.held or [], None
         for message in held:
             self.deliver(session, message)
 
+    async def _pump_later(self, session: _Session, pending: deque[Stored]) -> None:
+        pause = REPLAY_PAUSE_S
+        while self.sessions.get(session.conn.uid) is session:
+            await asyncio.sleep(pause)
+            if session.conn.output_bytes() + len(pending[0].body) <= self._replay_budget:
+                self._pump(session, pending)
+                return
+            pause = min(pause * 2, REPLAY_PAUSE_MAX_S)
+
     async def _catch_up(self, session: _Session) -> None:
         try:
-            await self._replay(session, session.sent, session.epoch)
+            replay = await self.stores.log.replay(session.conn.uid, session.sent, session.epoch, now_ms())
         except Exception as exc:
             log.warning("push catch-up from the log failed, closing the session: %s", exc)
             session.conn.close(1011, "push store unavailable")
+            return
+        self._replay(session, replay, session.sent)
 
     def receive(self, uid: str, sid: str, message: Stored) -> bool:
         """A message forwarded by another node for session ``sid``; False if it is not here."""
@@ -283,8 +308,10 @@ class PushHub:
             else:
                 remote.append(i)
         if remote:
-            for i, sent in zip(remote, await self.remote.send([items[i] for i in remote])):
+            forwarded = await self.remote.send([items[i] for i in remote])
+            for i, sent in zip(remote, forwarded):
                 results[i] = sent
+            self.metrics.events["push_forwarded"] += sum(forwarded)
         delivered = sum(results)
         self.metrics.events["push_delivered"] += delivered
         self.metrics.events["push_queued"] += len(results) - delivered

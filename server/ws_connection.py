@@ -231,6 +231,11 @@ class WsConnection(asyncio.Protocol):
 
     # --- send -------------------------------------------------------------------------------------
 
+    def output_bytes(self) -> int:
+        """Bytes waiting to go out (in the transport plus queued here): what the cap counts. The
+        hub paces a replay by it, so a long backlog flows to a reading client instead of meeting the cap."""
+        return self.queued_bytes + self.transport.get_write_buffer_size()
+
     def send_text(self, body: bytes) -> bool:
         """Queue one text message (``body``: UTF-8 JSON). True if queued (not yet delivered: the
         client acks); False if the connection is closing or over its output cap (then closed with 1013)."""

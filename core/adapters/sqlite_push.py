@@ -207,9 +207,9 @@ class SqliteMessageLog:
             return (None if head is None else (str(head[0]), int(head[1]), int(head[2]))), [(int(o), bytes(b)) for o, b in rows]
 
         head, rows = self._db.read(read)
-        if head is None:
-            created = await self._db.run(lambda: self._create_in_transaction(uid))
-            head = (created[0], created[1], 0)
+        if head is None:  # create the stream (or find the one an append just made), then read again
+            await self._db.run(lambda: self._create_in_transaction(uid))
+            return await self.replay(uid, after, epoch, now_ms)
         stream_epoch, last, acked = head
         base = acked if after is None else after
         same = (epoch is None or epoch == stream_epoch) and base <= last
@@ -217,10 +217,10 @@ class SqliteMessageLog:
         complete = same and len(held) == last - base and (not held or held[0].offset == base + 1)
         return Replay(stream_epoch, held, complete)
 
-    def _create_in_transaction(self, uid: str) -> tuple[str, int]:
+    def _create_in_transaction(self, uid: str) -> None:
         with self._db.immediate() as conn:
-            row = conn.execute("SELECT epoch, last_offset FROM t_push_stream WHERE uid = ?", (uid,)).fetchone()
-            return (str(row[0]), int(row[1])) if row is not None else _create_stream(conn, uid)
+            if conn.execute("SELECT 1 FROM t_push_stream WHERE uid = ?", (uid,)).fetchone() is None:
+                _create_stream(conn, uid)
 
 
 def _create_stream(conn: sqlite3.Connection, uid: str) -> tuple[str, int]:

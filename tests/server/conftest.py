@@ -58,13 +58,15 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
-def start_server(data_dir: Path, workers: int = 1, extra_config: str = "") -> Server:
-    """Start ``hongbao serve`` and wait until /healthz answers (or fail with its log)."""
+def start_server(data_dir: Path, workers: int = 1, extra_config: str = "", name: str = "") -> Server:
+    """Start ``hongbao serve`` and wait until /healthz answers (or fail with its log). A ``name``
+    keeps the config and log files of several servers on one data directory apart."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    config = data_dir / "hongbao.toml"
+    suffix = f"-{name}" if name else ""
+    config = data_dir / f"hongbao{suffix}.toml"
     config.write_text(TEST_CONFIG + extra_config)
     port = free_port()
-    log_path = data_dir / "server.log"
+    log_path = data_dir / f"server{suffix}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HONGBAO_")}
     process = subprocess.Popen(
         [sys.executable, "-m", "hongbao.server.cli", "--config", str(config), "serve", "--port", str(port),

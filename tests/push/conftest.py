@@ -1,0 +1,133 @@
+"""Push tests against real servers: ``hongbao serve`` subprocesses (one or several nodes on one
+data directory), clients on the ``websockets`` library, pushes through the admin route."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import orjson
+import pytest
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from tests.server.conftest import Server, finish_server, start_server
+
+PUSH_CONFIG = """
+ws_idle_timeout_s = 30.0
+push_node_ttl_s = 2.0
+"""
+
+
+class Nodes:
+    """Servers started for one test, all on ``data_dir`` unless told otherwise; at the end every
+    server still running is stopped and must exit cleanly and pass the money audit."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.data_dir = tmp_path / "shared"
+        self.started: list[Server] = []
+        self.killed: set[int] = set()
+
+    def start(self, workers: int = 1, extra_config: str = "") -> Server:
+        """One more server (a node per worker) on the shared data directory."""
+        server = start_server(self.data_dir, workers, PUSH_CONFIG + extra_config, name=f"n{len(self.started)}")
+        self.started.append(server)
+        return server
+
+    def kill(self, server: Server) -> None:
+        """SIGKILL the server's workers and master at once: a crash, nothing cleaned up."""
+        master = server.process.pid
+        os.kill(master, signal.SIGSTOP)  # no restart of the workers
+        for pid in _children(master):
+            os.kill(pid, signal.SIGKILL)
+        os.kill(master, signal.SIGKILL)
+        server.process.wait()
+        self.killed.add(master)
+        for leftover in Path("/dev/shm").glob(f"*-{master}*"):  # the master would have unlinked these
+            leftover.unlink(missing_ok=True)
+
+    def finish(self) -> None:
+        """Stop what still runs; each must exit 0 without a traceback and pass the money audit."""
+        for server in self.started:
+            if server.process.pid not in self.killed:
+                finish_server(server)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[Nodes]:
+    """Start servers on one data directory on demand (see Nodes)."""
+    started = Nodes(tmp_path)
+    yield started
+    started.finish()
+
+
+async def connect(server: Server, uid: str, offset: int | None = None, epoch: str | None = None, **kwargs: Any) -> ClientConnection:
+    """A WebSocket client of ``uid`` (token as the ``bearer`` subprotocol), resuming at
+    (``offset``, ``epoch``) when given."""
+    query = {k: str(v) for k, v in (("offset", offset), ("epoch", epoch)) if v is not None}
+    url = server.url.replace("http://", "ws://") + "/v1/ws" + (f"?{urlencode(query)}" if query else "")
+    return await websockets.connect(url, subprotocols=[websockets.Subprotocol("bearer"), websockets.Subprotocol(server.token(uid))],
+                                    **kwargs)
+
+
+async def receive(ws: ClientConnection, count: int, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    """The next ``count`` messages (JSON objects), each within ``timeout_s``."""
+    return [orjson.loads(await asyncio.wait_for(ws.recv(), timeout_s)) for _ in range(count)]
+
+
+async def silent(ws: ClientConnection, wait_s: float = 0.5) -> bool:
+    """True if nothing arrives within ``wait_s`` seconds."""
+    try:
+        await asyncio.wait_for(ws.recv(), wait_s)
+    except TimeoutError:
+        return True
+    return False
+
+
+def admin(server: Server) -> httpx.AsyncClient:
+    """An admin HTTP client of ``server``."""
+    return server.async_client("admin", admin=True)
+
+
+async def push(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    """POST /v1/admin/push ``body``; the answer (which must be 200)."""
+    response = await client.post("/v1/admin/push", json=body)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def metric(server: Server, name: str) -> float:
+    """The value of counter ``hongbao_{name}_total`` merged over the server's workers."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith(f"hongbao_{name}_total "):
+            return float(line.split()[1])
+    raise AssertionError(f"no counter {name} in /metrics")
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Wait until ``check()`` holds (polling), or fail."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
