@@ -186,6 +186,8 @@ class PacketService:
         now = self.ports.clock.now_ms()
         raw = await self.ports.preorders.get(order_id, now)
         if raw is None:
+            if await self.ports.packets.get_packet(order_id) is not None:  # a pay completed since the first look
+                raise errors.Conflict("the packet is already paid and cannot be cancelled")
             raise errors.NotFound(f"no pre-order {order_id}")
         if orjson.loads(raw)["sender_id"] != sender_id:
             raise errors.Forbidden("only the sender can cancel a pre-order")
