@@ -10,7 +10,8 @@ checked across fragments); a ``ProtocolError`` fails the connection with its clo
   ``{"type": "pong"}`` here; every other object goes to ``hub.on_message``;
 - a binary message closes with 1003 (the protocol has no binary messages);
 - a ping is answered with a pong carrying its payload (section 5.5.2), an unsolicited pong is
-  ignored (5.5.3); any inbound frame calls ``hub.touched`` (liveness).
+  ignored (5.5.3); inbound frames call ``hub.touched`` (liveness; once per read, and not before
+  attach returned nor after a close was sent).
 
 Messages that arrive while ``hub.attach`` runs are held and handed over, in order, once it returns
 (at most ``HELD_MAX``; past that reading pauses until then). A failing ``attach`` closes with 1011.
@@ -149,8 +150,8 @@ class WsConnection(asyncio.Protocol):
     async def _attach(self, offset: int | None, epoch: str | None) -> None:
         try:
             await self.hub.attach(self, offset, epoch)
-        except Exception:
-            log.exception("push hub attach failed sid=%s", self.sid)
+        except Exception as exc:
+            log.warning("push hub attach failed, closing sid=%s: %r", self.sid, exc)
             self.close(1011, "session store unavailable")
         held, self.held, self.attaching = self.held or [], None, False
         if held and not self.close_sent and not self.lost:
@@ -175,7 +176,7 @@ class WsConnection(asyncio.Protocol):
         if not frames:
             return
         self.last_seen = self.loop.time()
-        if not self.attaching:
+        if not self.attaching and not self.close_sent:
             self.hub.touched(self)
         for frame in frames:
             self._on_frame(frame)
@@ -300,6 +301,8 @@ class WsConnection(asyncio.Protocol):
 
     def due(self, idle_before: float, expired_before: float, now: float) -> bool:
         """Whether the sweep has something to do here (see ``expire``)."""
+        if self.lost:
+            return False
         if self.close_sent:
             return self.close_deadline <= now
         return self.last_seen <= idle_before or self.identity.exp <= expired_before
@@ -318,12 +321,14 @@ class WsConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.queue.clear()
-        self.registry.open.discard(self)
         self._maybe_detach()
 
     def _maybe_detach(self) -> None:
+        """Once the transport is gone and attach has returned: detach, and leave the registry (so
+        a stopping worker waits for attaches in flight before it closes the stores)."""
         if self.lost and not self.attaching and not self.detached:
             self.detached = True
+            self.registry.open.discard(self)
             self.hub.detach(self)
 
 
