@@ -1,4 +1,4 @@
-"""The ``hongbao`` command: serve | token | audit | storm (migrate arrives with its issue).
+"""The ``hongbao`` command: serve | migrate | token | audit | storm.
 
 ``hongbao serve`` with no arguments runs the embedded backend on 127.0.0.1:8080 with its data
 in ./var. ``hongbao token --user ID [--user ID ...]`` prints one token per line, signed with
@@ -9,8 +9,10 @@ a server started from the same directory; ``--admin`` mints an admin token.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 
 from hongbao.bench.storm.cli import add_parser as add_storm_parser
@@ -19,7 +21,7 @@ from hongbao.server.config import Settings, load_settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    flags = {k: getattr(args, k, None) for k in ("host", "port", "workers", "data_dir", "backend", "redis_url", "redis_cluster")}
+    flags = {k: getattr(args, k, None) for k in ("host", "port", "workers", "data_dir", "backend", "mysql_dsn", "redis_url", "redis_cluster")}
     return load_settings(args.config, flags=flags)
 
 
@@ -55,11 +57,42 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mysql_dsn(settings: Settings, command: str) -> str:
+    if not settings.mysql_dsn:
+        raise ValueError(f"{command} needs the MySQL DSN: --mysql-dsn mysql://user:pass@host:port (or HONGBAO_MYSQL_DSN, "
+                         "or mysql_dsn in the TOML file)")
+    return settings.mysql_dsn
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    dsn, layout = _mysql_dsn(settings, "hongbao migrate"), settings.mysql_layout()
+    from asyncmy.errors import MySQLError
+
+    from hongbao.core.adapters.mysql_cold import move_cold
+    from hongbao.core.adapters.mysql_schema import SCHEMA_VERSION, migrate
+
+    try:
+        report = asyncio.run(migrate(dsn, layout))
+        print(f"migrate: {report.databases} databases x {layout.n_tables} tables x 31 days, schema {SCHEMA_VERSION}, "
+              f"{report.tables_created} tables created")
+        if args.cold:
+            moved = asyncio.run(move_cold(dsn, layout, int(time.time() * 1000)))
+            print(f"cold: {moved} closed packets older than {layout.hot_days} days moved to the cold databases")
+    except (MySQLError, RuntimeError) as exc:
+        print(f"hongbao migrate: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _audit(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    from hongbao.bench.audit import audit_sqlite
+    from hongbao.bench.audit import audit_mysql, audit_sqlite
 
-    report = audit_sqlite(settings.data_dir, drained=not args.not_drained)
+    if settings.backend == "production":
+        report = asyncio.run(audit_mysql(_mysql_dsn(settings, "hongbao audit"), settings.mysql_layout(), drained=not args.not_drained))
+    else:
+        report = audit_sqlite(settings.data_dir, drained=not args.not_drained)
     print("\n".join(report.lines()))
     return 0 if report.ok else 1
 
@@ -81,6 +114,12 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--redis-cluster", dest="redis_cluster", action="store_true", default=None,
                        help="--redis-url names a node of a Redis Cluster (also HONGBAO_REDIS_CLUSTER)")
     serve.set_defaults(run=_serve)
+    mysql = argparse.ArgumentParser(add_help=False)
+    mysql.add_argument("--mysql-dsn", dest="mysql_dsn", help="mysql://user:pass@host:port (also HONGBAO_MYSQL_DSN)")
+    migrate = sub.add_parser("migrate", parents=[common, mysql],
+                             help="create or upgrade the sharded MySQL/MariaDB schema (idempotent); --cold archives old packets")
+    migrate.add_argument("--cold", action="store_true", help="also move closed packets older than mysql_hot_days to the cold databases")
+    migrate.set_defaults(run=_migrate)
     token = sub.add_parser("token", parents=[common], help="mint bearer tokens with this directory's key")
     token.add_argument("--user", action="append", help="user id (repeatable; one token per line)")
     token.add_argument("--admin", action="store_true", help="also mint an admin token")
@@ -88,8 +127,9 @@ def parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=float, default=24 * 3600, help="lifetime in seconds (default: 86400)")
     token.add_argument("--data-dir", dest="data_dir", type=Path)
     token.set_defaults(run=_token)
-    audit = sub.add_parser("audit", parents=[common], help="check the money invariants of DESIGN.md section 11; exit 1 on any violation")
+    audit = sub.add_parser("audit", parents=[common, mysql], help="check the money invariants of DESIGN.md section 11; exit 1 on any violation")
     audit.add_argument("--data-dir", dest="data_dir", type=Path)
+    audit.add_argument("--backend", choices=["embedded", "production"], help="production: audit the MySQL shards of --mysql-dsn")
     audit.add_argument("--not-drained", action="store_true",
                        help="the reconciler has not run yet: pending credits and refunds are not violations")
     audit.set_defaults(run=_audit)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from hongbao.core.adapters.mysql_db import Layout
 from hongbao.core.rules import Limits
 
 DEFAULT_CONFIG_FILE = "hongbao.toml"
@@ -103,6 +104,10 @@ class Settings:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         return self
+
+    def mysql_layout(self) -> Layout:
+        """The sharded MySQL layout these settings name (mysql_dbs x mysql_tables, prefix, hot window)."""
+        return Layout(self.mysql_dbs, self.mysql_tables, self.mysql_prefix, self.mysql_hot_days)
 
     def with_overrides(self, values: Mapping[str, Any]) -> Settings:
         """A copy with ``values`` applied (unknown keys raise ValueError; strings are converted)."""

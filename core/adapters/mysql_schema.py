@@ -112,10 +112,10 @@ async def _migrate_db(server: dict[str, object], layout: Layout, db: int) -> int
             await cur.execute("SET SESSION sql_notes = 0")  # no "already exists" notes on a rerun
             await cur.execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
             await cur.execute(f"USE `{name}`")
-            await cur.execute(_PER_DB[0])
-            await _check_meta(cur, name, layout)
             await cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (name,))
             existing = {str(row[0]) for row in await cur.fetchall()}
+            await cur.execute(_PER_DB[0])  # t_meta first: the checks read it
+            await _check_meta(cur, name, layout)
             missing = [sql for table, sql in statements(layout) if table not in existing]
             for statement in missing:
                 await cur.execute(statement)

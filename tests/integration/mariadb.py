@@ -14,16 +14,22 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import asyncmy
+import hongbao_native
 import pytest
 
 from hongbao.bench.http.run import free_port, terminate
-from hongbao.core.adapters.mysql_db import Layout, connect_args, parse_dsn
+from hongbao.core.adapters.mysql_db import Layout, MysqlShards, connect_args, parse_dsn
 from hongbao.core.adapters.mysql_schema import migrate
+from hongbao.core.adapters.sqlite_db import SqliteDb
+from hongbao.core.adapters.sqlite_state import SqliteQueue
+from hongbao.core.clock import ManualClock
+from hongbao.core.production import Production, open_mysql
 
 USER, PASSWORD = "hongbao", "hongbao-test"
 READY_TIMEOUT_S = 30.0
@@ -129,17 +135,46 @@ async def _empty(dsn: str, layout: Layout) -> None:
         async with conn.cursor() as cur:
             for db in range(layout.n_dbs):
                 name = layout.db_name(db)
-                await cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
-                                  "AND table_name <> 't_meta'", (name,))
-                for (table,) in await cur.fetchall():
-                    await cur.execute(f"DELETE FROM `{name}`.`{table}`")
-                await cur.execute(f"DELETE FROM `{name}`.t_meta WHERE name LIKE 'flag:%%'")
+                await cur.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema IN (%s, %s) "
+                                  "AND table_name <> 't_meta'", (name, layout.cold_name(db)))
+                for schema, table in await cur.fetchall():
+                    await cur.execute(f"DELETE FROM `{schema}`.`{table}`")
+                await cur.execute(f"DELETE FROM `{name}`.t_meta WHERE name LIKE 'flag:%'")
     finally:
         conn.close()
 
 
 def migrated(server: MariaDb, layout: Layout) -> Layout:
-    """``layout`` migrated on ``server`` (idempotent) and emptied of every row: a clean slate."""
+    """``layout`` migrated on ``server`` (idempotent) and emptied of every row, its cold
+    databases too: a clean slate."""
     asyncio.run(migrate(server.dsn, layout))
     asyncio.run(_empty(server.dsn, layout))
     return layout
+
+
+SERVICE_LAYOUT = Layout(2, 2, prefix="svc_")
+
+
+@pytest.fixture
+def make_backend(mariadb: MariaDb, tmp_path: Path, clock: ManualClock, admission: hongbao_native.AdmissionTable,
+                 loop_cleanups: list[Any]) -> Iterator[Callable[..., Production]]:
+    """One more worker's production backend on the same MariaDB shards (2 x 2, emptied first) and
+    admission table; the queue is the embedded one (the Redis queue is tested with Redis)."""
+    layout = migrated(mariadb, SERVICE_LAYOUT)
+    queues: list[SqliteDb] = []
+
+    def make(**kwargs: Any) -> Production:
+        queues.append(SqliteDb(tmp_path / "queue.db"))
+        backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, SqliteQueue(queues[-1]), clock=clock, **kwargs)
+        loop_cleanups.append(backend.aclose)
+        return backend
+
+    yield make
+    for queue in queues:
+        queue.close()
+
+
+@pytest.fixture
+def backend(make_backend: Callable[..., Production]) -> Production:
+    """One worker's production backend on a clean slate."""
+    return make_backend()

@@ -5,52 +5,19 @@ batched open under 300 concurrent openers across two workers, and refunds racing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
-
-import hongbao_native
-import pytest
+from collections.abc import Callable
 
 from hongbao.core import errors
-from hongbao.core.adapters.mysql_db import Layout, MysqlShards
-from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.adapters.sqlite_state import SqliteQueue
 from hongbao.core.clock import ManualClock
 from hongbao.core.packet import Status
-from hongbao.core.production import Production, open_mysql
+from hongbao.core.production import Production
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
-from tests.integration.mariadb import MariaDb, migrated
+from tests.integration.mariadb import backend, make_backend  # noqa: F401  (fixtures)
 
 globals().update({name: test for name, test in vars(suite).items() if name.startswith("test_")})
 
-LAYOUT = Layout(2, 2, prefix="svc_")
 DAY_MS = suite.DAY_MS
-
-
-@pytest.fixture
-def make_backend(mariadb: MariaDb, tmp_path: Path, clock: ManualClock, admission: hongbao_native.AdmissionTable,  # noqa: F811
-                 loop_cleanups: list[Any]) -> Iterator[Callable[..., Production]]:
-    """One more worker's backend on the same (emptied) MariaDB shards and admission table; the
-    queue is the embedded one (the Redis queue is tested with Redis)."""
-    layout = migrated(mariadb, LAYOUT)
-    queues: list[SqliteDb] = []
-
-    def make(**kwargs: Any) -> Production:
-        queues.append(SqliteDb(tmp_path / "queue.db"))
-        backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, SqliteQueue(queues[-1]), clock=clock, **kwargs)
-        loop_cleanups.append(backend.aclose)
-        return backend
-
-    yield make
-    for queue in queues:
-        queue.close()
-
-
-@pytest.fixture
-def backend(make_backend: Callable[..., Production]) -> Production:
-    return make_backend()
 
 
 async def test_hot_packet_300_openers_on_two_workers(make_backend: Callable[..., Production]) -> None:
