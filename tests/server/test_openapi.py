@@ -52,6 +52,7 @@ MEMBERS = "/v1/groups/{group_id}/members"
 MEMBER = "/v1/groups/{group_id}/members/{user_id}"
 PACKET = "/v1/packets/{order_id}"
 PAY, GRAB, OPEN = PACKET + "/pay", PACKET + "/grab", PACKET + "/open"
+WS, PREFLIGHT = "/v1/ws", "/v1/ws/preflight"
 NON_JSON = {"/metrics": ["text/plain"], "/v1/ws/client.js": ["application/javascript"], "/v1/ws/demo": ["text/html"]}
 
 
@@ -84,15 +85,17 @@ def spec_operations() -> dict[tuple[str, str], dict[str, Any]]:
 def app_routes(*, test_clock: bool, tmp: Path) -> list[Route]:
     """The route table of a real App (the one a worker serves), built in-process over a fresh embedded backend."""
     admission = hongbao_native.AdmissionTable.create(f"openapi-{os.getpid()}-{secrets.token_hex(4)}", 16)
+    limiter = hongbao_native.RateLimiter.create(f"openapi-{os.getpid()}-{secrets.token_hex(4)}", 1.0, 1)
     backend = open_embedded(tmp, admission)
     try:
         settings = Settings(data_dir=tmp, test_clock=test_clock)
-        app = App(settings, backend, TokenVerifier("k" * 32, ["HS256"]), WorkerMetrics(tmp / "metrics"))
+        app = App(settings, backend, TokenVerifier("k" * 32, ["HS256"]), WorkerMetrics(tmp / "metrics"), limiter)
         routes: list[Route] = app.router.routes
         return routes
     finally:
         backend.close()
         admission.unlink()
+        limiter.unlink()
 
 
 @dataclass
@@ -283,17 +286,18 @@ def test_spec_limits_are_the_server_limits() -> None:
 
 
 def test_every_operation_documents_its_success_and_transport_errors() -> None:
-    """Each operation documents one 2xx with a JSON (or, for NON_JSON, its own) body and the
-    408, 413, 431, 500 and 503 any request can get; every error response is an Error."""
+    """Each operation documents one 2xx with a JSON (or, for NON_JSON, its own) body, or for the
+    WebSocket route a 101 with none, and the 408, 413, 431, 500 and 503 any request can get;
+    every error response is an Error."""
     for (method, path), op in spec_operations().items():
         responses = op["responses"]
-        success = [s for s in responses if s.startswith("2")]
-        assert len(success) == 1, (method, path, success)
-        content = _resolve(_deref(_pointer("paths", path, method.lower(), "responses", success[0])))["content"]
-        assert list(content) == NON_JSON.get(path, ["application/json"]), (method, path)
+        success = [s for s in responses if s.startswith("2") or s == "101"]
+        assert len(success) == 1 and (success[0] == "101") == (path == WS), (method, path, success)
+        content = _resolve(_deref(_pointer("paths", path, method.lower(), "responses", success[0]))).get("content", {})
+        assert list(content) == NON_JSON.get(path, [] if path == WS else ["application/json"]), (method, path)
         assert {"400", "408", "413", "431", "500", "503"} <= set(responses), (method, path)
         for status in responses:
-            if not status.startswith("2"):
+            if status not in success:
                 documented = _resolve(_deref(_pointer("paths", path, method.lower(), "responses", status)))
                 schema = documented["content"]["application/json"]["schema"]
                 assert schema["$ref"].endswith("Error"), (method, path, status)
@@ -314,6 +318,12 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     forged = {"authorization": "Bearer " + server.token("alice")[:-2] + "xx"}
     assert code(check(anon.get("/v1/balance", headers=forged), "/v1/balance", 401)) == "unauthorized"
     assert code(check(alice.post("/v1/admin/accounts/alice/topup", json={"amount_fen": 1}), TOPUP, 403)) == "forbidden"
+
+    # the WebSocket route without an upgrade, and its preflight
+    assert code(check(alice.get(WS), WS, 426)) == "upgrade_required"
+    assert code(check(anon.get(WS), WS, 401)) == "unauthorized"
+    assert check(alice.get(PREFLIGHT), PREFLIGHT, 200) == {"status": "ok"}
+    assert code(check(anon.get(PREFLIGHT), PREFLIGHT, 401)) == "unauthorized"
 
     # top-up, crediting mode, balance
     key = {"idempotency-key": "flow-1"}
