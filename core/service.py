@@ -210,11 +210,9 @@ class PacketService:
             raise errors.NotMember(f"{user_id} is not a member of the packet's group")
         return packet
 
-    async def grab(self, user_id: str, order_id: str) -> dict[str, object]:
-        """Advisory admission check from the worker's cache: {"status": "ok"}, or {"status":
-        "opened", "amount_fen"} for a user who already opened. Raises Finished/Expired (410),
-        NotFound, NotPaid, NotMember. A packet's state may be up to a second old here; open
-        re-checks everything in its transaction (DESIGN.md section 6: grab is advisory)."""
+    def grab_cached(self, user_id: str, order_id: str) -> dict[str, object] | None:
+        """grab's answer from this worker's caches alone, with no I/O; None when the answer needs
+        the database (then await ``grab``). Raises as ``grab`` does."""
         check_order_id(order_id)
         now_ms = self.ports.clock.now_ms()  # one reading for every cache (a request takes microseconds)
         amount = self._opened.get((order_id, user_id), now_ms)
@@ -222,22 +220,48 @@ class PacketService:
             return {"status": "opened", "amount_fen": amount}
         packet = self._packets.get(order_id, now_ms)
         if packet is None:
-            packet = await self.visible_packet(user_id, order_id)
-            self._packets.put(order_id, packet, now_ms)
-        elif packet.group_id is not None:
+            return None
+        if packet.group_id is not None:
             member = self._members.get((packet.group_id, user_id), now_ms)
             if member is None:
-                member = await self.ports.groups.is_member(packet.group_id, user_id)
-                self._members.put((packet.group_id, user_id), member, now_ms)
+                return None
             if not member:
                 raise errors.NotMember(f"{user_id} is not a member of the packet's group")
-        if packet.kind is Kind.EXCLUSIVE and user_id != packet.receiver_id:
-            raise errors.NotMember(f"packet {order_id} is for someone else")
         if packet.remaining_count < packet.count:  # someone opened: maybe this user, in another worker
+            return None
+        return self._grab_verdict(packet, user_id, now_ms)
+
+    async def grab(self, user_id: str, order_id: str) -> dict[str, object]:
+        """Advisory admission check from the worker's cache: {"status": "ok"}, or {"status":
+        "opened", "amount_fen"} for a user who already opened. Raises Finished/Expired (410),
+        NotFound, NotPaid, NotMember. A packet's state may be up to a second old here; open
+        re-checks everything in its transaction (DESIGN.md section 6: grab is advisory)."""
+        cached = self.grab_cached(user_id, order_id)
+        if cached is not None:
+            return cached
+        now_ms = self.ports.clock.now_ms()
+        packet = self._packets.get(order_id, now_ms)
+        if packet is None:
+            packet = await self.visible_packet(user_id, order_id)
+            self._packets.put(order_id, packet, now_ms)
+        elif packet.group_id is not None and self._members.get((packet.group_id, user_id), now_ms) is None:
+            member = await self.ports.groups.is_member(packet.group_id, user_id)
+            self._members.put((packet.group_id, user_id), member, now_ms)
+            if not member:
+                raise errors.NotMember(f"{user_id} is not a member of the packet's group")
+        if packet.remaining_count < packet.count:
             receipt = await self.ports.packets.receipt(order_id, user_id)
             if receipt is not None:
                 self._opened.put((order_id, user_id), receipt.amount_fen, now_ms)
                 return {"status": "opened", "amount_fen": receipt.amount_fen}
+        return self._grab_verdict(packet, user_id, now_ms)
+
+    def _grab_verdict(self, packet: Packet, user_id: str, now_ms: int) -> dict[str, object]:
+        """GRAB_OK for a packet ``user_id`` may open now (and has not opened); raises NotMember
+        (an exclusive packet for someone else), Finished or Expired."""
+        order_id = packet.order_id
+        if packet.kind is Kind.EXCLUSIVE and user_id != packet.receiver_id:
+            raise errors.NotMember(f"packet {order_id} is for someone else")
         if packet.status is Status.FINISHED or packet.remaining_count == 0:
             raise errors.Finished(f"packet {order_id} is finished")
         if packet.status is not Status.ACTIVE or now_ms >= packet.expires_at_ms:

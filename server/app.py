@@ -78,30 +78,54 @@ class App:
         self.router = Router(routes)
         self.debug_log = log.isEnabledFor(logging.DEBUG)
 
-    async def handle(self, request: Request) -> Response:
-        """Answer one parsed request (the native parser's Request); never raises."""
+    def dispatch(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        """Answer one parsed request (the native parser's Request); never raises. The Response
+        itself when the route needs no I/O (errors included), so the protocol answers it without
+        a coroutine; otherwise a coroutine that makes it."""
         started = time.perf_counter()
-        method, path = request.method, request.path
-        route, params, path_known = self.router.match(method, path)
-        name = route.template if route else "unmatched"
+        route, params, path_known = self.router.match(request.method, request.path)
         try:
             if route is None:
                 if path_known:
-                    raise errors.MethodNotAllowed(f"{method} is not allowed on {path}", self.router.allowed(path))
-                raise errors.NotFound(f"no route {method} {path}")
-            identity = self._authenticate(route, request)
-            response: Response = await route.handler(Context(identity, params, request))
-        except errors.HongbaoError as exc:
-            response = from_error(exc)
+                    raise errors.MethodNotAllowed(f"{request.method} is not allowed on {request.path}",
+                                                  self.router.allowed(request.path))
+                raise errors.NotFound(f"no route {request.method} {request.path}")
+            result = route.handler(Context(self._authenticate(route, request), params, request))
+        except Exception as exc:
+            return self._done(request, route, self._failed(exc, request, route), started)
+        if isinstance(result, Response):
+            return self._done(request, route, result, started)
+        return self._complete(request, route, result, started)
+
+    async def handle(self, request: Request) -> Response:
+        """``dispatch``, awaited: the Response for ``request``; never raises."""
+        result = self.dispatch(request)
+        return result if isinstance(result, Response) else await result
+
+    async def _complete(self, request: Request, route: Route, pending: Awaitable[Response], started: float) -> Response:
+        try:
+            response = await pending
+        except Exception as exc:
+            response = self._failed(exc, request, route)
+        return self._done(request, route, response, started)
+
+    def _failed(self, exc: Exception, request: Request, route: Route | None) -> Response:
+        """The answer for an exception a handler raised: its own status for a HongbaoError, else
+        a logged 500 (the worker goes on)."""
+        if isinstance(exc, errors.HongbaoError):
             if exc.code == "busy":
                 self.metrics.events["admission_rejections"] += 1
-        except Exception:
-            log.exception("unhandled error on %s %s", method, name)
-            response = error_response(500, "internal", "internal error")
+            return from_error(exc)
+        log.error("unhandled error on %s %s", request.method, route.template if route else "unmatched", exc_info=exc)
+        return error_response(500, "internal", "internal error")
+
+    def _done(self, request: Request, route: Route | None, response: Response, started: float) -> Response:
+        """Count ``response`` in the metrics (and the debug log) and return it."""
         elapsed = time.perf_counter() - started
+        name = route.template if route is not None else "unmatched"
         self.metrics.observe(name, response.status, elapsed)
         if self.debug_log:  # one structured line per request; never headers, so never a token
-            log.debug("request method=%s route=%s status=%d ms=%.3f", method, name, response.status, elapsed * 1000)
+            log.debug("request method=%s route=%s status=%d ms=%.3f", request.method, name, response.status, elapsed * 1000)
         event = route.event if route is not None else None
         if event is not None and (event != "opens" or response.status == 200):
             self.metrics.events[event] += 1
@@ -118,8 +142,8 @@ class App:
             raise errors.Forbidden("this route needs an admin token")
         return identity
 
-    async def healthz(self, _ctx: Context) -> Response:
-        """GET /healthz: the worker answers."""
+    def healthz(self, _ctx: Context) -> Response:
+        """GET /healthz: the worker answers (with no I/O, so without a coroutine)."""
         return _HEALTHY
 
     async def readyz(self, _ctx: Context) -> Response:

@@ -24,7 +24,7 @@ import asyncio
 import contextvars
 import logging
 from collections import deque
-from collections.abc import Coroutine, Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, cast
 
 import hongbao_native
@@ -175,8 +175,7 @@ class HttpProtocol(asyncio.Protocol):
         if requests:
             self.pending.extend(requests)
             if self.task is None:
-                self._cancel_timer("busy")  # no read timeout while answering; idle starts again after
-                self.task = start_eagerly(self.loop, self._serve())
+                self._serve_now()
             if len(self.pending) >= MAX_PIPELINED and self.transport is not None and not self.paused:
                 self.transport.pause_reading()
                 self.paused = True
@@ -256,27 +255,64 @@ class HttpProtocol(asyncio.Protocol):
         if self.paused:
             transport.resume_reading()
 
-    async def _serve(self) -> None:
+    def _serve_now(self) -> None:
+        """Answer the pending requests that need no I/O right here, with no coroutine at all;
+        from the first one that must wait (or an upgrade) on, the serving coroutine takes over."""
+        pending = self.pending
         try:
+            while pending and not pending[0].websocket:
+                request = pending.popleft()
+                result = self.app.dispatch(request)
+                if not isinstance(result, Response):
+                    self._start_serving(self._serve(request, result))
+                    return
+                if not self._reply(request, result):
+                    return
+        except Exception:
+            log.exception("connection handler failed")
+            self._finish(error_response(500, "internal", "internal error"))
+            return
+        if pending:
+            self._start_serving(self._serve())
+
+    def _start_serving(self, serve: Coroutine[Any, Any, None]) -> None:
+        self._cancel_timer("busy")  # no read timeout while answering; idle starts again after
+        self.task = start_eagerly(self.loop, serve)
+
+    def _reply(self, request: hongbao_native.Request, response: Response) -> bool:
+        """Queue ``response`` to ``request`` (closing after it when the request asked to);
+        False once the connection is closing."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return False
+        if not request.keep_alive:
+            self._finish(response)
+            return False
+        headers = response.headers
+        if request.version == "1.0":  # HTTP/1.0 keeps the connection only when told so (RFC 9112 9.3)
+            headers = [*headers, ("connection", "keep-alive")]
+        self.send(hongbao_native.encode_response(response.status, headers, response.body))
+        if self.paused and len(self.pending) < MAX_PIPELINED // 2:
+            transport.resume_reading()
+            self.paused = False
+        return True
+
+    async def _serve(self, request: hongbao_native.Request | None = None,
+                     answer: Awaitable[Response] | None = None) -> None:
+        """Answer pending requests in order, awaiting the handlers that need I/O; ``request`` and
+        its ``answer`` in the making come first when ``_serve_now`` handed them over."""
+        try:
+            if request is not None and answer is not None and not self._reply(request, await answer):
+                return
             while self.pending:
                 request = self.pending.popleft()
                 if request.websocket:
                     self._upgrade(request)
                     return
-                response = await self.app.handle(request)
-                transport = self.transport
-                if transport is None or transport.is_closing():
+                result = self.app.dispatch(request)
+                response = result if isinstance(result, Response) else await result
+                if not self._reply(request, response):
                     return
-                if not request.keep_alive:
-                    self._finish(response)
-                    return
-                headers = response.headers
-                if request.version == "1.0":  # HTTP/1.0 keeps the connection only when told so (RFC 9112 9.3)
-                    headers = [*headers, ("connection", "keep-alive")]
-                self.send(hongbao_native.encode_response(response.status, headers, response.body))
-                if self.paused and len(self.pending) < MAX_PIPELINED // 2:
-                    transport.resume_reading()
-                    self.paused = False
         except Exception:
             log.exception("connection handler failed")
             self._finish(error_response(500, "internal", "internal error"))

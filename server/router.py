@@ -6,11 +6,11 @@ exact otherwise; a path that matches a template with another method answers 405.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-Handler = Callable[..., Awaitable[Any]]
+Handler = Callable[..., Any]  # (Context) -> Response, or an awaitable of one when it needs I/O
 
 
 @dataclass(frozen=True, slots=True)
