@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from hongbao.core.adapters.redis_client import RedisClient, redis_client
+from hongbao.core.adapters.redis_client import Pipelines, RedisClient, redis_client
 from hongbao.core.adapters.redis_push import RedisNodeDirectory, RedisSessionStore
 from hongbao.core.adapters.redis_push_logs import RedisMessageLog, RedisTopicLog
 from hongbao.core.adapters.redis_queue import RedisQueue
@@ -55,14 +55,14 @@ def open_push_stores(settings: Settings, db: SqliteDb) -> PushStores:
     ``push_log_max_age_s``; on Redis when ``redis_url`` is set (no I/O here: the hub's start
     issues the first command, the node's heartbeat, alone)."""
     if settings.redis_url:
-        redis = redis_client(settings.redis_url, cluster=settings.redis_cluster)
+        pipes = Pipelines(redis_client(settings.redis_url, cluster=settings.redis_cluster))
         return PushStores(
-            RedisSessionStore(redis, settings.push_session_ttl_s),
-            RedisNodeDirectory(redis),
-            RedisMessageLog(redis, settings.push_log_max_messages, settings.push_log_max_age_s),
-            RedisTopicLog(redis, TOPIC_MAX_LEN),
-            RedisQueue(redis, node_id(settings.node_name)),
-            redis,
+            RedisSessionStore(pipes, settings.push_session_ttl_s),
+            RedisNodeDirectory(pipes),
+            RedisMessageLog(pipes, settings.push_log_max_messages, settings.push_log_max_age_s),
+            RedisTopicLog(pipes, TOPIC_MAX_LEN),
+            RedisQueue(pipes, node_id(settings.node_name)),
+            pipes.client,
         )
     return PushStores(
         SqliteSessionStore(db, settings.push_session_ttl_s),

@@ -4,7 +4,8 @@ command by its key's slot; no slot map of our own). Both parse replies with hire
 picks its hiredis parser whenever the ``hiredis`` package is installed, a dependency of hongbao).
 
 Everything else in hongbao codes against :data:`RedisClient` and uses only what both classes
-offer: commands, ``pipeline(transaction=False)``, ``register_script`` / ``script_load``.
+offer (commands, pipelines, ``script_load``), through :class:`Pipelines`, which coalesces the
+commands of concurrent callers into one pipeline per event-loop tick.
 
 Failures: a dropped connection (CLIENT KILL, a restart) is retried on a fresh connection up to
 :data:`RETRIES` times with exponential backoff and full jitter (capped at 0.25 s), so a blip costs
@@ -14,6 +15,7 @@ a retry, not an error; a Redis that stays down raises ``redis.exceptions.Connect
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -71,40 +73,95 @@ class LuaScript:
         self.text = text
         self.sha = hashlib.sha1(text.encode()).hexdigest()
 
-    async def __call__(self, client: RedisClient, keys: Sequence[str], args: Sequence[str | int | bytes]) -> Any:
-        """Run the script on the server holding ``keys``; returns its reply."""
-        try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await client.script_load(self.text)
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
-
     def queue(self, pipe: RedisPipeline, keys: Sequence[str], args: Sequence[str | int | bytes]) -> None:
-        """Add a run of the script to ``pipe`` (see :func:`pipelined` for NOSCRIPT). Through
+        """Add a run of the script to ``pipe`` (see :class:`Pipelines` for NOSCRIPT). Through
         ``execute_command``: redis-py's cluster pipeline blocks its ``evalsha`` method because it
-        cannot recover from NOSCRIPT on its own; ``pipelined`` does, and the command itself is
+        cannot recover from NOSCRIPT on its own; ``Pipelines`` does, and the command itself is
         routed by its key like any other."""
         pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
 
 
-async def pipelined(client: RedisClient, build: Callable[[RedisPipeline], None], scripts: Sequence[LuaScript] = ()) -> list[Any]:
-    """Run the commands ``build`` adds to a non-transactional pipeline in one round trip (one per
-    server of a cluster, sent in parallel; redis-py routes each command by its key) and return
-    their replies in order. The commands must be idempotent: when a server answers NOSCRIPT, the
-    ``scripts`` are loaded and the whole pipeline runs once more. Raises the first error reply."""
-    replies = await _execute(client, build)
-    if scripts and any(isinstance(reply, NoScriptError) for reply in replies):
-        for script in scripts:
-            await client.script_load(script.text)
-        replies = await _execute(client, build)
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
+#: Adds a caller's commands to a pipeline (what it returns is ignored).
+Build = Callable[[RedisPipeline], object]
 
 
-async def _execute(client: RedisClient, build: Callable[[RedisPipeline], None]) -> list[Any]:
-    pipe = client.pipeline(transaction=False)
-    build(pipe)
-    replies: list[Any] = await pipe.execute(raise_on_error=False)
-    return replies
+class Pipelines:
+    """The way the Redis adapters send commands to ``client``: every pipeline asked for during
+    one event-loop tick goes out as ONE non-transactional pipeline (auto-pipelining: one round
+    trip per server of a cluster, sent in parallel; one connection instead of one per caller, so
+    a burst of 1000 logins neither needs 1000 connections nor pays redis-py's per-command cost
+    1000 times). Each caller gets back the replies of its own commands, in order.
+
+    Commands must be idempotent: a caller whose replies hold a NOSCRIPT has the scripts of its
+    call loaded and its commands sent once more (the other callers' replies stand)."""
+
+    __slots__ = ("client", "_batch", "_sending")
+
+    def __init__(self, client: RedisClient) -> None:
+        self.client = client
+        self._batch: list[_Call] = []
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def run(self, build: Build, scripts: Sequence[LuaScript] = ()) -> list[Any]:
+        """The replies of the commands ``build`` adds (``scripts``: the Lua scripts it runs).
+        Raises the first error reply among them, or the error that failed the whole pipeline
+        (e.g. ``redis.exceptions.ConnectionError`` once redis-py's retries are spent)."""
+        loop = asyncio.get_running_loop()
+        if not self._batch:
+            loop.call_soon(self._flush)
+        call = _Call(build, scripts, loop.create_future())
+        self._batch.append(call)
+        return await call.future
+
+    async def one(self, build: Build) -> Any:
+        """The reply of the one command ``build`` adds."""
+        return (await self.run(build))[0]
+
+    async def script(self, script: LuaScript, keys: Sequence[str], args: Sequence[str | int | bytes]) -> Any:
+        """The reply of one run of ``script`` on ``keys`` with ``args``."""
+        return (await self.run(lambda pipe: script.queue(pipe, keys, args), (script,)))[0]
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        task = asyncio.get_running_loop().create_task(self._send(batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, batch: list[_Call]) -> None:
+        try:
+            replies = await self._execute(batch)
+            stale = [i for i, own in enumerate(replies) if any(isinstance(reply, NoScriptError) for reply in own)]
+            if stale:
+                for script in {script.sha: script for i in stale for script in batch[i].scripts}.values():
+                    await self.client.script_load(script.text)
+                for i, own in zip(stale, await self._execute([batch[i] for i in stale])):
+                    replies[i] = own
+        except Exception as exc:
+            for call in batch:
+                if not call.future.done():
+                    call.future.set_exception(exc)
+            return
+        for call, own in zip(batch, replies):
+            if call.future.done():  # the caller gave up (cancelled)
+                continue
+            error = next((reply for reply in own if isinstance(reply, Exception)), None)
+            if error is None:
+                call.future.set_result(own)
+            else:
+                call.future.set_exception(error)
+
+    async def _execute(self, batch: list[_Call]) -> list[list[Any]]:
+        pipe = self.client.pipeline(transaction=False)
+        bounds = [0]
+        for call in batch:
+            call.build(pipe)
+            bounds.append(len(pipe))
+        replies: list[Any] = await pipe.execute(raise_on_error=False) if bounds[-1] else []
+        return [replies[start:end] for start, end in zip(bounds, bounds[1:])]
+
+
+class _Call:
+    __slots__ = ("build", "scripts", "future")
+
+    def __init__(self, build: Build, scripts: Sequence[LuaScript], future: asyncio.Future[list[Any]]) -> None:
+        self.build, self.scripts, self.future = build, scripts, future

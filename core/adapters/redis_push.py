@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from hongbao_native import online_shard
 
-from hongbao.core.adapters.redis_client import LuaScript, RedisClient, RedisPipeline, pipelined, text
+from hongbao.core.adapters.redis_client import LuaScript, Pipelines, RedisPipeline, text
 from hongbao.core.push_ports import Route
 
 log = logging.getLogger("hongbao.redis_push")
@@ -85,10 +85,10 @@ class RedisSessionStore:
     """SessionStore on Redis: ``session:{uid}``, ``route:{sid}``, ``online:{n}`` (see the module);
     a session not touched for ``ttl_s`` seconds expires (and reads as offline)."""
 
-    __slots__ = ("_alive", "_redis", "_ttl_ms")
+    __slots__ = ("_alive", "_pipes", "_ttl_ms")
 
-    def __init__(self, redis: RedisClient, ttl_s: float) -> None:
-        self._redis = redis
+    def __init__(self, pipes: Pipelines, ttl_s: float) -> None:
+        self._pipes = pipes
         self._ttl_ms = max(1, int(ttl_s * 1000))
         self._alive: dict[str, tuple[float, bool]] = {}  # node -> (monotonic deadline, alive)
 
@@ -106,7 +106,7 @@ class RedisSessionStore:
             pipe.sadd(online_key(uid), uid)
             pipe.hset(node_sessions_key(node), sid, uid)
 
-        old_sid, old_node = (await pipelined(self._redis, build))[0]
+        old_sid, old_node = (await self._pipes.run(build))[0]
         if old_sid is None or old_node is None or text(old_sid) == sid:
             return None
         return Route(text(old_node), text(old_sid))
@@ -122,19 +122,19 @@ class RedisSessionStore:
                 TOUCH.queue(pipe, [session_key(uid)], [sid, now_ms, self._ttl_ms])
                 pipe.pexpire(route_key(sid), self._ttl_ms)
 
-        await pipelined(self._redis, build, SCRIPTS)
+        await self._pipes.run(build, SCRIPTS)
 
     async def logout(self, uid: str, sid: str, node: str) -> bool:
         """Compare-and-delete ``session:{uid}`` (only if it still names ``sid``), delete
         ``route:{sid}`` and the index entry; then drop the online entry unless a newer session
         holds the user. True if the session key was removed."""
-        verdict = await _remove_sessions(self._redis, node, [(sid, uid)])
+        verdict = await _remove_sessions(self._pipes, node, [(sid, uid)])
         return verdict[0] == 1
 
     async def lookup(self, uid: str) -> Route | None:
         """The route named by ``session:{uid}``, or None when there is none, it is unusable
         (logged) or its node's liveness expired."""
-        sid, node = await self._redis.hmget(session_key(uid), ["sessionId", "nodeId"])
+        sid, node = await self._pipes.one(lambda pipe: pipe.hmget(session_key(uid), ["sessionId", "nodeId"]))
         if sid is None or node is None:
             if sid is not None or node is not None:
                 log.warning("session of user %s lacks %s; treated as offline, key left alone",
@@ -150,14 +150,14 @@ class RedisSessionStore:
             for n in range(ONLINE_SHARDS):
                 pipe.scard(f"online:{{{n}}}")
 
-        return sum(await pipelined(self._redis, build))
+        return sum(await self._pipes.run(build))
 
     async def _node_alive(self, node: str) -> bool:
         now = time.monotonic()
         cached = self._alive.get(node)
         if cached is not None and cached[0] > now:
             return cached[1]
-        alive = bool(await self._redis.exists(node_key(node)))
+        alive = bool(await self._pipes.one(lambda pipe: pipe.exists(node_key(node))))
         if len(self._alive) > 1024:
             self._alive.clear()
         self._alive[node] = (now + LIVENESS_CACHE_S, alive)
@@ -168,10 +168,10 @@ class RedisNodeDirectory:
     """NodeDirectory on Redis: ``node:{node}`` liveness keys, the ``nodes`` work list, and the
     sweep of the sessions of nodes whose liveness expired."""
 
-    __slots__ = ("_redis",)
+    __slots__ = ("_pipes",)
 
-    def __init__(self, redis: RedisClient) -> None:
-        self._redis = redis
+    def __init__(self, pipes: Pipelines) -> None:
+        self._pipes = pipes
 
     async def heartbeat(self, node: str, address: str, ttl_s: float) -> None:
         """``node:{node}`` = ``address`` for ``ttl_s`` seconds, and ``node`` in the work list."""
@@ -180,11 +180,11 @@ class RedisNodeDirectory:
             pipe.set(node_key(node), address, px=max(1, int(ttl_s * 1000)))
             pipe.sadd(NODES_KEY, node)
 
-        await pipelined(self._redis, build)
+        await self._pipes.run(build)
 
     async def address(self, node: str) -> str | None:
         """The internal address of a live ``node``, or None."""
-        value = await self._redis.get(node_key(node))
+        value = await self._pipes.one(lambda pipe: pipe.get(node_key(node)))
         return None if value is None else text(value)
 
     async def sweep(self, alive_node: str) -> int:
@@ -192,14 +192,14 @@ class RedisNodeDirectory:
         gone: compare-and-delete of its session key, its route, its online entry (kept when a
         newer session holds the user), its index entry; then the node leaves the work list.
         Idempotent, safe on several nodes at once. Returns the sessions removed."""
-        nodes = [text(member) for member in await self._redis.smembers(NODES_KEY)]
+        nodes = [text(member) for member in await self._pipes.one(lambda pipe: pipe.smembers(NODES_KEY))]
         nodes = [node for node in nodes if node != alive_node]
 
         def build(pipe: RedisPipeline) -> None:
             for node in nodes:
                 pipe.exists(node_key(node))
 
-        alive = await pipelined(self._redis, build) if nodes else []
+        alive = await self._pipes.run(build) if nodes else []
         removed = 0
         for node, is_alive in zip(nodes, alive):
             if not is_alive:
@@ -208,31 +208,31 @@ class RedisNodeDirectory:
 
     async def leave(self, node: str) -> None:
         """Delete ``node:{node}`` at once; the node stays in the work list until swept."""
-        await self._redis.delete(node_key(node))
+        await self._pipes.one(lambda pipe: pipe.delete(node_key(node)))
 
     async def _sweep_node(self, node: str) -> int:
         index = node_sessions_key(node)
         removed = 0
         cursor = 0
         while True:
-            cursor, page = await self._redis.hscan(index, cursor, count=SWEEP_BATCH)
+            cursor, page = await self._pipes.one(lambda pipe: pipe.hscan(index, cursor, count=SWEEP_BATCH))
             assert isinstance(page, dict)
             pairs = [(text(sid), text(uid)) for sid, uid in page.items()]
             if pairs:
-                removed += sum(1 for verdict in await _remove_sessions(self._redis, node, pairs) if verdict == 1)
+                removed += sum(1 for verdict in await _remove_sessions(self._pipes, node, pairs) if verdict == 1)
             if cursor == 0:
                 break
         def left(pipe: RedisPipeline) -> None:
             pipe.exists(index)
             pipe.exists(node_key(node))
 
-        if not any(await pipelined(self._redis, left)):
-            await self._redis.srem(NODES_KEY, node)
+        if not any(await self._pipes.run(left)):
+            await self._pipes.one(lambda pipe: pipe.srem(NODES_KEY, node))
         log.info("swept %d session(s) of dead node %s", removed, node)
         return removed
 
 
-async def _remove_sessions(redis: RedisClient, node: str, pairs: Sequence[tuple[str, str]]) -> list[int]:
+async def _remove_sessions(pipes: Pipelines, node: str, pairs: Sequence[tuple[str, str]]) -> list[int]:
     """Remove the (sid, uid) sessions of ``node``; returns the compare-and-delete verdicts."""
 
     def remove(pipe: RedisPipeline) -> None:
@@ -241,7 +241,7 @@ async def _remove_sessions(redis: RedisClient, node: str, pairs: Sequence[tuple[
             pipe.delete(route_key(sid))
         pipe.hdel(node_sessions_key(node), *(sid for sid, _ in pairs))
 
-    verdicts = [int(reply) for reply in (await pipelined(redis, remove, SCRIPTS))[:-1:2]]
+    verdicts = [int(reply) for reply in (await pipes.run(remove, SCRIPTS))[:-1:2]]
     gone = [uid for (_, uid), verdict in zip(pairs, verdicts) if verdict != 0]  # 0: a newer session holds uid
 
     def offline(pipe: RedisPipeline) -> None:
@@ -249,5 +249,5 @@ async def _remove_sessions(redis: RedisClient, node: str, pairs: Sequence[tuple[
             pipe.srem(online_key(uid), uid)
 
     if gone:
-        await pipelined(redis, offline)
+        await pipes.run(offline)
     return verdicts

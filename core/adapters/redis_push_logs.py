@@ -32,7 +32,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from hongbao.core.adapters.redis_client import RedisClient, RedisPipeline, pipelined, text
+from hongbao.core.adapters.redis_client import Pipelines, RedisPipeline, text
 from hongbao.core.adapters.redis_push_lua import SCRIPTS, TOPIC_PEEK, TOPIC_PUT, USER_ACK, USER_PEEK, USER_PUT, USER_REPLAY
 from hongbao.core.push_ports import BodyMaker, Replay, Stored
 
@@ -68,10 +68,10 @@ class RedisMessageLog:
     """MessageLog on Redis: per-user streams, at most ``max_len`` messages none older than
     ``max_age_s`` seconds (see the module for keys, epochs and the two round trips)."""
 
-    __slots__ = ("_max_age_ms", "_max_len", "_redis")
+    __slots__ = ("_max_age_ms", "_max_len", "_pipes")
 
-    def __init__(self, redis: RedisClient, max_len: int, max_age_s: float) -> None:
-        self._redis = redis
+    def __init__(self, pipes: Pipelines, max_len: int, max_age_s: float) -> None:
+        self._pipes = pipes
         self._max_len = max_len
         self._max_age_ms = int(max_age_s * 1000)
 
@@ -88,7 +88,7 @@ class RedisMessageLog:
             for uid in users:
                 USER_PEEK.queue(pipe, _keys(uid), [_epoch()])
 
-        heads = {uid: _peeked(uid, reply) for uid, reply in zip(users, await pipelined(self._redis, peek, SCRIPTS))}
+        heads = {uid: _peeked(uid, reply) for uid, reply in zip(users, await self._pipes.run(peek, SCRIPTS))}
         stored: list[Stored | None] = [None] * len(entries)
         nonce = secrets.token_urlsafe(8)
         while users:
@@ -102,7 +102,7 @@ class RedisMessageLog:
                                                       self._max_age_ms, _epoch(), *bodies[uid]])
 
             taken: list[str] = []
-            for uid, reply in zip(users, await pipelined(self._redis, put, SCRIPTS)):
+            for uid, reply in zip(users, await self._pipes.run(put, SCRIPTS)):
                 start, epoch = heads[uid]
                 if int(reply[0]) == 1:
                     for k, i in enumerate(positions[uid]):
@@ -122,7 +122,7 @@ class RedisMessageLog:
                 USER_ACK.queue(pipe, _keys(uid), [offset])
 
         if acks:
-            await pipelined(self._redis, ack, SCRIPTS)
+            await self._pipes.run(ack, SCRIPTS)
 
     async def replay(self, uid: str, after: int | None, epoch: str | None, now_ms: int) -> Replay:
         """The held messages after ``after`` (None: after the acked offset) in order, or every
@@ -130,7 +130,7 @@ class RedisMessageLog:
         when ``after`` is past the last offset or a message after it is no longer held (length,
         age). Creates the stream (new epoch) when there is none."""
         args: list[str | int | bytes] = [_epoch(), now_ms - self._max_age_ms, self._max_len, epoch or "", "" if after is None else after]
-        reply = await USER_REPLAY(self._redis, _keys(uid), args)
+        reply = await self._pipes.script(USER_REPLAY, _keys(uid), args)
         current = text(reply[0])
         messages = [Stored(int(text(entry_id).split("-")[0]), current, _field(fields, b"b"))
                     for entry_id, fields in reply[2]]
@@ -149,21 +149,21 @@ def _field(flat: list[bytes], name: bytes) -> bytes:
 class RedisTopicLog:
     """TopicLog on Redis: one stream for every topic, about ``max_len`` entries long."""
 
-    __slots__ = ("_max_len", "_redis")
+    __slots__ = ("_max_len", "_pipes")
 
-    def __init__(self, redis: RedisClient, max_len: int) -> None:
-        self._redis = redis
+    def __init__(self, pipes: Pipelines, max_len: int) -> None:
+        self._pipes = pipes
         self._max_len = max_len
 
     async def publish(self, topic: str, make_body: BodyMaker) -> Stored:
         """Append ``make_body(offset, epoch)`` to ``topic`` (per-topic offsets, in order)."""
         keys = [TOPIC_META, TOPIC_STREAM]
         prefix = f"{topic}:"
-        offset, epoch = _peeked(topic, await TOPIC_PEEK(self._redis, keys, [prefix, _epoch()]))
+        offset, epoch = _peeked(topic, await self._pipes.script(TOPIC_PEEK, keys, [prefix, _epoch()]))
         nonce = secrets.token_urlsafe(8)
         while True:
             body = make_body(offset, epoch)
-            reply = await TOPIC_PUT(self._redis, keys, [offset, epoch, nonce, body, prefix, self._max_len, _epoch(), topic])
+            reply = await self._pipes.script(TOPIC_PUT, keys, [offset, epoch, nonce, body, prefix, self._max_len, _epoch(), topic])
             if int(reply[0]) == 1:
                 return Stored(offset, epoch, body)
             offset, epoch = int(reply[1]), text(reply[2])
@@ -173,10 +173,10 @@ class RedisTopicLog:
         waiting at most ``min(timeout_s, MAX_BLOCK_S)`` seconds (XREAD BLOCK) for the first one.
         Entries missing a field are logged and skipped (left in the stream)."""
         if cursor is None:
-            last: Any = await self._redis.xrevrange(TOPIC_STREAM, count=1)
+            last: Any = await self._pipes.one(lambda pipe: pipe.xrevrange(TOPIC_STREAM, count=1))
             cursor = text(last[0][0]) if last else "0-0"
         block_ms = max(1, int(min(timeout_s, MAX_BLOCK_S) * 1000))
-        reply: Any = await self._redis.xread({TOPIC_STREAM: cursor}, count=1000, block=block_ms)  # redis-py types it loosely
+        reply: Any = await self._pipes.client.xread({TOPIC_STREAM: cursor}, count=1000, block=block_ms)  # blocks: not batched
         messages: list[tuple[str, Stored]] = []
         for _stream, entries in reply:
             for entry_id, fields in entries:

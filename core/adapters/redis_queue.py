@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hongbao.core.adapters.redis_client import LuaScript, RedisClient, text
+from hongbao.core.adapters.redis_client import LuaScript, Pipelines, text
 
 GROUP = "hongbao"
 SEQ_BITS = 20
@@ -67,17 +67,17 @@ class RedisQueue:
     """Queue on Redis Streams; ``consumer`` names this process in the consumer groups (e.g. the
     node id), so a lease can be told apart from another process's."""
 
-    __slots__ = ("_consumer", "_redis")
+    __slots__ = ("_consumer", "_pipes")
 
-    def __init__(self, redis: RedisClient, consumer: str) -> None:
-        self._redis = redis
+    def __init__(self, pipes: Pipelines, consumer: str) -> None:
+        self._pipes = pipes
         self._consumer = consumer
 
     async def publish(self, messages: Sequence[tuple[str, bytes]]) -> None:
         """Append each (stream, body) in one MULTI/EXEC: all or none."""
         if not messages:
             return
-        pipe = self._redis.pipeline(transaction=True)
+        pipe = self._pipes.client.pipeline(transaction=True)
         for stream, body in messages:
             pipe.xadd(queue_key(stream), {"b": body})
         await pipe.execute()
@@ -86,13 +86,13 @@ class RedisQueue:
         """Up to ``count`` (id, body) in id order: entries leased over ``lease_ms`` ago first, then
         new ones; each is leased to this consumer until acked or ``lease_ms`` has passed (Redis's
         clock). Entries deleted while leased are skipped."""
-        entries: list[Any] = await CLAIM(self._redis, [queue_key(stream)], [GROUP, self._consumer, count, lease_ms])
+        entries: list[Any] = await self._pipes.script(CLAIM, [queue_key(stream)], [GROUP, self._consumer, count, lease_ms])
         return sorted((message_id(eid), fields[fields.index(b"b") + 1]) for eid, fields in entries if fields)
 
     async def ack(self, stream: str, message_id: int) -> None:
         """Remove a handled message (idempotent)."""
-        await ACK(self._redis, [queue_key(stream)], [GROUP, entry_id(message_id)])
+        await self._pipes.script(ACK, [queue_key(stream)], [GROUP, entry_id(message_id)])
 
     async def depth(self, stream: str) -> int:
         """Messages in ``stream`` not acked yet (leased or not)."""
-        return int(await self._redis.xlen(queue_key(stream)))
+        return int(await self._pipes.one(lambda pipe: pipe.xlen(queue_key(stream))))

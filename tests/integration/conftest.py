@@ -1,175 +1,36 @@
-"""Real Redis for the integration tests, started here as asyncpg's test base starts PostgreSQL:
-a standalone ``redis-server`` and a 3-master Redis Cluster (``redis-cli --cluster create``), each
-on free loopback ports with a throwaway directory, started once per session on first use and
-stopped at the end. Nothing is skipped: without redis-server the tests fail and say so (CI
-installs Debian's ``redis-server`` package, which brings redis-cli).
+"""Fixtures of the integration tests: real servers started here, once per session on first use,
+on loopback with throwaway directories, and stopped at the end -- a standalone redis-server and a
+3-master Redis Cluster (tests/integration/redis_servers.py), MariaDB (tests/integration/mariadb.py)
+-- and push nodes on Redis (tests/integration/redis_nodes.py).
 
-``redis_target`` parametrizes a test over both modes and empties the data before each test.
+``redis_target`` parametrizes a test over both Redis modes and empties the data before each test.
 """
 
 from __future__ import annotations
 
-import contextlib
-import random
-import shutil
-import socket
-import subprocess
-import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from hongbao.core.adapters.redis_client import RedisClient, redis_client
+from tests.integration import redis_servers
 from tests.integration.mariadb import mariadb  # noqa: F401  (the MariaDB server fixture)
-
-READY_TIMEOUT_S = 20.0
-
-
-@dataclass(frozen=True)
-class RedisTarget:
-    """A running Redis: ``url`` of one node, ``cluster`` mode, and every primary's port."""
-
-    url: str
-    cluster: bool
-    ports: tuple[int, ...]
-
-    def sync_client(self, port: int | None = None) -> redis.Redis:
-        """A plain synchronous client of one node (the first when ``port`` is None)."""
-        return redis.Redis(host="127.0.0.1", port=port or self.ports[0], socket_timeout=5)
-
-    @contextlib.asynccontextmanager
-    async def connect(self) -> AsyncIterator[RedisClient]:
-        """An asyncio client of this Redis made by the product's factory (topology read),
-        closed afterwards."""
-        client = redis_client(self.url, cluster=self.cluster)
-        try:
-            await client.initialize()
-            yield client
-        finally:
-            await client.aclose()
-
-    def flush(self) -> None:
-        """Delete every key on every primary."""
-        for port in self.ports:
-            with self.sync_client(port) as client:
-                client.flushall()
-
-    def cli(self, *args: str, port: int | None = None) -> str:
-        """Run ``redis-cli`` against a node; returns its output."""
-        return subprocess.run(["redis-cli", "-p", str(port or self.ports[0]), *args],
-                              check=True, capture_output=True, text=True, timeout=30).stdout
-
-
-def _require(program: str) -> str:
-    path = shutil.which(program)
-    if path is None:
-        pytest.fail(f"{program} is not installed: the integration tests start a real Redis; "
-                    f"install Debian's redis-server package (apt-get install redis-server)", pytrace=False)
-    return path
-
-
-def _port_pair_free(port: int) -> bool:
-    """``port`` and its cluster bus port (port + 10000) can both be bound on loopback."""
-    for candidate in (port, port + 10000):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", candidate))
-            except OSError:
-                return False
-    return True
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` loopback ports in 20000..29999 whose bus ports are free too."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = random.randrange(20000, 30000)
-        if port not in ports and _port_pair_free(port):
-            ports.append(port)
-    return ports
-
-
-def _start_server(directory: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    directory.mkdir(parents=True, exist_ok=True)
-    command = [_require("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
-               "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(directory / "redis.log"), *extra]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def wait_ready(port: int, process: subprocess.Popen[bytes], directory: Path) -> None:
-    """Wait until the server on ``port`` answers PING (fail with its log if it exits or times out)."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"redis-server on port {port} exited with {process.returncode}:\n"
-                        f"{(directory / 'redis.log').read_text(errors='replace')}", pytrace=False)
-        try:
-            with redis.Redis(host="127.0.0.1", port=port, socket_timeout=1) as client:
-                if client.ping():
-                    return
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    pytest.fail(f"redis-server on port {port} did not answer within {READY_TIMEOUT_S} s", pytrace=False)
-
-
-def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+from tests.integration.redis_nodes import RedisNodes
+from tests.integration.redis_servers import RedisTarget
 
 
 @pytest.fixture(scope="session")
 def redis_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisTarget]:
     """A standalone redis-server on a free loopback port, for the whole session."""
-    directory = tmp_path_factory.mktemp("redis-standalone")
-    (port,) = free_ports(1)
-    process = _start_server(directory, port)
-    try:
-        wait_ready(port, process, directory)
-        yield RedisTarget(f"redis://127.0.0.1:{port}", False, (port,))
-    finally:
-        _stop([process])
+    with redis_servers.standalone(tmp_path_factory.mktemp("redis-standalone")) as target:
+        yield target
 
 
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisTarget]:
     """A 3-master Redis Cluster (no replicas) on free loopback ports, for the whole session."""
-    cli = _require("redis-cli")
-    root = tmp_path_factory.mktemp("redis-cluster")
-    ports = free_ports(3)
-    processes = [_start_server(root / str(port), port, "--cluster-enabled", "yes", "--cluster-config-file",
-                               str(root / str(port) / "nodes.conf"), "--cluster-node-timeout", "2000")
-                 for port in ports]
-    try:
-        for port, process in zip(ports, processes):
-            wait_ready(port, process, root / str(port))
-        create = subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{port}" for port in ports),
-                                 "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, text=True, timeout=60)
-        if create.returncode != 0:
-            pytest.fail(f"redis-cli --cluster create failed:\n{create.stdout}\n{create.stderr}", pytrace=False)
-        target = RedisTarget(f"redis://127.0.0.1:{ports[0]}", True, tuple(ports))
-        _wait_cluster_ok(target)
+    with redis_servers.cluster(tmp_path_factory.mktemp("redis-cluster")) as target:
         yield target
-    finally:
-        _stop(processes)
-
-
-def _wait_cluster_ok(target: RedisTarget) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        states = [target.cli("cluster", "info", port=port) for port in target.ports]
-        if all("cluster_state:ok" in state for state in states):
-            return
-        time.sleep(0.1)
-    pytest.fail(f"the Redis Cluster on ports {target.ports} did not reach cluster_state:ok", pytrace=False)
 
 
 @pytest.fixture(params=["standalone", "cluster"])
@@ -178,3 +39,20 @@ def redis_target(request: pytest.FixtureRequest) -> RedisTarget:
     target: RedisTarget = request.getfixturevalue(f"redis_{request.param}")
     target.flush()
     return target
+
+
+@pytest.fixture
+def redis_nodes(tmp_path: Path, redis_target: RedisTarget) -> Iterator[RedisNodes]:
+    """Push nodes (server subprocesses) on ``redis_target`` (both modes); stopped after the test."""
+    nodes = RedisNodes(tmp_path, redis_target)
+    yield nodes
+    nodes.finish()
+
+
+@pytest.fixture
+def standalone_nodes(tmp_path: Path, redis_standalone: RedisTarget) -> Iterator[RedisNodes]:
+    """Push nodes on the standalone Redis only, emptied first; stopped after the test."""
+    redis_standalone.flush()
+    nodes = RedisNodes(tmp_path, redis_standalone)
+    yield nodes
+    nodes.finish()

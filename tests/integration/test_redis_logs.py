@@ -8,10 +8,11 @@ import time
 
 import orjson
 
+from hongbao.core.adapters.redis_client import Pipelines
 from hongbao.core.adapters.redis_push_logs import RedisMessageLog, RedisTopicLog, mlog_key, mstream_key
 from hongbao.core.adapters.redis_push_lua import USER_PEEK, USER_PUT
 from hongbao.core.push_ports import BodyMaker, Stored
-from tests.integration.conftest import RedisTarget
+from tests.integration.redis_servers import RedisTarget
 
 T0 = 1_700_000_000_000
 
@@ -37,7 +38,7 @@ def decoded(raw: bytes) -> dict[str, object]:
 async def test_offsets_count_per_user_and_bodies_carry_them(redis_target: RedisTarget) -> None:
     """Offsets go 1, 2, 3 per user in one epoch, and each body carries its own offset and epoch."""
     async with redis_target.connect() as client:
-        logs = RedisMessageLog(client, max_len=100, max_age_s=3600)
+        logs = RedisMessageLog(Pipelines(client), max_len=100, max_age_s=3600)
         first = [await one(logs, "u1", f"e{i}", T0) for i in range(3)]
         other = await one(logs, "u2", "x", T0)
         assert [m.offset for m in first] == [1, 2, 3] and other.offset == 1
@@ -49,7 +50,7 @@ async def test_offsets_count_per_user_and_bodies_carry_them(redis_target: RedisT
 async def test_replay_after_an_offset_in_order(redis_target: RedisTarget) -> None:
     """Replay gives what follows the client's offset, in order; acked messages are dropped."""
     async with redis_target.connect() as client:
-        logs = RedisMessageLog(client, max_len=100, max_age_s=3600)
+        logs = RedisMessageLog(Pipelines(client), max_len=100, max_age_s=3600)
         epoch = (await one(logs, "u1", "e1", T0)).epoch
         for i in range(2, 6):
             await one(logs, "u1", f"e{i}", T0)
@@ -67,7 +68,7 @@ async def test_replay_after_an_offset_in_order(redis_target: RedisTarget) -> Non
 async def test_length_bound_reports_the_gap(redis_target: RedisTarget) -> None:
     """Past max_len the oldest go; a replay whose gap lost a message says it is not complete."""
     async with redis_target.connect() as client:
-        logs = RedisMessageLog(client, max_len=3, max_age_s=3600)
+        logs = RedisMessageLog(Pipelines(client), max_len=3, max_age_s=3600)
         epoch = ""
         for i in range(1, 6):
             epoch = (await one(logs, "u1", f"e{i}", T0)).epoch
@@ -81,7 +82,7 @@ async def test_length_bound_reports_the_gap(redis_target: RedisTarget) -> None:
 async def test_age_bound_drops_old_messages(redis_target: RedisTarget) -> None:
     """Messages older than max_age_s are dropped at the next append or replay, and reported."""
     async with redis_target.connect() as client:
-        logs = RedisMessageLog(client, max_len=100, max_age_s=10)
+        logs = RedisMessageLog(Pipelines(client), max_len=100, max_age_s=10)
         epoch = (await one(logs, "u1", "old", T0)).epoch
         await one(logs, "u1", "young", T0 + 5_000)
         replay = await logs.replay("u1", 0, epoch, T0 + 10_500)
@@ -92,7 +93,7 @@ async def test_age_bound_drops_old_messages(redis_target: RedisTarget) -> None:
 async def test_lost_history_starts_a_new_epoch(redis_target: RedisTarget) -> None:
     """After a flush the epoch changes, offsets restart at 1, and an old client's replay is incomplete."""
     async with redis_target.connect() as client:
-        logs = RedisMessageLog(client, max_len=100, max_age_s=3600)
+        logs = RedisMessageLog(Pipelines(client), max_len=100, max_age_s=3600)
         old = (await one(logs, "u1", "a", T0)).epoch
         await one(logs, "u1", "b", T0)
         redis_target.flush()
@@ -107,7 +108,7 @@ async def test_lost_history_starts_a_new_epoch(redis_target: RedisTarget) -> Non
 async def test_unreadable_counter_starts_a_new_epoch(redis_target: RedisTarget) -> None:
     """A seq that does not parse is never reused: a new epoch begins and the stale entries go."""
     async with redis_target.connect() as client:
-        logs = RedisMessageLog(client, max_len=100, max_age_s=3600)
+        logs = RedisMessageLog(Pipelines(client), max_len=100, max_age_s=3600)
         old = (await one(logs, "u1", "a", T0)).epoch
         await client.hset(mlog_key("u1"), "seq", "garbage")
         fresh = await one(logs, "u1", "b", T0)
@@ -118,7 +119,7 @@ async def test_unreadable_counter_starts_a_new_epoch(redis_target: RedisTarget) 
 async def test_concurrent_appends_stay_in_offset_order(redis_target: RedisTarget) -> None:
     """Batches racing from two clients: distinct offsets 1..60, stored in order, each batch consecutive."""
     async with redis_target.connect() as one_client, redis_target.connect() as two_client:
-        logs = [RedisMessageLog(one_client, 100, 3600), RedisMessageLog(two_client, 100, 3600)]
+        logs = [RedisMessageLog(Pipelines(one_client), 100, 3600), RedisMessageLog(Pipelines(two_client), 100, 3600)]
         batches = await asyncio.gather(*(logs[i % 2].append([("u1", body(f"b{i}.0")), ("u2", body("x")), ("u1", body(f"b{i}.1"))], T0)
                                          for i in range(30)))
         for first, _, second in batches:
@@ -133,7 +134,7 @@ async def test_concurrent_appends_stay_in_offset_order(redis_target: RedisTarget
 async def test_batch_keeps_the_order_given(redis_target: RedisTarget) -> None:
     """One append of several users' messages: consecutive offsets per user, results in entry order."""
     async with redis_target.connect() as client:
-        logs = RedisMessageLog(client, 100, 3600)
+        logs = RedisMessageLog(Pipelines(client), 100, 3600)
         stored = await logs.append([("u1", body("a")), ("u2", body("b")), ("u1", body("c")), ("u3", body("d"))], T0)
         assert [(m.offset, decoded(m.body)["event"]) for m in stored] == [(1, "a"), (1, "b"), (2, "c"), (1, "d")]
         assert await logs.append([], T0) == []
@@ -142,7 +143,7 @@ async def test_batch_keeps_the_order_given(redis_target: RedisTarget) -> None:
 async def test_replay_of_a_new_stream_and_past_the_end(redis_target: RedisTarget) -> None:
     """A new stream replays complete under the epoch later appends use; a cursor past the end is incomplete."""
     async with redis_target.connect() as client:
-        logs = RedisMessageLog(client, 100, 3600)
+        logs = RedisMessageLog(Pipelines(client), 100, 3600)
         fresh = await logs.replay("u1", None, None, T0)
         assert (fresh.messages, fresh.complete) == ([], True)
         first = await one(logs, "u1", "a")
@@ -154,7 +155,7 @@ async def test_replay_of_a_new_stream_and_past_the_end(redis_target: RedisTarget
 async def test_ack_moves_the_replay_base(redis_target: RedisTarget) -> None:
     """After an ack (one past the end counts as the last) a replay without cursor starts after it."""
     async with redis_target.connect() as client:
-        logs = RedisMessageLog(client, 100, 3600)
+        logs = RedisMessageLog(Pipelines(client), 100, 3600)
         for event in "abc":
             await one(logs, "u1", event)
         await logs.ack([("u1", 2), ("u2", 7)])
@@ -170,18 +171,18 @@ async def test_retried_append_writes_once(redis_target: RedisTarget) -> None:
     """The same write sent twice (a retry after a lost reply) stores its messages once."""
     async with redis_target.connect() as client:
         keys = [mlog_key("u1"), mstream_key("u1")]
-        offset, epoch, _ = await USER_PEEK(client, keys, ["e0"])
+        offset, epoch, _ = await Pipelines(client).script(USER_PEEK, keys, ["e0"])
         args = [int(offset), epoch.decode(), "nonce1", T0, 100, 0, 60_000, "e1", b"m1", b"m2"]
-        assert await USER_PUT(client, keys, args) == [1]
-        assert await USER_PUT(client, keys, args) == [1]
+        assert await Pipelines(client).script(USER_PUT, keys, args) == [1]
+        assert await Pipelines(client).script(USER_PUT, keys, args) == [1]
         assert await client.xlen(mstream_key("u1")) == 2
-        assert await USER_PUT(client, keys, [*args[:2], "nonce2", *args[3:]]) == [0, 3, epoch]
+        assert await Pipelines(client).script(USER_PUT, keys, [*args[:2], "nonce2", *args[3:]]) == [0, 3, epoch]
 
 
 async def test_topic_log_reads_from_a_cursor(redis_target: RedisTarget) -> None:
     """Per-topic offsets; a reader from "now" sees later publications once, in order."""
     async with redis_target.connect() as client:
-        topics = RedisTopicLog(client, max_len=1000)
+        topics = RedisTopicLog(Pipelines(client), max_len=1000)
         await topics.publish("news", body("before"))
         cursor, nothing = await topics.read(None, 0.05)
         assert nothing == []
@@ -196,12 +197,12 @@ async def test_topic_log_reads_from_a_cursor(redis_target: RedisTarget) -> None:
 async def test_topic_read_wakes_on_publish(redis_target: RedisTarget) -> None:
     """A blocked read returns as soon as a message is published, well before its timeout."""
     async with redis_target.connect() as client, redis_target.connect() as writer:
-        topics = RedisTopicLog(client, max_len=1000)
+        topics = RedisTopicLog(Pipelines(client), max_len=1000)
         cursor, _ = await topics.read(None, 0.01)
         started = time.monotonic()
         reader = asyncio.ensure_future(topics.read(cursor, 2.0))
         await asyncio.sleep(0.1)
-        await RedisTopicLog(writer, max_len=1000).publish("news", body("late"))
+        await RedisTopicLog(Pipelines(writer), max_len=1000).publish("news", body("late"))
         _, got = await reader
         assert [decoded(m.body)["event"] for _, m in got] == ["late"]
         assert time.monotonic() - started < 1.5

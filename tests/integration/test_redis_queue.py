@@ -8,8 +8,9 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hongbao.core.adapters.redis_client import Pipelines
 from hongbao.core.adapters.redis_queue import RedisQueue, entry_id, message_id, queue_key
-from tests.integration.conftest import RedisTarget
+from tests.integration.redis_servers import RedisTarget
 
 
 async def publish_credits(queue: RedisQueue) -> None:
@@ -20,7 +21,7 @@ async def publish_credits(queue: RedisQueue) -> None:
 async def test_publish_claim_ack(redis_target: RedisTarget) -> None:
     """Messages come back in order, once while leased; an ack removes one; depth counts the rest."""
     async with redis_target.connect() as client:
-        queue = RedisQueue(client, "a/1")
+        queue = RedisQueue(Pipelines(client), "a/1")
         await queue.publish([("credit", b"m1"), ("credit", b"m2"), ("lists", b"l1")])
         assert (await queue.depth("credit"), await queue.depth("lists"), await queue.depth("none")) == (2, 1, 0)
         claimed = await queue.claim("credit", 10, 30_000, 0)
@@ -35,7 +36,7 @@ async def test_publish_claim_ack(redis_target: RedisTarget) -> None:
 async def test_claim_respects_count(redis_target: RedisTarget) -> None:
     """A claim takes at most ``count`` messages; the next claim takes the following ones."""
     async with redis_target.connect() as client:
-        queue = RedisQueue(client, "a/1")
+        queue = RedisQueue(Pipelines(client), "a/1")
         await queue.publish([("s", str(i).encode()) for i in range(5)])
         sizes = [len(await queue.claim("s", 2, 30_000, 0)) for _ in range(4)]
         assert sizes == [2, 2, 1, 0]
@@ -44,7 +45,7 @@ async def test_claim_respects_count(redis_target: RedisTarget) -> None:
 async def test_stale_leases_are_taken_over(redis_target: RedisTarget) -> None:
     """Entries a dead consumer leased come back to another after the lease (XAUTOCLAIM), never before."""
     async with redis_target.connect() as client:
-        dead, alive = RedisQueue(client, "a/1"), RedisQueue(client, "b/2")
+        dead, alive = RedisQueue(Pipelines(client), "a/1"), RedisQueue(Pipelines(client), "b/2")
         await publish_credits(dead)
         first = await dead.claim("credit", 10, 200, 0)
         assert len(first) == 3
@@ -62,7 +63,7 @@ async def test_stale_leases_are_taken_over(redis_target: RedisTarget) -> None:
 async def test_group_comes_back_after_a_flush(redis_target: RedisTarget) -> None:
     """A claim on a never-used stream is empty and writes nothing; after a flush the group is remade."""
     async with redis_target.connect() as client:
-        queue = RedisQueue(client, "a/1")
+        queue = RedisQueue(Pipelines(client), "a/1")
         assert await queue.claim("credit", 10, 1000, 0) == []
         assert await client.exists(queue_key("credit")) == 0
         await publish_credits(queue)

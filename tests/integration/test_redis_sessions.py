@@ -5,16 +5,14 @@ sweep of a dead node (P-07 at the store level)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from redis._parsers.hiredis import _AsyncHiredisParser
-from redis.asyncio.cluster import RedisCluster
 
+from hongbao.core.adapters.redis_client import Pipelines
 from hongbao.core.adapters.redis_push import (
     RedisNodeDirectory, RedisSessionStore, node_sessions_key, online_key, route_key, session_key,
 )
 from hongbao.core.push_ports import Route
-from tests.integration.conftest import RedisTarget
+from tests.integration.redis_servers import RedisTarget
 
 T0 = 1_700_000_000_000
 
@@ -22,7 +20,7 @@ T0 = 1_700_000_000_000
 async def test_login_writes_three_layers(redis_target: RedisTarget) -> None:
     """P-17: one login pipeline writes session, route, online entry and node index, no CROSSSLOT."""
     async with redis_target.connect() as client:
-        store = RedisSessionStore(client, 600)
+        store = RedisSessionStore(Pipelines(client), 600)
         assert await store.login("u1", "s1", "a/1", T0) is None
         session = await client.hgetall(session_key("u1"))
         assert session == {b"sessionId": b"s1", b"nodeId": b"a/1", b"loginTime": str(T0).encode(),
@@ -42,7 +40,7 @@ async def test_login_writes_three_layers(redis_target: RedisTarget) -> None:
 async def test_login_returns_replaced_session(redis_target: RedisTarget) -> None:
     """A second login of the same user returns the older session's route; a retried login returns None."""
     async with redis_target.connect() as client:
-        store, nodes = RedisSessionStore(client, 600), RedisNodeDirectory(client)
+        store, nodes = RedisSessionStore(Pipelines(client), 600), RedisNodeDirectory(Pipelines(client))
         await nodes.heartbeat("b/2", "127.0.0.1:9002", 30)
         await store.login("u1", "s1", "a/1", T0)
         assert await store.login("u1", "s2", "b/2", T0 + 5) == Route("a/1", "s1")
@@ -53,7 +51,7 @@ async def test_login_returns_replaced_session(redis_target: RedisTarget) -> None
 async def test_late_cleanup_of_old_session_keeps_new(redis_target: RedisTarget) -> None:
     """P-09: the old node's late logout of sid1 leaves sid2's session, route and online entry intact."""
     async with redis_target.connect() as client:
-        store, nodes = RedisSessionStore(client, 600), RedisNodeDirectory(client)
+        store, nodes = RedisSessionStore(Pipelines(client), 600), RedisNodeDirectory(Pipelines(client))
         await nodes.heartbeat("b/2", "127.0.0.1:9002", 30)
         await store.login("u1", "s1", "a/1", T0)
         await store.login("u1", "s2", "b/2", T0 + 1000)
@@ -69,7 +67,7 @@ async def test_late_cleanup_of_old_session_keeps_new(redis_target: RedisTarget) 
 async def test_logout_removes_every_layer(redis_target: RedisTarget) -> None:
     """Logout of the current session removes session, route, online entry and index entry."""
     async with redis_target.connect() as client:
-        store = RedisSessionStore(client, 600)
+        store = RedisSessionStore(Pipelines(client), 600)
         await store.login("u1", "s1", "a/1", T0)
         assert await store.logout("u1", "s1", "a/1") is True
         assert await store.logout("u1", "s1", "a/1") is False
@@ -81,7 +79,7 @@ async def test_logout_removes_every_layer(redis_target: RedisTarget) -> None:
 async def test_touch_refreshes_only_the_current_session(redis_target: RedisTarget) -> None:
     """Touch renews lastActiveTime and TTLs of the current session; never a replaced or deleted one."""
     async with redis_target.connect() as client:
-        store = RedisSessionStore(client, 600)
+        store = RedisSessionStore(Pipelines(client), 600)
         await store.login("u1", "s1", "a/1", T0)
         await store.login("u2", "s2", "a/1", T0)
         await client.expire(session_key("u1"), 5)
@@ -98,7 +96,7 @@ async def test_touch_refreshes_only_the_current_session(redis_target: RedisTarge
 async def test_tolerant_session_reads(redis_target: RedisTarget) -> None:
     """Unknown fields are ignored, a bad field is left alone, an unusable session is never deleted."""
     async with redis_target.connect() as client:
-        store, nodes = RedisSessionStore(client, 600), RedisNodeDirectory(client)
+        store, nodes = RedisSessionStore(Pipelines(client), 600), RedisNodeDirectory(Pipelines(client))
         await nodes.heartbeat("a/1", "127.0.0.1:9001", 30)
         await client.hset(session_key("u1"), mapping={"sessionId": "s1", "nodeId": "a/1", "loginTime": "not-a-time",
                                                       "future": "{json?"})
@@ -115,28 +113,29 @@ async def test_tolerant_session_reads(redis_target: RedisTarget) -> None:
 async def test_dead_node_reads_offline(redis_target: RedisTarget) -> None:
     """A session on a node with no liveness key reads as offline; the node's address comes and goes."""
     async with redis_target.connect() as client:
-        nodes = RedisNodeDirectory(client)
-        await RedisSessionStore(client, 600).login("u1", "s1", "a/1", T0)
-        assert await RedisSessionStore(client, 600).lookup("u1") is None
-        await nodes.heartbeat("a/1", "127.0.0.1:9001", 0.3)
+        nodes = RedisNodeDirectory(Pipelines(client))
+        await RedisSessionStore(Pipelines(client), 600).login("u1", "s1", "a/1", T0)
+        assert await RedisSessionStore(Pipelines(client), 600).lookup("u1") is None
+        await nodes.heartbeat("a/1", "127.0.0.1:9001", 30)
         assert await nodes.address("a/1") == "127.0.0.1:9001"
-        assert await RedisSessionStore(client, 600).lookup("u1") == Route("a/1", "s1")
+        assert await RedisSessionStore(Pipelines(client), 600).lookup("u1") == Route("a/1", "s1")
         await nodes.leave("a/1")
         assert await nodes.address("a/1") is None
-        assert await RedisSessionStore(client, 600).lookup("u1") is None
+        assert await RedisSessionStore(Pipelines(client), 600).lookup("u1") is None
 
 
 async def test_sweep_removes_a_dead_nodes_sessions(redis_target: RedisTarget) -> None:
     """P-07: once A's liveness expires, a sweep from B removes A's sessions, routes, online entries."""
     async with redis_target.connect() as client:
-        store, nodes = RedisSessionStore(client, 600), RedisNodeDirectory(client)
-        await nodes.heartbeat("a/1", "127.0.0.1:9001", 0.3)
+        store, nodes = RedisSessionStore(Pipelines(client), 600), RedisNodeDirectory(Pipelines(client))
         await nodes.heartbeat("b/2", "127.0.0.1:9002", 30)
         for i in range(60):
             await store.login(f"u{i}", f"s{i}", "a/1", T0)
         await store.login("u0", "t0", "b/2", T0 + 1)  # u0 moved to B before A died
+        await nodes.heartbeat("a/1", "127.0.0.1:9001", 1.0)
         assert await nodes.sweep("b/2") == 0  # A still alive
-        await asyncio.sleep(0.4)
+        while await nodes.address("a/1") is not None:
+            await asyncio.sleep(0.05)
         assert await nodes.sweep("b/2") == 59
         assert await nodes.sweep("b/2") == 0
         assert await store.online_count() == 1
@@ -148,20 +147,10 @@ async def test_sweep_removes_a_dead_nodes_sessions(redis_target: RedisTarget) ->
         assert await client.smembers("nodes") == {b"b/2"}
 
 
-async def test_client_parses_with_hiredis(redis_target: RedisTarget) -> None:
-    """The factory's clients parse replies with hiredis, standalone and cluster alike."""
-    async with redis_target.connect() as client:
-        assert await client.ping()
-        connections: list[Any] = ([conn for node in client.get_nodes() for conn in node._connections]
-                                  if isinstance(client, RedisCluster) else client.connection_pool._available_connections)
-        assert connections
-        assert {type(conn._parser) for conn in connections} == {_AsyncHiredisParser}
-
-
 async def test_scripts_survive_script_flush(redis_target: RedisTarget) -> None:
     """After SCRIPT FLUSH (as after a restart) touch and logout load their scripts again and work."""
     async with redis_target.connect() as client:
-        store = RedisSessionStore(client, 600)
+        store = RedisSessionStore(Pipelines(client), 600)
         await store.login("u1", "s1", "a/1", T0)
         for port in redis_target.ports:
             redis_target.cli("script", "flush", port=port)

@@ -1,0 +1,144 @@
+"""Push nodes on one Redis for the end-to-end tests: ``hongbao serve`` subprocesses with the
+Redis push store (each with its own data directory; one JWT secret and internal secret shared,
+as a deployment configures them), a crash (SIGKILL of master and workers), WebSocket clients on
+the ``websockets`` library, and reads of what Redis holds."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import orjson
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from hongbao.server.auth import mint
+from tests.integration.redis_servers import RedisTarget
+from tests.server.conftest import Server, finish_server, start_server
+
+JWT_SECRET = "redis-e2e-jwt-secret-0123456789abcdef"
+INTERNAL_SECRET = "redis-e2e-internal-secret"
+NODE_TTL_S = 2.0
+
+
+def token(uid: str, *, admin: bool = False) -> str:
+    """A bearer token every node accepts."""
+    return mint(JWT_SECRET, uid, admin=admin, ttl_s=3600)
+
+
+class RedisNodes:
+    """Servers started for one test on ``target``; at the end every one still running is stopped
+    and must exit 0 without a traceback and pass the money audit."""
+
+    def __init__(self, tmp_path: Path, target: RedisTarget) -> None:
+        self.tmp_path, self.target = tmp_path, target
+        self.started: list[Server] = []
+        self.killed: set[int] = set()
+
+    def start(self, *names: str, extra_config: str = "") -> list[Server]:
+        """Nodes ``names`` (push node ids ``name/<pid>``) on the shared Redis, started in parallel
+        (a start takes seconds on a busy machine)."""
+        def one(name: str) -> Server:
+            config = (f'redis_url = "{self.target.url}"\nredis_cluster = {str(self.target.cluster).lower()}\n'
+                      f'jwt_secret = "{JWT_SECRET}"\ninternal_secret = "{INTERNAL_SECRET}"\nnode_name = "{name}"\n'
+                      f"push_node_ttl_s = {NODE_TTL_S}\n{extra_config}")
+            return start_server(self.tmp_path / name, 1, config)
+
+        with ThreadPoolExecutor(len(names)) as pool:
+            servers = list(pool.map(one, names))
+        self.started.extend(servers)
+        return servers
+
+    def kill(self, server: Server) -> None:
+        """SIGKILL the server's workers and master at once (stopped first, so nothing restarts or
+        cleans up): a crash."""
+        master = server.process.pid
+        os.kill(master, signal.SIGSTOP)
+        for pid in _children(master):
+            os.kill(pid, signal.SIGKILL)
+        os.kill(master, signal.SIGKILL)
+        server.process.wait()
+        self.killed.add(master)
+        for leftover in Path("/dev/shm").glob(f"*-{master}*"):  # the master would have unlinked these
+            leftover.unlink(missing_ok=True)
+
+    def finish(self) -> None:
+        """Stop every server not killed; each must exit cleanly and pass the money audit."""
+        for server in self.started:
+            if server.process.pid not in self.killed:
+                finish_server(server)
+
+    def keys(self, pattern: str) -> list[str]:
+        """Keys matching ``pattern`` on every primary."""
+        found: list[str] = []
+        for port in self.target.ports:
+            with self.target.sync_client(port) as client:
+                found.extend(key.decode() for key in client.scan_iter(pattern, count=1000))
+        return sorted(found)
+
+    def online(self) -> int:
+        """Members of the 16 online sets."""
+        total = 0
+        for port in self.target.ports:
+            with self.target.sync_client(port) as client:
+                total += sum(int(client.scard(key)) for key in client.scan_iter("online:*"))
+        return total
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def admin(server: Server) -> httpx.AsyncClient:
+    """An admin HTTP client of ``server``."""
+    return httpx.AsyncClient(base_url=server.url, headers={"authorization": f"Bearer {token('admin', admin=True)}"},
+                             timeout=30, verify=False)
+
+
+async def push(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    """POST /v1/admin/push ``body``; the answer (which must be 200)."""
+    response = await client.post("/v1/admin/push", json=body)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+async def connect(server: Server, uid: str, offset: int | None = None, epoch: str | None = None,
+                  **kwargs: Any) -> ClientConnection:
+    """A WebSocket client of ``uid`` (token as the ``bearer`` subprotocol), resuming at
+    (``offset``, ``epoch``) when given; no keepalive pings unless asked."""
+    query = {k: str(v) for k, v in (("offset", offset), ("epoch", epoch)) if v is not None}
+    url = server.url.replace("http://", "ws://") + "/v1/ws" + (f"?{urlencode(query)}" if query else "")
+    kwargs.setdefault("ping_interval", None)
+    return await websockets.connect(url, subprotocols=[websockets.Subprotocol("bearer"), websockets.Subprotocol(token(uid))],
+                                    **kwargs)
+
+
+async def receive(ws: ClientConnection, count: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The next ``count`` messages (JSON objects), each within ``timeout_s``."""
+    return [orjson.loads(await asyncio.wait_for(ws.recv(), timeout_s)) for _ in range(count)]
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Wait until ``check()`` holds, polling every 0.1 s; the seconds it took. Fails naming ``what``."""
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < timeout_s, f"{what}: not within {timeout_s} s"
+        await asyncio.sleep(0.1)
+    return time.monotonic() - started
