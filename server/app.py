@@ -97,11 +97,6 @@ class App:
             return self._done(request, route, result, started)
         return self._complete(request, route, result, started)
 
-    async def handle(self, request: Request) -> Response:
-        """``dispatch``, awaited: the Response for ``request``; never raises."""
-        result = self.dispatch(request)
-        return result if isinstance(result, Response) else await result
-
     async def _complete(self, request: Request, route: Route, pending: Awaitable[Response], started: float) -> Response:
         try:
             response = await pending
