@@ -1,7 +1,7 @@
 """One worker's application: routes, auth, error mapping, metrics and background jobs.
 
-``App.handle`` takes a parsed request and returns a Response; it never raises: every error is
-answered as ``{"error": {"code", "message"}}`` with its status (DESIGN.md section 12), and an
+``App.dispatch`` takes a parsed request and returns its Response (or, when a handler needs I/O,
+a coroutine that makes it); it never raises: every error is answered as ``{"error": {"code", "message"}}`` with its status (DESIGN.md section 12), and an
 unexpected exception is logged and answered 500 without taking the worker down.
 """
 
