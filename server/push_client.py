@@ -24,7 +24,8 @@ share its bugs. What it adds is the push protocol:
   retry count);
   ``max_auth_failures`` handshakes answered 401 in a row end the client (AuthenticationFailed),
   a 403 ends it (Refused), and close 4001 (replaced by a newer session of the same user) ends it too (Replaced);
-* topics: ``subscribe``/``unsubscribe``, sent again after every reconnect.
+* topics: ``subscribe``/``unsubscribe``, sent again after every reconnect; ``subscribed`` holds the
+  topics the server confirmed on the current connection.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class PushClient:
         self.url, self._token_provider = url, token_provider
         self._on_event, self._on_reset, self._on_retry = on_event, on_reset, on_retry
         self.topics: set[str] = set(topics)
+        self.subscribed: set[str] = set()  # confirmed by the server on the current connection
         if not 0 < pong_timeout_s <= ping_interval_s:
             raise ValueError("pong_timeout_s must be in (0, ping_interval_s]")
         self.ping_interval_s, self.pong_timeout_s = ping_interval_s, pong_timeout_s
@@ -242,6 +244,7 @@ class PushClient:
             await ws.close()
             return ws.close_code
         self._ws, self._last_rx = ws, asyncio.get_running_loop().time()
+        self.subscribed.clear()
         self.stats.connects += 1
         self._connected.set()
         keepalive = asyncio.create_task(self._keepalive(ws))
@@ -288,6 +291,10 @@ class PushClient:
             await self._reset(message.get("epoch"))
         elif isinstance(message.get("offset"), int) and isinstance(message.get("event"), str):
             await self._deliver(ws, message)
+        elif kind in ("subscribed", "unsubscribed") and isinstance(message.get("topic"), str):
+            (self.subscribed.add if kind == "subscribed" else self.subscribed.discard)(message["topic"])
+        elif kind == "error":
+            log.warning("the server refused a message: %s", message.get("message"))
         elif kind != "pong":
             log.debug("ignored a push message of type %r", kind)
 

@@ -27,6 +27,8 @@
  *   Authorization header): 401 counts as an auth failure (maxAuthFailures of them stop the client,
  *   onStopped("unauthorized")), 403 stops it (onStopped("forbidden"): this Origin is refused),
  *   503 waits at least its Retry-After.
+ * - topics: subscribe()/unsubscribe(), sent again after every reconnect; `subscribed` holds the topics
+ *   the server confirmed on the current connection.
  * - close 4001 (a newer connection of this user took over) stops the client (onStopped("replaced"));
  *   close 4003 (token expired) reconnects at once with a fresh token.
  * - onState(state, detail): "connecting", "open", "retrying", "stopped", for a UI.
@@ -58,6 +60,7 @@
       this.options = o;
       this.url = o.url || defaultUrl();
       this.topics = new Set(o.topics);
+      this.subscribed = new Set();  // confirmed by the server on the current connection
       this.epoch = o.epoch;
       this.marks = new Map();  // stream (null = the user's) -> {epoch, offset}
       if (o.offset !== null) this.marks.set(null, { epoch: o.epoch, offset: o.offset });
@@ -122,6 +125,7 @@
         conn.openedAt = Date.now();
         this._failedConnects = 0; this._authFailures = 0;
         this.stats.connects += 1;
+        this.subscribed.clear();
         this.options.onState("open");
         for (const topic of this.topics) this._send({ type: "subscribe", topic });
         this._schedulePing(conn, this.options.pingIntervalMs);
@@ -209,6 +213,8 @@
       if (message === null || typeof message !== "object") return;
       if (message.type === "reset") return this._reset(message.epoch);
       if (Number.isInteger(message.offset) && typeof message.event === "string") return this._deliver(message);
+      if (message.type === "subscribed") this.subscribed.add(message.topic);
+      if (message.type === "unsubscribed") this.subscribed.delete(message.topic);
     }
 
     async _reset(epoch) {

@@ -16,6 +16,7 @@ PUSH_CONFIG = """
 log_level = "debug"
 ws_idle_timeout_s = 5
 ws_close_timeout_s = 1
+ws_token_grace_s = 0.2
 """
 
 
@@ -35,18 +36,18 @@ def ws_url(server: Server) -> str:
     return server.url.replace("http://", "ws://") + "/v1/ws"
 
 
-def push(server: Server, user_id: str, event: str, data: dict[str, Any]) -> dict[str, Any]:
-    """POST /v1/admin/push one event to ``user_id``; returns the answer's JSON."""
+def push(server: Server, target: str, event: str, data: dict[str, Any], to: str = "user_id") -> dict[str, Any]:
+    """POST /v1/admin/push one event to ``target``, a user (or, with ``to="topic"``, a topic); the answer's JSON."""
     with server.client("admin", admin=True) as admin:
-        response = admin.post("/v1/admin/push", json={"user_id": user_id, "event": event, "data": data})
+        response = admin.post("/v1/admin/push", json={to: target, "event": event, "data": data})
     assert response.status_code == 200, response.text
     answer: dict[str, Any] = response.json()
     return answer
 
 
-async def apush(server: Server, user_id: str, event: str, data: dict[str, Any]) -> dict[str, Any]:
+async def apush(server: Server, target: str, event: str, data: dict[str, Any], to: str = "user_id") -> dict[str, Any]:
     """``push`` from async code (in a thread, so the client under test keeps running)."""
-    return await asyncio.to_thread(push, server, user_id, event, data)
+    return await asyncio.to_thread(push, server, target, event, data, to)
 
 
 async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:

@@ -100,6 +100,49 @@ async def test_half_open_link_is_noticed_by_the_app_ping(push_server: Server, ev
         await proxy.close()
 
 
+async def test_topics_are_subscribed_again_after_a_reconnect(push_server: Server, event_loop_kind: str) -> None:
+    """Broadcasts on a subscribed topic arrive with the topic and its own offsets, unacked, leaving the
+    user's cursor alone; after a dropped link the client subscribes again by itself and gets the next
+    broadcast."""
+    topic, got = f"news-{event_loop_kind}", list[PushEvent]()
+    proxy = Proxy(int(push_server.url.rsplit(":", 1)[1]))
+    port = await proxy.start()
+    try:
+        async with _client(push_server, f"reader-{event_loop_kind}", got, url=f"ws://127.0.0.1:{port}/v1/ws",
+                           topics=(topic,)) as client:
+            await until(lambda: topic in client.subscribed)
+            await apush(push_server, topic, "notice", {"n": 1}, to="topic")
+            await until(lambda: len(got) == 1)
+            proxy.drop()
+            await until(lambda: client.stats.connects == 2 and topic in client.subscribed)
+            await apush(push_server, topic, "notice", {"n": 2}, to="topic")
+            await until(lambda: len(got) == 2)
+        assert [(e.topic, e.offset, e.data["n"]) for e in got] == [(topic, 1, 1), (topic, 2, 2)]
+        assert client.stats.acks == 0 and (client.last_offset, client.epoch) == (None, None)  # user cursor untouched
+    finally:
+        await proxy.close()
+
+
+async def test_expired_token_reconnects_at_once_with_a_fresh_one(push_server: Server, event_loop_kind: str) -> None:
+    """The server closes a connection whose token expired (4003, grace 0.2 s): the client asks its
+    provider for a fresh token and reconnects at once (no backoff), and pushes keep arriving."""
+    server = push_server
+    uid, got, minted, retries = f"expiring-{event_loop_kind}", list[PushEvent](), list[str](), list[object]()
+
+    def provider() -> str:
+        minted.append(server.token(uid, ttl_s=2 if not minted else 3600))
+        return minted[-1]
+
+    client = PushClient(ws_url(server), provider, on_event=got.append, on_retry=lambda *a: retries.append(a),
+                        stable_after_s=0.5)
+    async with client:
+        await until(lambda: client.stats.connects == 2, timeout_s=8)
+        await apush(server, uid, "credited", {"n": 1})
+        await until(lambda: len(got) == 1)
+    assert len(minted) == 2 and retries == []
+    assert (got[0].offset, got[0].data) == (1, {"n": 1})
+
+
 async def test_a_changed_epoch_calls_on_reset(push_server: Server, event_loop_kind: str) -> None:
     """A client resuming with a cursor of an epoch the server does not have is told to reset:
     on_reset runs once, the client takes the server's epoch and receives what is held."""
