@@ -47,8 +47,12 @@ class Executor:
         self.samples: list[Sample] = []
         self.counts: Counter[str] = Counter()  # "{op} ok" / "{op} failed" / "{op} skipped"
         self.done = 0
-        self.opened: dict[tuple[str, str], int] = {}  # (order id, user) -> the amount first answered
+        # what the push expectations need: order id -> [audience ("g3" or "@user"), count, sender, paid at],
+        # (order id, user) -> (the amount first answered, opened at); times: wall clock when the request left
+        self.packets: dict[str, list[Any]] = {}
+        self.opened: dict[tuple[str, str], tuple[int, float]] = {}
         self.disagreements = 0  # repeated opens answered with another amount than the first
+        self._wall = time.time() - time.monotonic()
         self._names: dict[str, asyncio.Future[str | None]] = {}
         for name, value in (known or {}).items():
             self._future(name).set_result(value)
@@ -106,15 +110,20 @@ class Executor:
         if answer.body is not None:
             if call.name is not None:
                 created = str(answer.body.get("group_id") or answer.body.get("order_id") or "")
-            if call.op == "open":
-                self._check_open(answer.body, call.user)
+            self._observe(call, body, answer.body, self._wall + answer.started)
         self._finish(call, path, body, answer.status, attempt, created)
 
-    def _check_open(self, body: dict[str, Any], user: str) -> None:
-        key, amount = (str(body.get("order_id")), user), int(body.get("amount_fen", 0))
-        first = self.opened.setdefault(key, amount)
-        if first != amount:
-            self.disagreements += 1
+    def _observe(self, call: Call, sent: dict[str, Any] | None, answer: dict[str, Any], wall: float) -> None:
+        order = str(answer.get("order_id", ""))
+        if call.op == "send" and sent is not None:
+            audience = f"@{sent['receiver_id']}" if "receiver_id" in sent else call.needs[0]
+            self.packets[order] = [audience, int(sent.get("count", 1)), call.user, None]
+        elif call.op == "pay" and order in self.packets and self.packets[order][3] is None:
+            self.packets[order][3] = wall
+        elif call.op == "open":
+            amount = int(answer.get("amount_fen", 0))
+            if self.opened.setdefault((order, call.user), (amount, wall))[0] != amount:
+                self.disagreements += 1
 
     def _finish(self, call: Call, path: str, body: dict[str, Any] | None, status: int | None, attempts: int,
                 created: str | None) -> None:

@@ -1,5 +1,6 @@
 """The storm's picture: one PNG (matplotlib, Agg backend, no display needed) with throughput
-over time, latency percentiles per operation, errors by code, and the money summary."""
+over time, latency percentiles per operation and of push delivery, errors by code, and the
+money and push summary."""
 
 from __future__ import annotations
 
@@ -29,7 +30,12 @@ def _summary(report: dict[str, Any]) -> str:
         lines.append(f"{c.get('packets', 0)} packets, {c.get('receipts', 0)} receipts, "
                      f"{c.get('ledger credit', 0)} credits, {c.get('ledger refund', 0)} refunds")
         lines.append(f"audit: {len(audit['violations'])} violations")
-    lines.append(f"push: {report['push'] or 'not measured (no WebSocket users in the storm yet)'}")
+    push = report["push"]
+    if push is None:
+        lines.append("push: nobody online")
+    else:
+        lines.append(f"push: {push['delivered']}/{push['expected']} delivered to {push['online_users']} online users,")
+        lines.append(f"  {push['missing']} missing, p50 {push['p50_ms']} ms, p99 {push['p99_ms']} ms")
     return "\n".join(lines)
 
 
@@ -43,13 +49,15 @@ def write_png(report: dict[str, Any], path: Path) -> None:
     rate.set(title="2xx answers per second", xlabel="seconds since start", ylabel="per second")
     rate.legend()
     rate.grid(alpha=0.3)
-    ops = [op for op in ("send", "pay", "grab", "open") if op in report["operations"]]
+    latencies = {op: report["operations"][op] for op in ("send", "pay", "grab", "open") if op in report["operations"]}
+    if report["push"] is not None:
+        latencies["push"] = report["push"]
     width = 0.2
     for i, key in enumerate(("p50_ms", "p90_ms", "p99_ms", "max_ms")):
-        values = [max(report["operations"][op][key], 1e-3) for op in ops]
-        lat.bar([x + (i - 1.5) * width for x in range(len(ops))], values, width, label=key.removesuffix("_ms"))
-    lat.set_xticks(range(len(ops)), ops)
-    lat.set(title="latency of 2xx answers (ms, log scale)", yscale="log")
+        values = [max(entry[key], 1e-3) for entry in latencies.values()]
+        lat.bar([x + (i - 1.5) * width for x in range(len(values))], values, width, label=key.removesuffix("_ms"))
+    lat.set_xticks(range(len(latencies)), list(latencies))
+    lat.set(title="latency of 2xx answers and push deliveries (ms, log scale)", yscale="log")
     lat.legend()
     lat.grid(alpha=0.3, axis="y")
     bars = sorted(((f"{op} {code}", n) for op, codes in report["errors"].items() for code, n in codes.items()),

@@ -1,5 +1,6 @@
-"""One load process: build its share of the plan (or of a record), wait for the common start,
-play it, report progress to the parent, and leave its samples in a JSON file.
+"""One load process: build its share of the plan (or of a record), connect its online users'
+push clients, wait for the common start, play it, report progress to the parent, wait for the
+pushes to go quiet, and leave its samples, observations and deliveries in a JSON file.
 
 Processes are started with ``spawn`` (no state inherited from the parent's event loop or rich's
 threads). The parent hands each a ``LoadJob``; the process answers on the queue with
@@ -25,6 +26,7 @@ import uvloop
 
 from hongbao.bench.storm.load import Executor
 from hongbao.bench.storm.plan import SETUP, Call, load_calls, populate
+from hongbao.bench.storm.push import PushUsers
 from hongbao.bench.storm.record import Recorder, read_record
 from hongbao.bench.storm.scenario import Scenario
 from hongbao.bench.storm.wire import Tokens, connector
@@ -36,7 +38,8 @@ PROGRESS_S = 0.25
 class LoadJob:
     """What load process ``proc`` of ``procs`` plays: the plan of ``scenario`` for run tag ``run``
     (or the load lines of the ``replay`` file), against ``url``, minting with ``secret``;
-    ``known`` ids defined in the setup; where to write its ``record`` lines and ``samples``."""
+    ``known`` ids defined in the setup; the ``online`` users whose push connections it holds;
+    where to write its ``record`` lines and ``samples``."""
 
     url: str
     secret: str
@@ -45,6 +48,7 @@ class LoadJob:
     proc: int
     procs: int
     known: dict[str, str]
+    online: list[str]
     replay: Path | None
     record: Path | None
     samples: Path
@@ -61,22 +65,25 @@ def job_calls(job: LoadJob) -> list[Call]:
 def load_main(job: LoadJob, queue: Queue[Any], start: Synchronized[float], go: Event) -> None:
     """The body of a load process (the ``multiprocessing`` target)."""
     try:
-        calls = job_calls(job)
-        queue.put(("ready", job.proc, len(calls)))
-        go.wait()
-        uvloop.run(_play(job, calls, queue, start.value))
+        uvloop.run(_main(job, job_calls(job), queue, start, go))
         queue.put(("done", job.proc))
     except BaseException:
         queue.put(("error", job.proc, traceback.format_exc()))
         raise
 
 
-async def _play(job: LoadJob, calls: list[Call], queue: Queue[Any], start_wall: float) -> None:
-    t0 = time.monotonic() + (start_wall - time.time())
+async def _main(job: LoadJob, calls: list[Call], queue: Queue[Any], start: Synchronized[float], go: Event) -> None:
+    tokens = Tokens(job.secret)
+    push = PushUsers(job.url, job.online, tokens, job.scenario)
+    await push.connect()
+    queue.put(("ready", job.proc, len(calls)))
+    await asyncio.get_running_loop().run_in_executor(None, go.wait)
+    t0 = time.monotonic() + (start.value - time.time())
+    push.schedule_drops(t0)
     timeout = aiohttp.ClientTimeout(total=job.scenario.timeout_s)
     recorder = Recorder(job.record) if job.record is not None else None
     async with aiohttp.ClientSession(connector=connector(job.scenario.connections), timeout=timeout) as session:
-        executor = Executor(session, job.url, Tokens(job.secret), t0, job.scenario.busy_retries, recorder, job.known)
+        executor = Executor(session, job.url, tokens, t0, job.scenario.busy_retries, recorder, job.known)
 
         async def report() -> None:
             while True:
@@ -91,6 +98,8 @@ async def _play(job: LoadJob, calls: list[Call], queue: Queue[Any], start_wall: 
             if recorder is not None:
                 recorder.close()
     queue.put(("progress", job.proc, executor.done, dict(executor.counts)))
+    await push.stop()
     job.samples.write_bytes(orjson.dumps({
-        "samples": executor.samples, "counts": executor.counts, "receipts_seen": len(executor.opened),
-        "fen_seen": sum(executor.opened.values()), "disagreements": executor.disagreements}))
+        "samples": executor.samples, "counts": executor.counts, "packets": executor.packets,
+        "receipts": [(order, user, amount, wall) for (order, user), (amount, wall) in executor.opened.items()],
+        "disagreements": executor.disagreements, "push": push.summary()}))

@@ -4,12 +4,12 @@ Latency percentiles (nearest rank) are over the 2xx answers of each operation, i
 are 2xx answers per second over the load's wall time, and the peak is the busiest whole second.
 Errors are counted per attempt by the answer's ``error.code`` (``timeout`` or the client
 exception's name when there was no answer); ``busy`` (429) attempts are the admission rejections.
+Push delivery (expected vs delivered, latency) is ``delivery.py``'s.
 """
 
 from __future__ import annotations
 
 import datetime
-import math
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -18,21 +18,15 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from hongbao.bench.storm.delivery import push_report
 from hongbao.bench.storm.load import Sample
 from hongbao.bench.storm.runner import LoadResult
 from hongbao.bench.storm.scenario import Scenario
 from hongbao.bench.storm.settle import Settlement
+from hongbao.bench.storm.stats import percentile
 
 OPS = ("topup", "group", "send", "pay", "grab", "open")
 PERCENTILES = (("p50_ms", 50.0), ("p90_ms", 90.0), ("p99_ms", 99.0))
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """The nearest-rank ``q``-th percentile of ascending ``sorted_values`` (0.0 when empty)."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def _operations(samples: list[Sample], counts: Counter[str], load_s: float) -> dict[str, Any]:
@@ -90,19 +84,21 @@ def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: s
         "errors": {op: dict(codes.most_common()) for op, codes in sorted(errors.items())},
         "admission_rejections": sum(1 for s in load if s[3] == 429),
         "timeline": _timeline(load),
-        "clients": {"receipts_seen": result.receipts_seen, "fen_seen": result.fen_seen,
+        "clients": {"receipts_seen": len(result.receipts), "fen_seen": sum(r[2] for r in result.receipts),
                     "disagreements": result.disagreements},
         "settlement": {"drained": settlement.drained, "credits_pending": settlement.pending,
                        "waited_s": round(settlement.waited_s, 2), "note": settlement.note},
         "audit": None if audit is None else {"ok": audit.ok, "violations": audit.violations, "counts": dict(audit.counts)},
-        "push": None,  # filled once the storm has WebSocket users: delivered vs expected, delivery latency
+        "push": push_report(result),
     }
 
 
 def passed(report: dict[str, Any]) -> bool:
-    """True when the audit ran clean (or could not run) and no repeated open disagreed."""
-    audit = report["audit"]
-    return (audit is None or bool(audit["ok"])) and report["clients"]["disagreements"] == 0
+    """True when the audit ran clean (or could not run), no repeated open disagreed, and every
+    expected push reached its online user (DESIGN.md section 11)."""
+    audit, push = report["audit"], report["push"]
+    return ((audit is None or bool(audit["ok"])) and report["clients"]["disagreements"] == 0
+            and (push is None or push["missing"] == 0))
 
 
 def write_json(report: dict[str, Any], path: Path) -> None:
@@ -126,6 +122,14 @@ def print_table(report: dict[str, Any], console: Console) -> None:
     clients = report["clients"]
     console.print(f"clients: {clients['receipts_seen']} receipts seen, {clients['fen_seen']} fen, "
                   f"{clients['disagreements']} repeated opens disagreeing; generator lag p99 {load['lag_p99_ms']} ms")
+    push = report["push"]
+    if push is None:
+        console.print("push: nobody online (online_p = 0)")
+    else:
+        console.print(f"push: {push['online_users']} users online ({push['reconnects']} dropped and resumed), "
+                      f"{push['delivered']}/{push['expected']} expected events delivered, {push['missing']} missing, "
+                      f"latency p50 {push['p50_ms']} ms p99 {push['p99_ms']} ms max {push['max_ms']} ms; "
+                      f"{push['duplicates']} duplicates dropped, {push['resets']} resets, also {push['also_delivered']}")
     settlement = report["settlement"]
     console.print(f"reconciler: {'drained' if settlement['drained'] else 'NOT drained'} after {settlement['waited_s']} s "
                   f"(credits pending {settlement['credits_pending']}) {settlement['note']}")

@@ -30,6 +30,7 @@ from rich.text import Text
 from hongbao.bench.storm.load import Executor, Sample
 from hongbao.bench.storm.plan import SETUP, Call, populate
 from hongbao.bench.storm.proc import LoadJob, load_main
+from hongbao.bench.storm.push import home, is_online
 from hongbao.bench.storm.record import Recorder, merge, read_record
 from hongbao.bench.storm.scenario import Scenario
 from hongbao.bench.storm.wire import Tokens, connector
@@ -59,14 +60,19 @@ class StormOptions:
 @dataclass
 class LoadResult:
     """What the clients saw: every attempt's sample, call outcomes by ``"{op} ok|failed|skipped"``,
-    distinct receipts and fen the opens were answered with, repeated opens answered with another
-    amount (``disagreements``: must be 0), the load's wall time (s) and the setup's."""
+    the packets sent (order id -> [audience, count, sender, paid at]), the distinct receipts
+    answered (order id, user, fen, opened at), repeated opens answered with another amount
+    (``disagreements``: must be 0), each process's push summary (``push.py``), the groups' members
+    by name, the online users, the load's wall time (s) and the setup's. Times: wall clock, s."""
 
     samples: list[Sample] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
-    receipts_seen: int = 0
-    fen_seen: int = 0
+    packets: dict[str, list[Any]] = field(default_factory=dict)
+    receipts: list[tuple[str, str, int, float]] = field(default_factory=list)
     disagreements: int = 0
+    push: list[dict[str, Any]] = field(default_factory=list)
+    groups: dict[str, list[str]] = field(default_factory=dict)
+    online: list[str] = field(default_factory=list)
     load_s: float = 0.0
     setup_s: float = 0.0
     calls: int = 0
@@ -112,14 +118,18 @@ def run_load(opts: StormOptions) -> LoadResult:
     result = LoadResult()
     started = time.monotonic()
     recorder = Recorder(opts.work_dir / "record-setup.jsonl") if opts.record else None
+    setup = setup_calls(opts, run)
     try:
-        known = uvloop.run(_setup(opts, setup_calls(opts, run), recorder))
+        known = uvloop.run(_setup(opts, setup, recorder))
     finally:
         if recorder is not None:
             recorder.close()
     result.setup_s = time.monotonic() - started
+    result.groups = {c.name: [c.user, *c.body["members"]] for c in setup if c.op == "group" and c.name and c.body}
+    result.online = sorted({u for members in result.groups.values() for u in members if is_online(u, opts.scenario)})
     procs = opts.scenario.processes
-    jobs = [LoadJob(opts.url, opts.secret, opts.scenario, run, p, procs, known, opts.replay,
+    jobs = [LoadJob(opts.url, opts.secret, opts.scenario, run, p, procs, known,
+                    [u for u in result.online if home(u, procs) == p], opts.replay,
                     opts.work_dir / f"record-{p}.jsonl" if opts.record else None, opts.work_dir / f"samples-{p}.json")
             for p in range(procs)]
     _spawn_and_watch(jobs, result, opts.console or Console(stderr=True))
@@ -127,9 +137,10 @@ def run_load(opts: StormOptions) -> LoadResult:
         data: dict[str, Any] = orjson.loads(job.samples.read_bytes())
         result.samples += [tuple(s) for s in data["samples"]]
         result.counts.update(data["counts"])
-        result.receipts_seen += data["receipts_seen"]
-        result.fen_seen += data["fen_seen"]
+        result.packets.update(data["packets"])
+        result.receipts += [tuple(r) for r in data["receipts"]]
         result.disagreements += data["disagreements"]
+        result.push.append(data["push"])
     if opts.record is not None:
         merge([opts.work_dir / "record-setup.jsonl", *(j.record for j in jobs if j.record)], opts.record)
     return result

@@ -33,7 +33,9 @@ class Scenario:
     """Everything a storm plays. ``group_sizes`` is a list of ``(weight, min, max)`` buckets of
     members per group (the creator included); ``kinds`` maps lucky/equal/exclusive to weights;
     delays after a packet is paid are log-normal (``delay_median_s``, ``delay_sigma``) and cut at
-    ``tail_s``, so the storm lasts ``duration_s`` (sends) + ``tail_s`` (late openers)."""
+    ``tail_s``, so the storm lasts ``duration_s`` (sends) + ``tail_s`` (late openers). A share
+    ``online_p`` of the users holds a WebSocket push connection, and ``drop_p`` of those drops
+    and reconnects once (``push.py``)."""
 
     name: str = "custom"
     seed: int = 1
@@ -55,6 +57,8 @@ class Scenario:
     duplicate_p: float = 0.05
     retry_p: float = 0.03
     busy_retries: int = 3
+    online_p: float = 0.3
+    drop_p: float = 0.1
     processes: int = 2
     connections: int = 64
     timeout_s: float = 30.0
@@ -66,7 +70,7 @@ class Scenario:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ScenarioError(f"{name} must be positive, got {getattr(self, name)!r}")
-        for name in ("open_p", "grab_p", "duplicate_p", "retry_p"):
+        for name in ("open_p", "grab_p", "duplicate_p", "retry_p", "online_p", "drop_p"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ScenarioError(f"{name} must be a probability in [0, 1], got {getattr(self, name)!r}")
         if self.tail_s < 0 or self.delay_sigma < 0 or self.busy_retries < 0:
@@ -122,12 +126,12 @@ NAMED: dict[str, Scenario] = {
     "smoke": SMOKE,
     "new-year-eve": dataclasses.replace(
         SMOKE, name="new-year-eve", duration_s=120.0, tail_s=60.0, users=20_000, groups=4_000,
-        send_rate=150.0, delay_median_s=3.0, delay_sigma=1.4, processes=4, connections=128),
+        send_rate=150.0, delay_median_s=3.0, delay_sigma=1.4, online_p=0.2, processes=4, connections=128),
     "hot-group": dataclasses.replace(
         SMOKE, name="hot-group", duration_s=20.0, tail_s=5.0, users=500, groups=1,
         group_sizes=((1.0, 500, 500),), send_rate=1.0, kinds=(("lucky", 1.0),), count_min=100,
         count_max=100, total_min_fen=10_000, total_max_fen=20_000, open_p=1.0, grab_p=0.9,
-        delay_median_s=0.4, delay_sigma=0.8, connections=256),
+        delay_median_s=0.4, delay_sigma=0.8, online_p=1.0, connections=256),
 }
 
 

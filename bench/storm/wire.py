@@ -38,8 +38,7 @@ def storm_secret(data_dir: Path | None, jwt_secret: str | None) -> str:
 
 
 class Tokens:
-    """``Authorization`` header values per user, minted once (HS256, ``TOKEN_TTL_S`` seconds);
-    the admin's for top-ups."""
+    """Tokens per user, minted once (HS256, ``TOKEN_TTL_S`` seconds); the admin's for top-ups."""
 
     __slots__ = ("_secret", "_cache")
 
@@ -47,12 +46,16 @@ class Tokens:
         self._secret = secret
         self._cache: dict[tuple[str, bool], str] = {}
 
-    def bearer(self, user: str, admin: bool = False) -> str:
-        """``Bearer <jwt>`` for ``user`` (an admin token if ``admin``)."""
+    def jwt(self, user: str, admin: bool = False) -> str:
+        """The JWT of ``user`` (an admin token if ``admin``)."""
         value = self._cache.get((user, admin))
         if value is None:
-            value = self._cache[(user, admin)] = "Bearer " + mint(self._secret, user, admin=admin, ttl_s=TOKEN_TTL_S)
+            value = self._cache[(user, admin)] = mint(self._secret, user, admin=admin, ttl_s=TOKEN_TTL_S)
         return value
+
+    def bearer(self, user: str, admin: bool = False) -> str:
+        """``Bearer <jwt>`` for ``user`` (an admin token if ``admin``)."""
+        return "Bearer " + self.jwt(user, admin)
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hongbao.bench.storm.plan import load_calls, populate
-from hongbao.bench.storm.report import percentile
+from hongbao.bench.storm.stats import percentile
 from hongbao.bench.storm.scenario import NAMED, ScenarioError, load_scenario
 
 
