@@ -18,6 +18,7 @@ from hongbao.server.push_client import (
 )
 from tests.e2e.conftest import apush, until, ws_url
 from tests.e2e.proxy import Proxy
+from tests.server import flows
 from tests.server.conftest import Server
 
 def _client(server: Server, uid: str, got: list[PushEvent], url: str | None = None, **options: Any) -> PushClient:
@@ -47,6 +48,26 @@ async def test_events_arrive_once_in_order_and_are_acked(push_server: Server, ev
         await apush(push_server, uid, "credited", {"n": 5})
         await until(lambda: len(later) == 1)
     assert [(e.offset, e.data["n"], e.epoch) for e in later] == [(6, 5, epoch)]
+
+
+async def test_a_real_open_pushes_its_events(push_server: Server, event_loop_kind: str) -> None:
+    """A group packet paid and opened over HTTP: the member's client gets packet_received, then its own
+    opened with the amount the open answered, then credited with the same amount (the services' events)."""
+    sender, member = f"giver-{event_loop_kind}", f"taker-{event_loop_kind}"
+    got: list[PushEvent] = []
+    async with _client(push_server, member, got) as client:
+        await client.wait_connected()
+        group_id = await asyncio.to_thread(flows.group, push_server, sender, [member])
+        body = {"kind": "lucky", "count": 1, "total_fen": 888, "group_id": group_id, "greeting": "恭喜发财"}
+        order_id = await asyncio.to_thread(flows.paid_packet, push_server, sender, body, 888)
+        await until(lambda: len(got) == 1)
+        with push_server.client(member) as http:
+            amount = flows.ok(await asyncio.to_thread(http.post, f"/v1/packets/{order_id}/open"))["amount_fen"]
+        await until(lambda: {"opened", "credited"} <= {e.event for e in got})
+    received, opened, credited = ({e.event: e for e in got}[name] for name in ("packet_received", "opened", "credited"))
+    assert received.offset == 1 and received.data["order_id"] == order_id and received.data["greeting"] == "恭喜发财"
+    assert opened.data["order_id"] == order_id and opened.data["amount_fen"] == amount == 888
+    assert credited.data == {"order_id": order_id, "amount_fen": 888} and opened.offset < credited.offset
 
 
 async def test_resume_after_a_dropped_link_replays_in_order(push_server: Server, event_loop_kind: str) -> None:
