@@ -49,11 +49,14 @@ def credits_pending(url: str) -> int | None:
 
 def wait_drained(url: str, timeout_s: float) -> tuple[bool, int | None, float]:
     """Poll until credits pending reads 0 twice in a row or ``timeout_s`` pass; returns
-    (drained, last count read, seconds waited)."""
+    (drained, last count read, seconds waited). A target whose /metrics lacks the gauge (not a
+    hongbao server) is not waited for: (False, None, the time of one look)."""
     started = time.monotonic()
     zeros, pending = 0, None
     while time.monotonic() - started < timeout_s:
         pending = credits_pending(url)
+        if pending is None:
+            break
         zeros = zeros + 1 if pending == 0 else 0
         if zeros >= 2:
             return True, pending, time.monotonic() - started
