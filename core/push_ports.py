@@ -40,11 +40,15 @@ class Stored:
 class Replay:
     """What a reconnect with (offset, epoch) gets: ``messages`` after ``offset`` in order, and
     ``complete`` False when the epoch changed or part of the gap is no longer held (the client
-    must reload state over HTTP; the messages are what is still held)."""
+    must reload state over HTTP; the messages are what is still held). ``last`` is the stream's
+    last offset when it was read (0 for a stream with no message yet): the hub's baseline for
+    the messages that follow, so a message that overtakes an earlier one is never taken for a
+    duplicate."""
 
     epoch: str
     messages: list[Stored]
     complete: bool
+    last: int
 
 
 class SessionStore(Protocol):

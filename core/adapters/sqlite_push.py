@@ -215,7 +215,7 @@ class SqliteMessageLog:
         same = (epoch is None or epoch == stream_epoch) and base <= last
         held = [Stored(o, stream_epoch, b) for o, b in rows if o > base] if same else [Stored(o, stream_epoch, b) for o, b in rows]
         complete = same and len(held) == last - base and (not held or held[0].offset == base + 1)
-        return Replay(stream_epoch, held, complete)
+        return Replay(stream_epoch, held, complete, last)
 
     def _create_in_transaction(self, uid: str) -> None:
         with self._db.immediate() as conn:
