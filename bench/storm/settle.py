@@ -11,6 +11,7 @@ a credit's two steps (ledger, then the receipt's mark) may straddle the first lo
 from __future__ import annotations
 
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,12 +36,15 @@ class Settlement:
 
 
 def credits_pending(url: str) -> int | None:
-    """The target's ``hongbao_credits_pending`` gauge, or None when /metrics does not answer or lacks it."""
+    """The target's ``hongbao_credits_pending`` gauge, or None when its /metrics lacks it (or
+    answers 404); raises OSError when it does not answer."""
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=5) as response:
             text = response.read().decode()
-    except OSError:
-        return None
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
     for line in text.splitlines():
         if line.startswith(PENDING_METRIC + " "):
             return int(float(line.split()[1]))
@@ -54,7 +58,11 @@ def wait_drained(url: str, timeout_s: float) -> tuple[bool, int | None, float]:
     started = time.monotonic()
     zeros, pending = 0, None
     while time.monotonic() - started < timeout_s:
-        pending = credits_pending(url)
+        try:
+            pending = credits_pending(url)
+        except OSError:
+            time.sleep(POLL_S)  # busy or restarting: look again
+            continue
         if pending is None:
             break
         zeros = zeros + 1 if pending == 0 else 0
