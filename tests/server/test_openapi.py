@@ -324,6 +324,8 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert code(check(anon.get(WS), WS, 401)) == "unauthorized"
     assert check(alice.get(PREFLIGHT), PREFLIGHT, 200) == {"status": "ok"}
     assert code(check(anon.get(PREFLIGHT), PREFLIGHT, 401)) == "unauthorized"
+    assert "class HongbaoPush" in check(anon.get("/v1/ws/client.js"), "/v1/ws/client.js", 200)
+    assert '<script src="/v1/ws/client.js">' in check(anon.get("/v1/ws/demo"), "/v1/ws/demo", 200)
 
     # top-up, crediting mode, balance
     key = {"idempotency-key": "flow-1"}
