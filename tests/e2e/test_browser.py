@@ -145,3 +145,21 @@ def test_js_client_waits_out_a_503(make_server: Callable[..., Server], page: Pag
     }})""", [server.token("busy-1"), server.token("busy-2")])
     assert result["stats"]["connects"] == 1 and result["stats"]["preflights"] >= 1
     assert result["retries"][0][1] >= 1000 and result["retries"][0][2] == "connect failed"
+
+
+def test_js_client_stops_when_replaced(push_server: Server, page: Page) -> None:
+    """Two page clients of one user: the newer takes over, the older is closed 4001 and stops with
+    onStopped("replaced") instead of fighting back; the newer stays open."""
+    page.goto(f"{push_server.url}/v1/ws/demo")
+    reason = page.evaluate(f"""token => new Promise(resolve => {{
+        const older = new HongbaoPush({{token: () => token, {FAST}, onStopped: resolve,
+            onState: state => {{ if (state === "open" && !window.newer) {{
+                window.newer = new HongbaoPush({{token: () => token, {FAST}}});
+                newer.start();
+            }} }}}});
+        older.start();
+    }})""", push_server.token("browser-twice"))
+    assert reason == "replaced"
+    page.wait_for_function("newer.stats.connects === 1")
+    page.wait_for_timeout(300)
+    assert page.evaluate("[newer.stats.connects, newer._conn !== null]") == [1, True]
