@@ -79,13 +79,13 @@ class Pushed:
 
 class _Session:
     """A session held here: where its stream stands on the socket. ``held`` collects messages
-    while a replay runs (None: live); ``sent`` is the last offset sent (None: unknown yet)."""
+    while a replay runs (None: live); ``epoch`` and ``sent`` (the last offset sent, or covered by
+    the replay) are set by the first replay."""
 
     __slots__ = ("conn", "epoch", "sent", "held")
 
-    def __init__(self, conn: Conn, epoch: str | None) -> None:
-        self.conn, self.epoch = conn, epoch
-        self.sent: int | None = None
+    def __init__(self, conn: Conn) -> None:
+        self.conn, self.epoch, self.sent = conn, "", 0
         self.held: list[Stored] | None = []
 
 
@@ -134,7 +134,7 @@ class PushHub:
         """Log the session in (replacing an older one: closed with 4001 here or on its node),
         register it, and replay the stream after (``offset``, ``epoch``); raises on store failure."""
         old = await self.stores.sessions.login(conn.uid, conn.sid, self.node.id, now_ms())
-        session = _Session(conn, epoch)
+        session = _Session(conn)
         previous = self.sessions.get(conn.uid)
         self.sessions[conn.uid] = session
         if previous is not None and previous.conn is not conn:
@@ -152,8 +152,7 @@ class PushHub:
             if type(offset) is not int or offset < 0:
                 conn.send_text(push_messages.error("ack needs an offset: a non-negative integer"))
             elif session is not None and session.conn is conn:
-                if session.sent is not None:  # never past what was sent: an ack trims the log
-                    offset = min(offset, session.sent)
+                offset = min(offset, session.sent)  # never past what was sent: an ack trims the log
                 self._acks[conn.uid] = max(offset, self._acks.get(conn.uid, -1))
         elif kind in ("subscribe", "unsubscribe"):
             if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
@@ -211,46 +210,48 @@ class PushHub:
         if session.held is not None:
             session.held.append(message)
             return True
-        same = session.epoch is None or message.epoch == session.epoch
-        if same and session.sent is not None and message.offset <= session.sent:
+        same = message.epoch == session.epoch
+        if same and message.offset <= session.sent:
             return True
-        if not same or (session.sent is not None and message.offset > session.sent + 1):
+        if not same or message.offset > session.sent + 1:
             session.held = [message]
             self.spawn(self._catch_up(session))
             return True
-        session.epoch, session.sent = message.epoch, message.offset
+        session.sent = message.offset
         return session.conn.send_text(message.body)
 
     def _replay(self, session: _Session, replay: Replay, after: int | None) -> None:
         """Send ``replay`` (what followed ``after``; a reset first if incomplete), then what arrived meanwhile."""
         if not replay.complete:
             session.conn.send_text(push_messages.reset(replay.epoch))
-            after = None
-        session.epoch, session.sent = replay.epoch, after
-        self._pump(session, deque(m for m in replay.messages if after is None or m.offset > after))
+            after, session.sent = None, 0
+        session.epoch = replay.epoch
+        self._pump(session, deque(m for m in replay.messages if after is None or m.offset > after), replay.last)
 
-    def _pump(self, session: _Session, pending: deque[Stored]) -> None:
+    def _pump(self, session: _Session, pending: deque[Stored], last: int) -> None:
         """Send ``pending`` while the connection's output stays under half its cap (a backlog
-        larger than the cap flows as the client reads it), then go live with what was held."""
+        larger than the cap flows as the client reads it), then go live from offset ``last``
+        with what was held meanwhile."""
         conn = session.conn
         while pending:
             waiting = conn.output_bytes()
             if waiting and waiting + len(pending[0].body) > self._replay_budget:
-                self.spawn(self._pump_later(session, pending))
+                self.spawn(self._pump_later(session, pending, last))
                 return
             message = pending.popleft()
             session.sent = message.offset
             conn.send_text(message.body)
+        session.sent = last
         held, session.held = session.held or [], None
         for message in held:
             self.deliver(session, message)
 
-    async def _pump_later(self, session: _Session, pending: deque[Stored]) -> None:
+    async def _pump_later(self, session: _Session, pending: deque[Stored], last: int) -> None:
         pause = REPLAY_PAUSE_S
         while self.sessions.get(session.conn.uid) is session:
             await asyncio.sleep(pause)
             if session.conn.output_bytes() + len(pending[0].body) <= self._replay_budget:
-                self._pump(session, pending)
+                self._pump(session, pending, last)
                 return
             pause = min(pause * 2, REPLAY_PAUSE_MAX_S)
 

@@ -80,6 +80,14 @@ def nodes(tmp_path: Path) -> Iterator[Nodes]:
     started.finish()
 
 
+@pytest.fixture(scope="package")
+def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server with 2 workers shared by the push tests (each uses its own user ids)."""
+    started = Nodes(tmp_path_factory.mktemp("two_workers"))
+    yield started.start(workers=2)
+    started.finish()
+
+
 async def connect(server: Server, uid: str, offset: int | None = None, epoch: str | None = None, **kwargs: Any) -> ClientConnection:
     """A WebSocket client of ``uid`` (token as the ``bearer`` subprotocol), resuming at
     (``offset``, ``epoch``) when given."""

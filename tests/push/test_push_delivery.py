@@ -5,21 +5,32 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
+import pytest
 import websockets
 
 from tests.push.conftest import Nodes, admin, connect, eventually, metric, push, receive, silent
+from tests.server.conftest import Server
 
 
 def offsets(messages: list[dict[str, Any]]) -> list[int]:
     return [m["offset"] for m in messages]
 
 
-def test_targeted_push_on_one_worker(nodes: Nodes) -> None:
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A 1-worker server whose connections may hold 128 KiB of output."""
+    started = Nodes(tmp_path_factory.mktemp("one_worker"))
+    yield started.start(extra_config="ws_max_output_bytes = 131072\n")
+    started.finish()
+
+
+def test_targeted_push_on_one_worker(one_worker: Server) -> None:
     """Pushes to a connected user reach its socket at once, in order, as the documented message."""
-    server = nodes.start()
+    server = one_worker
 
     async def scenario() -> None:
         async with await connect(server, "u1") as ws, admin(server) as client:
@@ -32,9 +43,9 @@ def test_targeted_push_on_one_worker(nodes: Nodes) -> None:
     asyncio.run(scenario())
 
 
-def test_targeted_push_across_workers(nodes: Nodes) -> None:
+def test_targeted_push_across_workers(two_workers: Server) -> None:
     """On 2 workers every push reaches its user, those held by the other worker through the internal forward."""
-    server = nodes.start(workers=2)
+    server = two_workers
 
     async def scenario() -> None:
         users = [f"w{i}" for i in range(8)]
@@ -55,9 +66,9 @@ def test_targeted_push_across_workers(nodes: Nodes) -> None:
     asyncio.run(scenario())
 
 
-def test_replay_comes_in_order_before_new_messages(nodes: Nodes) -> None:
+def test_replay_comes_in_order_before_new_messages(two_workers: Server) -> None:
     """A reconnect gets what followed its offset, then the pushes racing it: consecutive offsets, no repeat."""
-    server = nodes.start(workers=2)
+    server = two_workers
 
     async def scenario() -> None:
         async with admin(server) as client:
@@ -78,9 +89,9 @@ def test_replay_comes_in_order_before_new_messages(nodes: Nodes) -> None:
     asyncio.run(scenario())
 
 
-def test_resume_with_no_cursor_replays_everything_queued(nodes: Nodes) -> None:
+def test_resume_with_no_cursor_replays_everything_queued(two_workers: Server) -> None:
     """P-29: connect, receive nothing, leave; three pushes; a reconnect with no offset gets all three."""
-    server = nodes.start()
+    server = two_workers
 
     async def scenario() -> None:
         ws = await connect(server, "p29")
@@ -130,10 +141,10 @@ def test_acks_trim_and_lost_history_is_reported(nodes: Nodes) -> None:
     asyncio.run(scenario())
 
 
-def test_over_the_cap_is_queued_and_replayed_once(nodes: Nodes) -> None:
+def test_over_the_cap_is_queued_and_replayed_once(one_worker: Server) -> None:
     """P-03: a client that stops reading is closed at its output cap; nothing it did not ack is
     lost: a reconnect after the last message it read gets the rest, each exactly once."""
-    server = nodes.start(extra_config="ws_max_output_bytes = 131072\n")
+    server = one_worker
 
     async def scenario() -> None:
         sock = socket.socket()
@@ -160,9 +171,9 @@ def test_over_the_cap_is_queued_and_replayed_once(nodes: Nodes) -> None:
     asyncio.run(scenario())
 
 
-def test_one_session_per_user(nodes: Nodes) -> None:
+def test_one_session_per_user(two_workers: Server) -> None:
     """A second connection of a user replaces the first, which is closed with 4001; pushes go to the new one."""
-    server = nodes.start()
+    server = two_workers
 
     async def scenario() -> None:
         old = await connect(server, "twice")
@@ -175,10 +186,10 @@ def test_one_session_per_user(nodes: Nodes) -> None:
     asyncio.run(scenario())
 
 
-def test_group_push_of_200_reaches_each_member_once(nodes: Nodes) -> None:
+def test_group_push_of_200_reaches_each_member_once(two_workers: Server) -> None:
     """200 group pushes: every member connected to either worker gets each exactly once, in
     offset order; an offline member finds all 200 on connecting."""
-    server = nodes.start(workers=2)
+    server = two_workers
     members = [f"m{i}" for i in range(6)]
 
     async def scenario() -> None:
@@ -198,9 +209,9 @@ def test_group_push_of_200_reaches_each_member_once(nodes: Nodes) -> None:
     asyncio.run(scenario())
 
 
-def test_broadcast_reaches_every_subscriber_on_every_worker(nodes: Nodes) -> None:
+def test_broadcast_reaches_every_subscriber_on_every_worker(two_workers: Server) -> None:
     """A broadcast goes to each subscriber once (one frame per node), with per-topic offsets; others get nothing."""
-    server = nodes.start(workers=2)
+    server = two_workers
 
     async def scenario() -> None:
         subscribers = [await connect(server, f"s{i}") for i in range(10)]
@@ -208,6 +219,7 @@ def test_broadcast_reaches_every_subscriber_on_every_worker(nodes: Nodes) -> Non
         for ws in subscribers:
             await ws.send('{"type":"subscribe","topic":"news"}')
             assert await receive(ws, 1) == [{"type": "subscribed", "topic": "news"}]
+        sends = metric(server, "push_broadcast_sends")
         async with admin(server) as client:
             published = [await push(client, topic="news", event="b", data=i) for i in range(3)]
         assert [p["offset"] for p in published] == [1, 2, 3]
@@ -215,7 +227,7 @@ def test_broadcast_reaches_every_subscriber_on_every_worker(nodes: Nodes) -> Non
             got = await receive(ws, 3)
             assert [(m["topic"], m["offset"], m["data"], m["epoch"]) for m in got] == [("news", i + 1, i, published[0]["epoch"]) for i in range(3)]
         assert await silent(other, 0.3)
-        await eventually(lambda: metric(server, "push_broadcast_sends") == 30)
+        await eventually(lambda: metric(server, "push_broadcast_sends") == sends + 30)
         for ws in [*subscribers, other]:
             await ws.close()
 

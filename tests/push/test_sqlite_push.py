@@ -98,7 +98,7 @@ async def test_append_offsets_epoch_and_replay(dbs: tuple[SqliteDb, SqliteDb]) -
     assert [(m.offset, m.epoch) for m in first + second] == [(1, first[0].epoch), (1, first[1].epoch), (2, first[0].epoch), (3, first[0].epoch)]
     assert orjson.loads(second[0].body) == {"offset": 3, "epoch": first[0].epoch, "text": "m3"}
     replay = await log_b.replay("u1", 1, first[0].epoch, T0)
-    assert (replay.epoch, texts(replay.messages), replay.complete) == (first[0].epoch, ["m2", "m3"], True)  # type: ignore[arg-type]
+    assert (replay.epoch, texts(replay.messages), replay.complete, replay.last) == (first[0].epoch, ["m2", "m3"], True, 3)  # type: ignore[arg-type]
     assert (await log_a.replay("u1", 3, first[0].epoch, T0)).messages == []
 
 
@@ -112,7 +112,7 @@ async def test_ack_trims_and_no_cursor_replays_what_is_held(dbs: tuple[SqliteDb,
     assert (texts(replay.messages), replay.complete) == (["m3", "m4"], True)  # type: ignore[arg-type]
     await log.ack([("u1", 99)])
     replay = await log.replay("u1", None, None, T0)
-    assert (replay.messages, replay.complete) == ([], True)
+    assert (replay.messages, replay.complete, replay.last) == ([], True, 4)
     assert (await log.replay("u1", 4, replay.epoch, T0)).complete is True
 
 
@@ -147,7 +147,7 @@ async def test_new_stream_gets_an_epoch(dbs: tuple[SqliteDb, SqliteDb]) -> None:
     """A user never pushed to gets a stream with a fresh epoch; a stale cursor on it is incomplete."""
     a, b = dbs
     fresh = await SqliteMessageLog(a, 10, 60).replay("u9", None, None, T0)
-    assert (fresh.messages, fresh.complete, len(fresh.epoch)) == ([], True, 8)
+    assert (fresh.messages, fresh.complete, len(fresh.epoch), fresh.last) == ([], True, 8, 0)
     again = await SqliteMessageLog(b, 10, 60).replay("u9", 3, fresh.epoch, T0)
     assert (again.epoch, again.complete) == (fresh.epoch, False)
     assert (await SqliteMessageLog(b, 10, 60).replay("u8", 0, None, T0)).complete is True
