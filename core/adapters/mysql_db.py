@@ -175,7 +175,8 @@ class MysqlShards:
         """Run ``body(cursor)`` in one transaction on database ``db``: commit on return, roll back
         on any exception; a deadlock reruns the whole body (up to 3 times). Raises Degraded when
         the database is unreachable or the connection is lost (nothing is committed then)."""
-        for attempt in range(DEADLOCK_RETRIES):
+
+        async def attempt() -> T:
             async with self._conn(db) as conn:
                 await conn.begin()
                 try:
@@ -184,19 +185,32 @@ class MysqlShards:
                     await conn.commit()
                     return result
                 except Exception as exc:
-                    if isinstance(exc, OperationalError) and _lost(exc):
-                        raise
-                    with suppress(MySQLError, OSError):
-                        await conn.rollback()
-                    if not (isinstance(exc, OperationalError) and exc.args[:1] == (DEADLOCK,)) or attempt + 1 == DEADLOCK_RETRIES:
-                        raise
-                    log.info("deadlock on %s; retrying the transaction", self.layout.db_name(db))
+                    if not (isinstance(exc, OperationalError) and _lost(exc)):
+                        with suppress(MySQLError, OSError):
+                            await conn.rollback()
+                    raise
+
+        return await self._retrying(db, attempt)
+
+    async def _retrying(self, db: int, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()``, again after a deadlock (the server rolled the loser back), 3 times at most."""
+        for tries in range(1, DEADLOCK_RETRIES + 1):
+            try:
+                return await attempt()
+            except OperationalError as exc:
+                if exc.args[:1] != (DEADLOCK,) or tries == DEADLOCK_RETRIES:
+                    raise
+                log.info("deadlock on %s; retrying", self.layout.db_name(db))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def execute(self, db: int, sql: str, args: Sequence[object] = ()) -> int:
-        """One autocommitted statement; returns the rows it changed."""
-        async with self._conn(db) as conn, conn.cursor() as cur:
-            return await cur.execute(sql, tuple(args))
+        """One autocommitted statement (retried after a deadlock); returns the rows it changed."""
+
+        async def attempt() -> int:
+            async with self._conn(db) as conn, conn.cursor() as cur:
+                return await cur.execute(sql, tuple(args))
+
+        return await self._retrying(db, attempt)
 
     async def fetchone(self, db: int, sql: str, args: Sequence[object] = ()) -> Row | None:
         """The first row of an autocommitted query, or None."""

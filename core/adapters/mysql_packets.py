@@ -2,7 +2,9 @@
 section 6 (lock the packet row once with SELECT ... FOR UPDATE, insert the batch's receipts in
 one multi-row INSERT, update the remainder once), and the refund serialised by that same row lock.
 
-Scans (due refunds, uncredited receipts, unpaid refunds) send one UNION ALL query per database
+Point updates by order id name the primary key (FORCE INDEX): on small tables the optimizer
+would otherwise range-scan the (status, expires_at) index and lock its neighbours, which turns
+concurrent refunds of different packets into deadlocks. Scans (due refunds, uncredited receipts, unpaid refunds) send one UNION ALL query per database
 over its day tables, every database at once, instead of a round trip per table.
 """
 
@@ -106,7 +108,7 @@ class MysqlPacketStore:
         async def body(cur: Cursor) -> Packet | None:
             # MySQL assigns left to right: status must read remaining_fen before it is zeroed.
             changed = await cur.execute(
-                f"UPDATE {ptable} SET status = CASE WHEN remaining_fen > 0 THEN %s ELSE %s END, "
+                f"UPDATE {ptable} FORCE INDEX (PRIMARY) SET status = CASE WHEN remaining_fen > 0 THEN %s ELSE %s END, "
                 "refunded_fen = remaining_fen, remaining_fen = 0 WHERE order_id = %s AND status = %s AND expires_at <= %s",
                 (Status.EXPIRED.value, Status.FINISHED.value, order_id, Status.ACTIVE.value, now_ms))
             if changed != 1:
@@ -120,7 +122,7 @@ class MysqlPacketStore:
     async def mark_refunded(self, order_id: str) -> None:
         """Expired -> refunded once the sender's refund is in the ledger."""
         db, ptable, _ = self._where(order_id)
-        await self._shards.execute(db, f"UPDATE {ptable} SET status = %s WHERE order_id = %s AND status = %s",
+        await self._shards.execute(db, f"UPDATE {ptable} FORCE INDEX (PRIMARY) SET status = %s WHERE order_id = %s AND status = %s",
                                    (Status.REFUNDED.value, order_id, Status.EXPIRED.value))
 
     async def mark_credited(self, order_id: str, user_id: str) -> None:

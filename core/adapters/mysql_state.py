@@ -65,9 +65,15 @@ class MysqlPreOrderStore:
 
     async def cancel(self, order_id: str, now_ms: int) -> bool:
         """Delete a live pending pre-order; False if a pay claimed it or it is gone."""
-        return await self._shards.execute(
-            self._db(order_id), "DELETE FROM t_preorder WHERE order_id = %s AND state = 'pending' AND expires_at > %s",
-            (order_id, now_ms)) == 1
+
+        async def body(cur: Cursor) -> bool:  # locked by primary key first: a DELETE on expires_at could range-lock
+            await cur.execute("SELECT state, expires_at FROM t_preorder WHERE order_id = %s FOR UPDATE", (order_id,))
+            row = await cur.fetchone()
+            if row is None or row[0] != "pending" or int(row[1]) <= now_ms:
+                return False
+            return await cur.execute("DELETE FROM t_preorder WHERE order_id = %s", (order_id,)) == 1
+
+        return await self._shards.transaction(self._db(order_id), body)
 
     async def delete(self, order_id: str) -> bool:
         """Remove the pre-order; False if absent."""
