@@ -3,8 +3,9 @@
 ``hongbao storm --target URL --data-dir DIR`` plays the ``smoke`` scenario against the server
 at URL whose data directory is DIR (its ``jwt.key`` mints the users' tokens, its database is
 audited afterwards; DIR defaults to the configuration's, ./var, as for ``hongbao token``). ``--jwt-secret`` mints without DIR (a server elsewhere); no audit runs then.
-Exit status: 0 the audit is clean (or could not run), 1 a violation or a repeated open answered
-with another amount, 2 the storm could not run (bad scenario, setup refused, a load process died).
+Exit status: 0 the audit is clean (or could not run) and every expected push arrived, 1 a money
+violation or a repeated open answered with another amount, 2 the storm could not run (bad
+scenario, setup refused, a load process died), 3 the money is clean but a push did not arrive.
 """
 
 from __future__ import annotations
@@ -111,4 +112,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"hongbao storm: {exc}", file=sys.stderr)
         return 2
     console.print(f"report: {args.out / 'report.json'} and {args.out / 'report.png'}")
-    return 0 if report.passed(summary) else 1
+    if not report.money_ok(summary):
+        return 1
+    return 0 if report.push_ok(summary) else 3

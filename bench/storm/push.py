@@ -27,8 +27,8 @@ from hongbao.server.push_client import PushClient, PushClientError, PushEvent
 Delivery = tuple[str, str, str, float]
 CONNECT_PARALLEL = 100
 CONNECT_TIMEOUT_S = 30.0
-QUIET_S = 1.0
-GRACE_S = 10.0
+QUIET_S = 2.0
+GRACE_S = 20.0
 
 
 def _unit(tag: str, user: str) -> float:

@@ -93,12 +93,16 @@ def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: s
     }
 
 
-def passed(report: dict[str, Any]) -> bool:
-    """True when the audit ran clean (or could not run), no repeated open disagreed, and every
-    expected push reached its online user (DESIGN.md section 11)."""
-    audit, push = report["audit"], report["push"]
-    return ((audit is None or bool(audit["ok"])) and report["clients"]["disagreements"] == 0
-            and (push is None or push["missing"] == 0))
+def money_ok(report: dict[str, Any]) -> bool:
+    """True when the audit ran clean (or could not run) and no repeated open disagreed."""
+    audit = report["audit"]
+    return (audit is None or bool(audit["ok"])) and report["clients"]["disagreements"] == 0
+
+
+def push_ok(report: dict[str, Any]) -> bool:
+    """True when every expected push reached its online user (DESIGN.md section 11), or nobody was online."""
+    push = report["push"]
+    return push is None or push["missing"] == 0
 
 
 def write_json(report: dict[str, Any], path: Path) -> None:
