@@ -64,11 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"VIOLATION {line}")
     opens = summary["operations"].get("open", {})
     print(f"opens: {opens.get('ok', 0)} ok, {opens.get('rps', 0)}/s, p50 {opens.get('p50_ms', 0)} ms, p99 {opens.get('p99_ms', 0)} ms")
-    print(f"report: {args.out / 'report.json'} {args.out / 'report.png'}")
-    print(f"audit: {len(final.violations)} violations")
     if not report.push_ok(summary):
         print(f"push: {summary['push']['missing']} of {summary['push']['expected']} expected events did not reach "
               "their online users (DESIGN.md section 11 delivery; hongbao storm exits 3 for this)")
+    print(f"report: {args.out / 'report.json'} {args.out / 'report.png'}")
+    print(f"audit: {len(final.violations)} violations")
     return 0 if status == 0 and final.ok and report.money_ok(summary) else 1
 
 
