@@ -249,7 +249,7 @@ class WsConnection(asyncio.Protocol):
             return False
         # not paused: the transport holds at most WRITE_HIGH bytes, so small frames need no count
         if self.paused or len(frame) > self.cap - WRITE_HIGH:
-            if self.queued_bytes + self.transport.get_write_buffer_size() + len(frame) > self.cap:
+            if self.output_bytes() + len(frame) > self.cap:
                 log.info("ws output over %d bytes, closing sid=%s", self.cap, self.sid)
                 self.close(1013, "output over the cap; reconnect later")
                 return False
