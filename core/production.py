@@ -1,6 +1,7 @@
 """The production backend: money (packets, receipts, accounts, ledger, lists) in sharded
-MySQL/MariaDB (DESIGN.md section 5) through one asyncmy pool per database, the service of
-hongbao.core.service on top, and the host-wide admission table of the embedded backend.
+MySQL/MariaDB (DESIGN.md section 5) through one asyncmy pool per database, a queue (Redis Streams
+when served), the service of hongbao.core.service on top, and the host-wide admission table of
+the embedded backend.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from hongbao.core.adapters.mysql_ledger import MysqlLedgerStore
 from hongbao.core.adapters.mysql_lists import MysqlProfileStore, MysqlUserListStore
 from hongbao.core.adapters.mysql_packets import MysqlPacketStore
 from hongbao.core.adapters.mysql_state import MysqlFlags, MysqlGroupStore, MysqlPreOrderStore, MysqlSequenceSource
+from hongbao.core.adapters.redis_client import RedisClient
 from hongbao.core.clock import Clock, SystemClock
 from hongbao.core.ports import Draw, Queue
 from hongbao.core.rules import Limits
@@ -27,10 +29,13 @@ class Production:
     service: PacketService
     shards: MysqlShards
     admission: hongbao_native.AdmissionTable
+    redis: RedisClient | None = None
 
     async def aclose(self) -> None:
-        """Close the MySQL pools (the admission table is unlinked by its creator)."""
+        """Close the MySQL pools and the Redis client (the admission table is unlinked by its creator)."""
         await self.shards.close()
+        if self.redis is not None:
+            await self.redis.aclose()
 
 
 def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock) -> Ports:
@@ -41,11 +46,12 @@ def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock) -> Ports:
 
 
 def open_mysql(shards: MysqlShards, admission: hongbao_native.AdmissionTable, queue: Queue, *, clock: Clock | None = None,
-               limits: Limits | None = None, draw: Draw = hongbao_native.split_lucky, max_in_db: int = 2) -> Production:
+               limits: Limits | None = None, draw: Draw = hongbao_native.split_lucky, max_in_db: int = 2,
+               redis: RedisClient | None = None) -> Production:
     """The service over ``shards`` (pools open on first use) and ``queue`` for one worker.
 
     ``max_in_db``: open transactions per packet in the database at once (K of DESIGN.md
-    section 6)."""
+    section 6); ``redis``: the client behind ``queue``, closed with the backend."""
     ports = mysql_ports(shards, queue, clock or SystemClock())
     service = PacketService(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw)
-    return Production(service, shards, admission)
+    return Production(service, shards, admission, redis)

@@ -20,6 +20,7 @@ from hongbao.core.clock import OffsetFileClock
 from hongbao.core.embedded import Embedded
 from hongbao.core.service import CREDIT_STREAM
 from hongbao.server.auth import Identity, TokenVerifier
+from hongbao.server.backends import Backend
 from hongbao.server.config import Settings
 from hongbao.server.context import Context
 from hongbao.server.handlers import Handlers
@@ -36,14 +37,14 @@ log = logging.getLogger("hongbao.server")
 
 
 class App:
-    """Routes of DESIGN.md section 12 over one embedded backend, for one worker process."""
+    """Routes of DESIGN.md section 12 over one backend (embedded or production), for one worker process."""
 
-    def __init__(self, settings: Settings, backend: Embedded, verifier: TokenVerifier, metrics: WorkerMetrics,
+    def __init__(self, settings: Settings, backend: Backend, verifier: TokenVerifier, metrics: WorkerMetrics,
                  ws_limiter: RateLimiter) -> None:
         """``ws_limiter``: the host-wide admission rate of new WebSocket connections (made by the master)."""
         self.settings, self.backend, self.verifier, self.metrics = settings, backend, verifier, metrics
         self.ws_gate = Gate(settings, verifier, ws_limiter)
-        stores = open_push_stores(settings, backend.db)
+        stores = open_push_stores(settings, backend.db if isinstance(backend, Embedded) else None)
         self.push = PushHub(settings, stores, metrics, stores.queue or backend.service.ports.queue, backend.service.ports.groups)
         backend.service.notifier = self.push
         h = Handlers(backend.service)

@@ -27,9 +27,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    if settings.backend != "embedded":
-        print(f"hongbao: backend {settings.backend!r} is not available yet; use --backend embedded", file=sys.stderr)
-        return 2
+    from hongbao.server.backends import check_production
+
+    check_production(settings)
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
     from hongbao.server.master import serve
@@ -109,7 +109,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int)
     serve.add_argument("--workers", type=int)
     serve.add_argument("--data-dir", dest="data_dir", type=Path)
-    serve.add_argument("--backend", choices=["embedded"])
+    serve.add_argument("--backend", choices=["embedded", "production"],
+                       help="production: money in MySQL/MariaDB (--mysql-dsn), queues in Redis (--redis-url)")
+    serve.add_argument("--mysql-dsn", dest="mysql_dsn", help="mysql://user:pass@host:port (also HONGBAO_MYSQL_DSN)")
     serve.add_argument("--redis-url", dest="redis_url", help="redis://host:port: push state in Redis (also HONGBAO_REDIS_URL)")
     serve.add_argument("--redis-cluster", dest="redis_cluster", action="store_true", default=None,
                        help="--redis-url names a node of a Redis Cluster (also HONGBAO_REDIS_CLUSTER)")

@@ -49,8 +49,9 @@ class PushStores:
             await asyncio.wait_for(self.redis.ping(), READY_TIMEOUT_S)
 
 
-def open_push_stores(settings: Settings, db: SqliteDb) -> PushStores:
-    """The push stores of ``settings`` (``db``: the worker's embedded database): sessions with
+def open_push_stores(settings: Settings, db: SqliteDb | None) -> PushStores:
+    """The push stores of ``settings`` (``db``: the worker's embedded database, None on the
+    production backend, which requires ``redis_url``): sessions with
     ``push_session_ttl_s``, per-user logs bounded by ``push_log_max_messages`` and
     ``push_log_max_age_s``; on Redis when ``redis_url`` is set (no I/O here: the hub's start
     issues the first command, the node's heartbeat, alone)."""
@@ -64,6 +65,8 @@ def open_push_stores(settings: Settings, db: SqliteDb) -> PushStores:
             RedisQueue(pipes, node_id(settings.node_name)),
             pipes.client,
         )
+    if db is None:
+        raise ValueError("the push stores need redis_url when the backend has no embedded database")
     return PushStores(
         SqliteSessionStore(db, settings.push_session_ttl_s),
         SqliteNodeDirectory(db, settings.push_session_ttl_s),

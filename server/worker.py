@@ -12,10 +12,9 @@ import hongbao_native
 import uvloop
 
 from hongbao.core.clock import Clock, OffsetFileClock, SystemClock
-from hongbao.core.embedded import open_embedded
-from hongbao.core.service import CreditingMode
 from hongbao.server.app import App
 from hongbao.server.auth import TokenVerifier, embedded_secret
+from hongbao.server.backends import close_backend, open_backend
 from hongbao.server.config import Settings
 from hongbao.server.http_protocol import Connections, HttpProtocol
 from hongbao.server.metrics import WorkerMetrics
@@ -42,9 +41,7 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
     admission = hongbao_native.AdmissionTable.attach(admission_name)
     ws_limiter = hongbao_native.RateLimiter.attach(ws_limiter_name)
     clock: Clock = OffsetFileClock(settings.data_dir / CLOCK_FILE) if settings.test_clock else SystemClock()
-    backend = open_embedded(settings.data_dir, admission, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db)
-    backend.service.crediting_mode = CreditingMode(settings.crediting_mode)
-    backend.service.realtime_threshold_fen = settings.realtime_threshold_fen
+    backend = await open_backend(settings, admission, clock)
     app = App(settings, backend, verifier_for(settings), WorkerMetrics(settings.data_dir / METRICS_DIR), ws_limiter)
     conns = Connections(settings.max_connections, WsRegistry(settings))
     await app.push.start()  # a live push node with its internal listener before the first connection
@@ -66,7 +63,7 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
     await asyncio.gather(*jobs, return_exceptions=True)
     await app.push.stop()
     app.metrics.flush()
-    backend.close()
+    await close_backend(backend)
 
 
 def run_worker(settings: Settings, admission_name: str, ws_limiter_name: str) -> None:

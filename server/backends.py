@@ -1,0 +1,60 @@
+"""The money backend of one worker, chosen from Settings (the one place it is picked).
+
+- ``embedded`` (default): SQLite in the data directory, nothing external (hongbao.core.embedded);
+- ``production``: money in the sharded MySQL/MariaDB of ``mysql_dsn`` (``hongbao migrate`` first)
+  and the queues (credits, user lists) on Redis Streams at ``redis_url`` (``redis_cluster`` for a
+  Redis Cluster), hongbao.core.production. Pre-orders, the order-id sequence and groups use their
+  MySQL adapters (the DB paths of DESIGN.md section 10; the Redis cache layers in front of them
+  are not built yet).
+"""
+
+from __future__ import annotations
+
+import hongbao_native
+
+from hongbao.core.adapters.mysql_db import MysqlShards
+from hongbao.core.adapters.redis_client import Pipelines, redis_client
+from hongbao.core.adapters.redis_queue import RedisQueue
+from hongbao.core.clock import Clock
+from hongbao.core.embedded import Embedded, open_embedded
+from hongbao.core.production import Production, open_mysql
+from hongbao.core.service import CreditingMode
+from hongbao.server.config import Settings
+from hongbao.server.node import node_id
+
+Backend = Embedded | Production
+
+
+def check_production(settings: Settings) -> None:
+    """Raise ValueError naming what the production backend is missing (a MySQL DSN, a Redis URL)."""
+    if settings.backend == "production" and not (settings.mysql_dsn and settings.redis_url):
+        raise ValueError("--backend production needs --mysql-dsn mysql://user:pass@host:port and --redis-url redis://host:port "
+                         "(or HONGBAO_MYSQL_DSN / HONGBAO_REDIS_URL, or the TOML file)")
+
+
+async def open_backend(settings: Settings, admission: hongbao_native.AdmissionTable, clock: Clock) -> Backend:
+    """The worker's backend, with the configured crediting mode. Raises ValueError for missing
+    settings, Degraded when the production databases cannot be reached (or were not migrated)."""
+    check_production(settings)
+    backend: Backend
+    if settings.backend == "production":
+        shards = MysqlShards(settings.mysql_dsn, settings.mysql_layout(), pool_size=settings.mysql_pool_size)
+        await shards.connect()
+        redis = redis_client(settings.redis_url, cluster=settings.redis_cluster)
+        await redis.initialize()  # a cluster's topology, alone, before concurrent use
+        queue = RedisQueue(Pipelines(redis), node_id(settings.node_name))
+        backend = open_mysql(shards, admission, queue, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db,
+                             redis=redis)
+    else:
+        backend = open_embedded(settings.data_dir, admission, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db)
+    backend.service.crediting_mode = CreditingMode(settings.crediting_mode)
+    backend.service.realtime_threshold_fen = settings.realtime_threshold_fen
+    return backend
+
+
+async def close_backend(backend: Backend) -> None:
+    """Close the backend's connections."""
+    if isinstance(backend, Production):
+        await backend.aclose()
+    else:
+        backend.close()
