@@ -40,6 +40,7 @@ from hongbao.server import push_messages
 from hongbao.server.config import Settings
 from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.node import Node, node_id
+from hongbao.server.push_appender import Appender
 from hongbao.server.push_fanout import Fanout
 from hongbao.server.push_internal import Forwarder, internal_secret, listen
 from hongbao.server.push_messages import EventBody, now_ms
@@ -97,6 +98,7 @@ class PushHub:
         self.settings, self.stores, self.metrics = settings, stores, metrics
         self.node = Node(node_id(settings.node_name), stores.nodes, settings.push_node_ttl_s, self.store_result)
         self.forwarder = Forwarder(internal_secret(settings), settings.push_forward_timeout_s)
+        self.appender = Appender(stores.log)
         self.remote = RemoteDelivery(self.node.id, stores.sessions, stores.nodes, self.forwarder)
         self.fanout = Fanout(self, queue, groups, stores.topics)
         self.max_failures, self.failures = settings.push_store_failures, 0
@@ -282,9 +284,10 @@ class PushHub:
     # --- the push API -------------------------------------------------------------------------------
 
     async def push_to_user(self, uid: str, event: str, data: Any) -> Pushed:
-        """Append ``event`` with ``data`` to ``uid``'s stream, then send it to the user's socket
-        wherever it is. Raises when the log cannot be written (then nothing was queued)."""
-        [message] = await self.stores.log.append([(uid, EventBody(event, data))], now_ms())
+        """Append ``event`` with ``data`` to ``uid``'s stream (with the other appends of this loop
+        turn), then send it to the user's socket wherever it is. Raises when the log cannot be
+        written (then nothing was queued)."""
+        message = await self.appender.append(uid, EventBody(event, data))
         [sent] = await self.send([(uid, message)])
         return Pushed(DELIVERED if sent else QUEUED, message.offset, message.epoch)
 
