@@ -16,8 +16,9 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import count
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncmy
 import hongbao_native
@@ -26,10 +27,13 @@ import pytest
 from hongbao.bench.http.run import free_port, terminate
 from hongbao.core.adapters.mysql_db import Layout, MysqlShards, connect_args, parse_dsn
 from hongbao.core.adapters.mysql_schema import migrate
-from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.adapters.sqlite_state import SqliteQueue
+from hongbao.core.adapters.redis_client import Pipelines, redis_client
+from hongbao.core.adapters.redis_queue import RedisQueue
 from hongbao.core.clock import ManualClock
 from hongbao.core.production import Production, open_mysql
+
+if TYPE_CHECKING:
+    from tests.integration.conftest import RedisTarget
 
 USER, PASSWORD = "hongbao", "hongbao-test"
 READY_TIMEOUT_S = 30.0
@@ -156,22 +160,22 @@ SERVICE_LAYOUT = Layout(2, 2, prefix="svc_")
 
 
 @pytest.fixture
-def make_backend(mariadb: MariaDb, tmp_path: Path, clock: ManualClock, admission: hongbao_native.AdmissionTable,
-                 loop_cleanups: list[Any]) -> Iterator[Callable[..., Production]]:
-    """One more worker's production backend on the same MariaDB shards (2 x 2, emptied first) and
-    admission table; the queue is the embedded one (the Redis queue is tested with Redis)."""
+def make_backend(mariadb: MariaDb, redis_standalone: RedisTarget, clock: ManualClock, admission: hongbao_native.AdmissionTable,
+                 loop_cleanups: list[Any]) -> Callable[..., Production]:
+    """One more worker's production backend on the same MariaDB shards (2 x 2, emptied first),
+    admission table and standalone Redis (emptied first; each backend its own queue consumer)."""
     layout = migrated(mariadb, SERVICE_LAYOUT)
-    queues: list[SqliteDb] = []
+    redis_standalone.flush()
+    made = count()
 
     def make(**kwargs: Any) -> Production:
-        queues.append(SqliteDb(tmp_path / "queue.db"))
-        backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, SqliteQueue(queues[-1]), clock=clock, **kwargs)
+        redis = redis_client(redis_standalone.url, cluster=False)
+        queue = RedisQueue(Pipelines(redis), f"worker-{next(made)}")
+        backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, queue, clock=clock, redis=redis, **kwargs)
         loop_cleanups.append(backend.aclose)
         return backend
 
-    yield make
-    for queue in queues:
-        queue.close()
+    return make
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""The service suite of tests/core/test_service.py, unchanged, on the MySQL/MariaDB adapters over a
-real MariaDB (2 x 2 shards, emptied before each test); then what only a real server shows: the
-batched open under 300 concurrent openers across two workers, and refunds racing on three."""
+"""The service suite of tests/core/test_service.py, unchanged, on the production backend: the
+MySQL/MariaDB adapters over a real MariaDB (2 x 2 shards) and the queue on Redis Streams of a real
+redis-server, both emptied before each test; then what only a real server shows: the batched open
+under 300 concurrent openers across two workers, and refunds racing on three."""
 
 from __future__ import annotations
 
