@@ -1,5 +1,6 @@
 """Several push nodes on one data directory (DESIGN.md section 7): a crashed node (P-13) and its
-sweep, a stale route cache (P-14), a login on another node replacing a session."""
+sweep, a stale route cache (P-14), a login on another node replacing a session, the internal
+listener's secret."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import sqlite3
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
+from hongbao.server.config import Settings
+from hongbao.server.push_internal import SECRET_HEADER, internal_secret
 from tests.push.conftest import Nodes, admin, connect, eventually, push, receive, silent
 from tests.server.conftest import Server
 
@@ -78,3 +82,23 @@ def test_stale_route_cache_is_looked_up_again(cluster: tuple[Nodes, Server, Serv
             await on_b.close()
 
     asyncio.run(scenario())
+
+
+def test_internal_listener_needs_the_shared_secret(cluster: tuple[Nodes, Server, Server]) -> None:
+    """A node's internal listener answers 401 without the shared secret (derived from the data
+    directory's key, never logged), and "not here" for a session it does not hold."""
+    nodes, a, _ = cluster
+    with sqlite3.connect(nodes.data_dir / "hongbao.db") as db:
+        addresses = [str(row[0]) for row in db.execute("SELECT address FROM t_push_node WHERE expires_at > ?", (int(time.time() * 1000),))]
+    secret = internal_secret(Settings(data_dir=nodes.data_dir))
+    message = {"messages": [["nobody", "s1", 1, "e1", '{"type":"event"}']]}
+    with httpx.Client(timeout=5) as client:
+        for address in addresses:
+            url = f"http://{address}/internal"
+            assert client.post(f"{url}/push", json=message).status_code == 401
+            assert client.post(f"{url}/push", json=message, headers={SECRET_HEADER: "guess"}).status_code == 401
+            answer = client.post(f"{url}/push", json=message, headers={SECRET_HEADER: secret})
+            assert (answer.status_code, answer.json()) == (200, {"delivered": [False]})
+            kick = client.post(f"{url}/kick", json={"uid": "nobody", "sid": "s1"}, headers={SECRET_HEADER: secret})
+            assert (kick.status_code, kick.json()) == (200, {"closed": False})
+    assert addresses and all(secret not in server.log() for server in nodes.started)
