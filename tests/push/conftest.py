@@ -4,8 +4,6 @@ data directory), clients on the ``websockets`` library, pushes through the admin
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from tests.server.conftest import Server, finish_server, start_server
+from tests.server.conftest import Server, finish_server, kill_server, start_server
 
 PUSH_CONFIG = """
 ws_idle_timeout_s = 30.0
@@ -27,7 +25,7 @@ push_node_ttl_s = 2.0
 
 
 class Nodes:
-    """Servers started for one test, all on ``data_dir`` unless told otherwise; at the end every
+    """Servers started for a test (or a module), all on one data directory; at the end every
     server still running is stopped and must exit cleanly and pass the money audit."""
 
     def __init__(self, tmp_path: Path) -> None:
@@ -43,33 +41,14 @@ class Nodes:
 
     def kill(self, server: Server) -> None:
         """SIGKILL the server's workers and master at once: a crash, nothing cleaned up."""
-        master = server.process.pid
-        os.kill(master, signal.SIGSTOP)  # no restart of the workers
-        for pid in _children(master):
-            os.kill(pid, signal.SIGKILL)
-        os.kill(master, signal.SIGKILL)
-        server.process.wait()
-        self.killed.add(master)
-        for leftover in Path("/dev/shm").glob(f"*-{master}*"):  # the master would have unlinked these
-            leftover.unlink(missing_ok=True)
+        kill_server(server)
+        self.killed.add(server.process.pid)
 
     def finish(self) -> None:
         """Stop what still runs; each must exit 0 without a traceback and pass the money audit."""
         for server in self.started:
             if server.process.pid not in self.killed:
                 finish_server(server)
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 @pytest.fixture

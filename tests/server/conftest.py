@@ -4,6 +4,7 @@ test suite does), its own data directory, a test clock, and tokens minted with i
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -84,6 +85,24 @@ def start_server(data_dir: Path, workers: int = 1, extra_config: str = "", name:
             time.sleep(0.05)
     process.kill()
     raise RuntimeError(f"server did not become ready:\n{server.log()}")
+
+
+def kill_server(server: Server) -> None:
+    """SIGKILL the server's workers and master at once, the master stopped first so that nothing
+    restarts or cleans up: a crash. Removes the shared-memory files the master would have unlinked."""
+    master = server.process.pid
+    os.kill(master, signal.SIGSTOP)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == master:
+            os.kill(int(stat.parent.name), signal.SIGKILL)
+    os.kill(master, signal.SIGKILL)
+    server.process.wait()
+    for leftover in Path("/dev/shm").glob(f"*-{master}*"):
+        leftover.unlink(missing_ok=True)
 
 
 def stop_server(server: Server) -> int:
