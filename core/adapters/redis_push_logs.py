@@ -128,13 +128,13 @@ class RedisMessageLog:
         """The held messages after ``after`` (None: after the acked offset) in order, or every
         held one when ``epoch`` is given and is not the stream's. Not ``complete`` then, nor
         when ``after`` is past the last offset or a message after it is no longer held (length,
-        age). Creates the stream (new epoch) when there is none."""
+        age). ``last``: the stream's last offset. Creates the stream (new epoch) when there is none."""
         args: list[str | int | bytes] = [_epoch(), now_ms - self._max_age_ms, self._max_len, epoch or "", "" if after is None else after]
         reply = await self._pipes.script(USER_REPLAY, _keys(uid), args)
         current = text(reply[0])
         messages = [Stored(int(text(entry_id).split("-")[0]), current, _field(fields, b"b"))
                     for entry_id, fields in reply[2]]
-        return Replay(current, messages, bool(reply[1]))
+        return Replay(current, messages, bool(reply[1]), int(reply[3]))
 
 
 def _keys(uid: str) -> list[str]:

@@ -85,7 +85,7 @@ redis.call('XTRIM', KEYS[2], 'MINID', (acked + 1) .. '-0')
 return 1
 """)
 #: KEYS mlog, mstream. ARGV new_epoch, cutoff_ms, maxlen, client epoch ('' none), after ('' none)
-#: -> {epoch, complete 0/1, XRANGE entries}
+#: -> {epoch, complete 0/1, XRANGE entries, last offset}
 USER_REPLAY = LuaScript(_COMMON + _TRIM + """
 local seq, epoch = user_ensure(ARGV[1])
 trim(tonumber(ARGV[3]), tonumber(ARGV[2]))
@@ -96,7 +96,7 @@ if same then start = (base + 1) .. '-0' end
 local entries = redis.call('XRANGE', KEYS[2], start, '+')
 local complete = 0
 if same and #entries == seq - base then complete = 1 end
-return {epoch, complete, entries}
+return {epoch, complete, entries, seq}
 """)
 #: KEYS meta, stream. ARGV prefix, new_epoch -> {next offset, epoch, fresh}
 TOPIC_PEEK = LuaScript(_COMMON + """

@@ -2,8 +2,10 @@
 Redis or a Redis Cluster (credits, user lists, group pushes: DESIGN.md sections 6 and 7).
 
 Stream ``s`` lives in key ``{queue}:s``. Every queue shares the ``{queue}`` hash tag, so a publish
-to several streams is one MULTI/EXEC on one slot (all or none, as the port asks); the price is
-that all queues live on one cluster master. Messages are entries with one field ``b`` (the body).
+to several streams is one script on one slot (all or none, as the port asks), made idempotent by
+a nonce key ``{queue}:nonce:<random>`` (so a command retried after a dropped connection does
+not queue a message twice); the price is that all queues live on one cluster master. Messages
+are entries with one field ``b`` (the body).
 
 One consumer group (``hongbao``) per stream; each process claims as its own consumer. A claim is
 one script on the stream's key: XAUTOCLAIM takes over entries leased longer than ``lease_ms``
@@ -16,6 +18,7 @@ Message ids: the entry id ``ms-seq`` as one int, ``ms << 20 | seq``.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +26,16 @@ from hongbao.core.adapters.redis_client import LuaScript, Pipelines, text
 
 GROUP = "hongbao"
 SEQ_BITS = 20
+#: How long a publish's nonce is kept (ms): longer than redis-py's retries of one call.
+NONCE_TTL_MS = 10_000
 
+#: KEYS nonce key, then one stream per message. ARGV nonce TTL (ms), then one body per message.
+#: Appends them all unless this nonce was seen (a retry whose first try went through) -> count added.
+PUBLISH = LuaScript("""
+if not redis.call('SET', KEYS[1], 1, 'NX', 'PX', ARGV[1]) then return 0 end
+for i = 2, #KEYS do redis.call('XADD', KEYS[i], '*', 'b', ARGV[i]) end
+return #KEYS - 1
+""")
 #: KEYS stream. ARGV group, consumer, count, lease_ms -> [[id, [field, value, ...]], ...]
 CLAIM = LuaScript("""
 if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
@@ -74,13 +86,11 @@ class RedisQueue:
         self._consumer = consumer
 
     async def publish(self, messages: Sequence[tuple[str, bytes]]) -> None:
-        """Append each (stream, body) in one MULTI/EXEC: all or none."""
-        if not messages:
-            return
-        pipe = self._pipes.client.pipeline(transaction=True)
-        for stream, body in messages:
-            pipe.xadd(queue_key(stream), {"b": body})
-        await pipe.execute()
+        """Append each (stream, body) in one script: all or none, and once -- a retry after a
+        lost reply finds the call's nonce (kept ``NONCE_TTL_MS``) and adds nothing."""
+        if messages:
+            keys = [f"{{queue}}:nonce:{secrets.token_urlsafe(12)}", *(queue_key(stream) for stream, _ in messages)]
+            await self._pipes.script(PUBLISH, keys, [NONCE_TTL_MS, *(body for _, body in messages)])
 
     async def claim(self, stream: str, count: int, lease_ms: int, now_ms: int) -> list[tuple[int, bytes]]:
         """Up to ``count`` (id, body) in id order: entries leased over ``lease_ms`` ago first, then

@@ -84,6 +84,12 @@ class RedisNodes:
                 found.extend(key.decode() for key in client.scan_iter(pattern, count=1000))
         return sorted(found)
 
+    def session_node(self, uid: str) -> str | None:
+        """The node named by ``session:{uid}`` (its push node id), or None."""
+        with self.target.sync_keys() as client:
+            node = client.hget(f"session:{{{uid}}}", "nodeId")
+        return None if node is None else node.decode()
+
     def online(self) -> int:
         """Members of the 16 online sets."""
         total = 0

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
+import redis.cluster
 
 from hongbao.core.adapters.redis_client import RedisClient, redis_client
 
@@ -36,6 +37,12 @@ class RedisTarget:
     def sync_client(self, port: int | None = None) -> redis.Redis:
         """A plain synchronous client of one node (the first when ``port`` is None)."""
         return redis.Redis(host="127.0.0.1", port=port or self.ports[0], socket_timeout=5)
+
+    def sync_keys(self) -> redis.Redis | redis.cluster.RedisCluster:
+        """A synchronous client that finds any key (a cluster client in cluster mode)."""
+        if self.cluster:
+            return redis.cluster.RedisCluster(host="127.0.0.1", port=self.ports[0], socket_timeout=5)
+        return self.sync_client()
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[RedisClient]:

@@ -55,7 +55,7 @@ async def test_replay_after_an_offset_in_order(redis_target: RedisTarget) -> Non
         for i in range(2, 6):
             await one(logs, "u1", f"e{i}", T0)
         replay = await logs.replay("u1", 2, epoch, T0)
-        assert (replay.epoch, replay.complete) == (epoch, True)
+        assert (replay.epoch, replay.complete, replay.last) == (epoch, True, 5)
         assert [(m.offset, decoded(m.body)["event"]) for m in replay.messages] == [(3, "e3"), (4, "e4"), (5, "e5")]
         everything = await logs.replay("u1", None, None, T0)
         assert [m.offset for m in everything.messages] == [1, 2, 3, 4, 5] and everything.complete
@@ -98,7 +98,7 @@ async def test_lost_history_starts_a_new_epoch(redis_target: RedisTarget) -> Non
         await one(logs, "u1", "b", T0)
         redis_target.flush()
         replay = await logs.replay("u1", 2, old, T0)
-        assert replay.epoch != old and replay.complete is False and replay.messages == []
+        assert replay.epoch != old and replay.complete is False and replay.messages == [] and replay.last == 0
         fresh = await one(logs, "u1", "c", T0)
         assert (fresh.offset, fresh.epoch) == (1, replay.epoch)
         mixed = await logs.replay("u1", 2, old, T0)
@@ -145,7 +145,7 @@ async def test_replay_of_a_new_stream_and_past_the_end(redis_target: RedisTarget
     async with redis_target.connect() as client:
         logs = RedisMessageLog(Pipelines(client), 100, 3600)
         fresh = await logs.replay("u1", None, None, T0)
-        assert (fresh.messages, fresh.complete) == ([], True)
+        assert (fresh.messages, fresh.complete, fresh.last) == ([], True, 0)
         first = await one(logs, "u1", "a")
         assert (first.offset, first.epoch) == (1, fresh.epoch)
         assert (await logs.replay("u1", 5, fresh.epoch, T0)).complete is False

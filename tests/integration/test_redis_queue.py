@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hongbao.core.adapters.redis_client import Pipelines
-from hongbao.core.adapters.redis_queue import RedisQueue, entry_id, message_id, queue_key
+from hongbao.core.adapters.redis_queue import PUBLISH, RedisQueue, entry_id, message_id, queue_key
 from tests.integration.redis_servers import RedisTarget
 
 
@@ -73,9 +73,21 @@ async def test_group_comes_back_after_a_flush(redis_target: RedisTarget) -> None
         assert [body for _, body in await queue.claim("credit", 10, 1000, 0)] == [b"again"]
 
 
+async def test_retried_publish_queues_once(redis_target: RedisTarget) -> None:
+    """A publish sent again with its nonce (a retry after a lost reply) adds nothing; all or none."""
+    async with redis_target.connect() as client:
+        pipes = Pipelines(client)
+        keys = ["{queue}:nonce:n1", queue_key("credit"), queue_key("lists")]
+        assert await pipes.script(PUBLISH, keys, [10_000, b"c", b"l"]) == 2
+        assert await pipes.script(PUBLISH, keys, [10_000, b"c", b"l"]) == 0
+        queue = RedisQueue(pipes, "a/1")
+        assert (await queue.depth("credit"), await queue.depth("lists")) == (1, 1)
+        assert 0 < await client.pttl("{queue}:nonce:n1") <= 10_000
+
+
 def test_queues_share_one_slot(redis_cluster: RedisTarget) -> None:
-    """Every queue key hashes to one cluster slot, so a publish to several streams is one MULTI."""
-    slots = {redis_cluster.cli("cluster", "keyslot", queue_key(stream)) for stream in ("credit", "lists", "push_group")}
+    """Every queue key (and a publish's nonce) hashes to one cluster slot, so a publish to several streams is one script."""
+    slots = {redis_cluster.cli("cluster", "keyslot", key) for key in (*map(queue_key, ("credit", "lists", "push_group")), "{queue}:nonce:x")}
     assert len(slots) == 1
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 
-from hongbao.core.adapters.redis_client import Pipelines
+from hongbao.core.adapters.redis_client import Pipelines, RedisClient
 from hongbao.core.adapters.redis_push import (
     RedisNodeDirectory, RedisSessionStore, node_sessions_key, online_key, route_key, session_key,
 )
@@ -159,3 +159,24 @@ async def test_scripts_survive_script_flush(redis_target: RedisTarget) -> None:
         for port in redis_target.ports:
             redis_target.cli("script", "flush", port=port)
         assert await store.logout("u1", "s1", "a/1") is True
+
+
+async def test_memory_per_online_user_within_budget(redis_standalone: RedisTarget) -> None:
+    """MEMORY USAGE of session hash + route + online-set share stays within DESIGN's 380 bytes a user."""
+    redis_standalone.flush()
+    users = [f"user{i:07d}" for i in range(2000)]
+    sids = [f"{i:016d}" for i in range(2000)]  # the handshake's sid: 16 url-safe characters
+    async with redis_standalone.connect() as client:
+        store = RedisSessionStore(Pipelines(client), 600)
+        await asyncio.gather(*(store.login(uid, sid, "web-01/123456", T0) for uid, sid in zip(users, sids)))
+        session = sum([await _usage(client, session_key(uid)) for uid in users[:200]]) / 200
+        route = sum([await _usage(client, route_key(sid)) for sid in sids[:200]]) / 200
+        online = sum([await _usage(client, f"online:{{{n}}}") for n in range(16)]) / len(users)
+    assert 100 < session + route + online <= 380, (session, route, online)
+
+
+async def _usage(client: RedisClient, key: str) -> int:
+    """MEMORY USAGE of ``key`` in bytes (all of it: SAMPLES 0)."""
+    value = await client.memory_usage(key, samples=0)
+    assert value is not None, key
+    return int(value)
