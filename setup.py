@@ -13,6 +13,7 @@ PACKAGES = {
     "hongbao.bench": "bench",
     "hongbao.bench.http": "bench/http",
     "hongbao.bench.storm": "bench/storm",
+    "hongbao.bench.baselines": "bench/baselines",
 }
 
 setup(
