@@ -143,7 +143,7 @@ class MysqlShards:
         try:
             pool = await self._pool(db)
             conn = await pool.acquire()
-        except (MySQLError, OSError) as exc:
+        except (MySQLError, OSError, RuntimeError) as exc:  # RuntimeError: asyncmy on uvloop, socket gone mid-handshake
             await self._trip(db, exc)
             raise Degraded(f"database {self.layout.db_name(db)} is unavailable") from exc
         try:
