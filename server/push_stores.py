@@ -13,8 +13,9 @@ import asyncio
 from dataclasses import dataclass
 
 from hongbao.core.adapters.redis_client import Pipelines, RedisClient, redis_client
-from hongbao.core.adapters.redis_push import RedisNodeDirectory, RedisSessionStore
+from hongbao.core.adapters.redis_push import RedisSessionStore
 from hongbao.core.adapters.redis_push_logs import RedisMessageLog, RedisTopicLog
+from hongbao.core.adapters.redis_push_nodes import RedisNodeDirectory
 from hongbao.core.adapters.redis_queue import RedisQueue
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog

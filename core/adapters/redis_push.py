@@ -1,5 +1,6 @@
-"""Redis adapters of the session and node ports of ``hongbao.core.push_ports`` (DESIGN.md
-section 7), on a single Redis or a Redis Cluster through the same code (``redis_client``).
+"""The Redis SessionStore of ``hongbao.core.push_ports`` (DESIGN.md section 7) and the keys it
+shares with the NodeDirectory (``redis_push_nodes``), on a single Redis or a Redis Cluster
+through the same code (``redis_client``).
 
 Keys (the braces are cluster hash tags: each key's slot follows the name inside them):
 
@@ -128,7 +129,7 @@ class RedisSessionStore:
         """Compare-and-delete ``session:{uid}`` (only if it still names ``sid``), delete
         ``route:{sid}`` and the index entry; then drop the online entry unless a newer session
         holds the user. True if the session key was removed."""
-        verdict = await _remove_sessions(self._pipes, node, [(sid, uid)])
+        verdict = await remove_sessions(self._pipes, node, [(sid, uid)])
         return verdict[0] == 1
 
     async def lookup(self, uid: str) -> Route | None:
@@ -164,76 +165,10 @@ class RedisSessionStore:
         return alive
 
 
-class RedisNodeDirectory:
-    """NodeDirectory on Redis: ``node:{node}`` liveness keys, the ``nodes`` work list, and the
-    sweep of the sessions of nodes whose liveness expired."""
-
-    __slots__ = ("_pipes",)
-
-    def __init__(self, pipes: Pipelines) -> None:
-        self._pipes = pipes
-
-    async def heartbeat(self, node: str, address: str, ttl_s: float) -> None:
-        """``node:{node}`` = ``address`` for ``ttl_s`` seconds, and ``node`` in the work list."""
-
-        def build(pipe: RedisPipeline) -> None:
-            pipe.set(node_key(node), address, px=max(1, int(ttl_s * 1000)))
-            pipe.sadd(NODES_KEY, node)
-
-        await self._pipes.run(build)
-
-    async def address(self, node: str) -> str | None:
-        """The internal address of a live ``node``, or None."""
-        value = await self._pipes.one(lambda pipe: pipe.get(node_key(node)))
-        return None if value is None else text(value)
-
-    async def sweep(self, alive_node: str) -> int:
-        """Remove every session held by a node (other than ``alive_node``) whose liveness key is
-        gone: compare-and-delete of its session key, its route, its online entry (kept when a
-        newer session holds the user), its index entry; then the node leaves the work list.
-        Idempotent, safe on several nodes at once. Returns the sessions removed."""
-        nodes = [text(member) for member in await self._pipes.one(lambda pipe: pipe.smembers(NODES_KEY))]
-        nodes = [node for node in nodes if node != alive_node]
-
-        def build(pipe: RedisPipeline) -> None:
-            for node in nodes:
-                pipe.exists(node_key(node))
-
-        alive = await self._pipes.run(build) if nodes else []
-        removed = 0
-        for node, is_alive in zip(nodes, alive):
-            if not is_alive:
-                removed += await self._sweep_node(node)
-        return removed
-
-    async def leave(self, node: str) -> None:
-        """Delete ``node:{node}`` at once; the node stays in the work list until swept."""
-        await self._pipes.one(lambda pipe: pipe.delete(node_key(node)))
-
-    async def _sweep_node(self, node: str) -> int:
-        index = node_sessions_key(node)
-        removed = 0
-        cursor = 0
-        while True:
-            cursor, page = await self._pipes.one(lambda pipe: pipe.hscan(index, cursor, count=SWEEP_BATCH))
-            assert isinstance(page, dict)
-            pairs = [(text(sid), text(uid)) for sid, uid in page.items()]
-            if pairs:
-                removed += sum(1 for verdict in await _remove_sessions(self._pipes, node, pairs) if verdict == 1)
-            if cursor == 0:
-                break
-        def left(pipe: RedisPipeline) -> None:
-            pipe.exists(index)
-            pipe.exists(node_key(node))
-
-        if not any(await self._pipes.run(left)):
-            await self._pipes.one(lambda pipe: pipe.srem(NODES_KEY, node))
-        log.info("swept %d session(s) of dead node %s", removed, node)
-        return removed
-
-
-async def _remove_sessions(pipes: Pipelines, node: str, pairs: Sequence[tuple[str, str]]) -> list[int]:
-    """Remove the (sid, uid) sessions of ``node``; returns the compare-and-delete verdicts."""
+async def remove_sessions(pipes: Pipelines, node: str, pairs: Sequence[tuple[str, str]]) -> list[int]:
+    """Remove the (sid, uid) sessions of ``node``: compare-and-delete of each ``session:{uid}``,
+    its route and index entry (one pipeline), then the online entries of the users no newer
+    session holds (a second one). Returns the verdicts: 1 removed, 0 a newer session, -1 gone."""
 
     def remove(pipe: RedisPipeline) -> None:
         for sid, uid in pairs:

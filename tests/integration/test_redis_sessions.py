@@ -8,9 +8,8 @@ import asyncio
 
 
 from hongbao.core.adapters.redis_client import Pipelines, RedisClient
-from hongbao.core.adapters.redis_push import (
-    RedisNodeDirectory, RedisSessionStore, node_sessions_key, online_key, route_key, session_key,
-)
+from hongbao.core.adapters.redis_push import RedisSessionStore, node_sessions_key, online_key, route_key, session_key
+from hongbao.core.adapters.redis_push_nodes import RedisNodeDirectory
 from hongbao.core.push_ports import Route
 from tests.integration.redis_servers import RedisTarget
 
@@ -145,6 +144,22 @@ async def test_sweep_removes_a_dead_nodes_sessions(redis_target: RedisTarget) ->
             assert await client.exists(route_key(f"s{i}")) == 0
         assert await client.exists(node_sessions_key("a/1")) == 0
         assert await client.smembers("nodes") == {b"b/2"}
+
+
+async def test_sweep_prunes_sessions_whose_route_expired(redis_target: RedisTarget) -> None:
+    """A live node's sweep removes the online and index entries of its sessions whose route expired
+    (a logout that never reached Redis); live sessions stay."""
+    async with redis_target.connect() as client:
+        store, nodes = RedisSessionStore(Pipelines(client), 600), RedisNodeDirectory(Pipelines(client))
+        await nodes.heartbeat("a/1", "127.0.0.1:9001", 30)
+        await store.login("u1", "s1", "a/1", T0)
+        await store.login("u2", "s2", "a/1", T0)
+        await client.delete(route_key("s1"))
+        await client.delete(session_key("u1"))  # both expired: the node never logged s1 out
+        assert await nodes.sweep("a/1") == 0  # nothing held the session key any more
+        assert await store.online_count() == 1
+        assert await client.hgetall(node_sessions_key("a/1")) == {b"s2": b"u2"}
+        assert await store.lookup("u2") == Route("a/1", "s2")
 
 
 async def test_scripts_survive_script_flush(redis_target: RedisTarget) -> None:
