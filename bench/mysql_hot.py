@@ -13,8 +13,9 @@ fen each), lets ``openers`` distinct users open it at once, and checks it: exact
 receipts summing to the total, the packet finished. A round that is not exactly right makes the
 run incorrect (``HotResult.correct``), whatever its speed.
 
-Usage: ``python -m hongbao.bench.mysql_hot --mysql-dsn mysql://user:pass@host:port`` on a
-migrated layout (``hongbao migrate``; ``--prefix``, ``--dbs``, ``--tables`` as migrated).
+Usage: ``python -m hongbao.bench.mysql_hot --mysql-dsn mysql://user:pass@host:port`` on a layout
+of its own, migrated first (``hongbao migrate`` with ``mysql_prefix = "bench_"``; ``--prefix``,
+``--dbs``, ``--tables`` as migrated): its packets take DB-sequence order ids of 2026-01-01.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print both rates and the ratio; exit 1 when a run was incorrect or the ratio is below ``--floor``."""
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("--mysql-dsn", required=True)
-    args.add_argument("--prefix", default="")
+    args.add_argument("--prefix", default="bench_")
     args.add_argument("--dbs", type=int, default=4)
     args.add_argument("--tables", type=int, default=4)
     args.add_argument("--rounds", type=int, default=10)
