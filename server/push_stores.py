@@ -59,7 +59,7 @@ def open_push_stores(settings: Settings, db: SqliteDb | None) -> PushStores:
     if settings.redis_url:
         pipes = Pipelines(redis_client(settings.redis_url, cluster=settings.redis_cluster))
         return PushStores(
-            RedisSessionStore(pipes, settings.push_session_ttl_s),
+            RedisSessionStore(pipes, settings.push_session_ttl_s, node_id(settings.node_name)),
             RedisNodeDirectory(pipes),
             RedisMessageLog(pipes, settings.push_log_max_messages, settings.push_log_max_age_s),
             RedisTopicLog(pipes, TOPIC_MAX_LEN),

@@ -47,12 +47,21 @@ if sid == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
 if sid or redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 return -1
 """)
-#: Refresh lastActiveTime (ARGV[2], ms) and the TTL (ARGV[3], ms) only if the key names session ARGV[1].
+#: Refresh lastActiveTime (ARGV[2], ms) and the TTL (ARGV[3], ms) if the key names session ARGV[1]
+#: (-> 1); write the session again, on node ARGV[4], if there is no key (-> -1: Redis lost it, or
+#: a sweep took this node for dead); leave a newer session alone (-> 0).
 TOUCH = LuaScript("""
-if redis.call('HGET', KEYS[1], 'sessionId') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'lastActiveTime', ARGV[2])
+local sid = redis.call('HGET', KEYS[1], 'sessionId')
+if sid == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'lastActiveTime', ARGV[2])
+elseif sid or redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+else
+  redis.call('HSET', KEYS[1], 'sessionId', ARGV[1], 'nodeId', ARGV[4], 'loginTime', ARGV[2], 'lastActiveTime', ARGV[2])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
+if sid then return 1 end
+return -1
 """)
 SCRIPTS = (COMPARE_AND_DELETE, TOUCH)
 
@@ -84,12 +93,13 @@ def node_sessions_key(node: str) -> str:
 
 class RedisSessionStore:
     """SessionStore on Redis: ``session:{uid}``, ``route:{sid}``, ``online:{n}`` (see the module);
-    a session not touched for ``ttl_s`` seconds expires (and reads as offline)."""
+    a session not touched for ``ttl_s`` seconds expires (and reads as offline). ``node``: the node
+    whose sessions this store touches (a touch writes back a session Redis lost)."""
 
-    __slots__ = ("_alive", "_pipes", "_ttl_ms")
+    __slots__ = ("_alive", "_node", "_pipes", "_ttl_ms")
 
-    def __init__(self, pipes: Pipelines, ttl_s: float) -> None:
-        self._pipes = pipes
+    def __init__(self, pipes: Pipelines, ttl_s: float, node: str) -> None:
+        self._pipes, self._node = pipes, node
         self._ttl_ms = max(1, int(ttl_s * 1000))
         self._alive: dict[str, tuple[float, bool]] = {}  # node -> (monotonic deadline, alive)
 
@@ -103,9 +113,7 @@ class RedisSessionStore:
             pipe.hmget(skey, ["sessionId", "nodeId"])
             pipe.hset(skey, mapping={"sessionId": sid, "nodeId": node, "loginTime": now_ms, "lastActiveTime": now_ms})
             pipe.pexpire(skey, self._ttl_ms)
-            pipe.set(route_key(sid), node, px=self._ttl_ms)
-            pipe.sadd(online_key(uid), uid)
-            pipe.hset(node_sessions_key(node), sid, uid)
+            self._around(pipe, uid, sid, node)
 
         old_sid, old_node = (await self._pipes.run(build))[0]
         if old_sid is None or old_node is None or text(old_sid) == sid:
@@ -114,16 +122,34 @@ class RedisSessionStore:
 
     async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> None:
         """One pipeline: for each (uid, sid) still current, lastActiveTime = ``now_ms`` and the
-        session's TTL renewed (a script on ``session:{uid}`` alone); the route's TTL renewed."""
+        session's TTL renewed (a script on ``session:{uid}`` alone), the route's TTL renewed. A
+        session whose key is gone (a Redis restart, a sweep that took this node for dead) while
+        its connection lives is written back, with its route, online and index entries (a second
+        pipeline, only then); one replaced by a newer session is left alone."""
         if not sessions:
             return
 
         def build(pipe: RedisPipeline) -> None:
             for uid, sid in sessions:
-                TOUCH.queue(pipe, [session_key(uid)], [sid, now_ms, self._ttl_ms])
+                TOUCH.queue(pipe, [session_key(uid)], [sid, now_ms, self._ttl_ms, self._node])
                 pipe.pexpire(route_key(sid), self._ttl_ms)
 
-        await self._pipes.run(build, SCRIPTS)
+        verdicts = (await self._pipes.run(build, SCRIPTS))[::2]
+        lost = [pair for pair, verdict in zip(sessions, verdicts) if verdict == -1]
+
+        def restore(pipe: RedisPipeline) -> None:
+            for uid, sid in lost:
+                self._around(pipe, uid, sid, self._node)
+
+        if lost:
+            log.warning("%d session(s) of node %s were lost in Redis; written back", len(lost), self._node)
+            await self._pipes.run(restore)
+
+    def _around(self, pipe: RedisPipeline, uid: str, sid: str, node: str) -> None:
+        """The keys around a session: its route, online entry and index entry."""
+        pipe.set(route_key(sid), node, px=self._ttl_ms)
+        pipe.sadd(online_key(uid), uid)
+        pipe.hset(node_sessions_key(node), sid, uid)
 
     async def logout(self, uid: str, sid: str, node: str) -> bool:
         """Compare-and-delete ``session:{uid}`` (only if it still names ``sid``), delete
