@@ -67,27 +67,62 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     started.finish()
 
 
-async def connect(server: Server, uid: str, offset: int | None = None, epoch: str | None = None, **kwargs: Any) -> ClientConnection:
+READY = {"type": "unsubscribed", "topic": "ready"}
+
+
+class Client:
+    """A push client of the ``websockets`` library whose session is attached (see ``connect``),
+    with the messages that came before that (a replay) kept for ``receive``."""
+
+    def __init__(self, ws: ClientConnection, early: list[dict[str, Any]]) -> None:
+        self.ws, self.early = ws, early
+
+    async def receive(self, count: int, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+        """The next ``count`` messages (JSON objects), each within ``timeout_s``."""
+        got = self.early[:count]
+        del self.early[:count]
+        while len(got) < count:
+            got.append(orjson.loads(await asyncio.wait_for(self.ws.recv(), timeout_s)))
+        return got
+
+    async def silent(self, wait_s: float = 0.5) -> bool:
+        """True if nothing (more) arrives within ``wait_s`` seconds."""
+        if self.early:
+            return False
+        try:
+            await asyncio.wait_for(self.ws.recv(), wait_s)
+        except TimeoutError:
+            return True
+        return False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Send one JSON message."""
+        await self.ws.send(orjson.dumps(message).decode())
+
+    async def close(self) -> None:
+        """Close cleanly (1000)."""
+        await self.ws.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.ws.close()
+
+
+async def connect(server: Server, uid: str, offset: int | None = None, epoch: str | None = None, **kwargs: Any) -> Client:
     """A WebSocket client of ``uid`` (token as the ``bearer`` subprotocol), resuming at
-    (``offset``, ``epoch``) when given."""
+    (``offset``, ``epoch``) when given. The 101 comes before the hub has logged the session in, so
+    this sends a marker (an unsubscribe of "ready") that the hub answers only once attached."""
     query = {k: str(v) for k, v in (("offset", offset), ("epoch", epoch)) if v is not None}
     url = server.url.replace("http://", "ws://") + "/v1/ws" + (f"?{urlencode(query)}" if query else "")
-    return await websockets.connect(url, subprotocols=[websockets.Subprotocol("bearer"), websockets.Subprotocol(server.token(uid))],
-                                    **kwargs)
-
-
-async def receive(ws: ClientConnection, count: int, timeout_s: float = 5.0) -> list[dict[str, Any]]:
-    """The next ``count`` messages (JSON objects), each within ``timeout_s``."""
-    return [orjson.loads(await asyncio.wait_for(ws.recv(), timeout_s)) for _ in range(count)]
-
-
-async def silent(ws: ClientConnection, wait_s: float = 0.5) -> bool:
-    """True if nothing arrives within ``wait_s`` seconds."""
-    try:
-        await asyncio.wait_for(ws.recv(), wait_s)
-    except TimeoutError:
-        return True
-    return False
+    ws = await websockets.connect(url, subprotocols=[websockets.Subprotocol("bearer"), websockets.Subprotocol(server.token(uid))],
+                                  **kwargs)
+    await ws.send('{"type":"unsubscribe","topic":"ready"}')
+    early: list[dict[str, Any]] = []
+    while (message := orjson.loads(await asyncio.wait_for(ws.recv(), 10))) != READY:
+        early.append(message)
+    return Client(ws, early)
 
 
 def admin(server: Server) -> httpx.AsyncClient:

@@ -12,7 +12,7 @@ import orjson
 import pytest
 import websockets
 
-from tests.push.conftest import Nodes, admin, connect, eventually, metric, push, receive, silent
+from tests.push.conftest import Nodes, admin, connect, eventually, metric, push
 from tests.server.conftest import Server
 
 
@@ -37,7 +37,7 @@ def test_targeted_push_on_one_worker(one_worker: Server) -> None:
             answers = [await push(client, user_id="u1", event="hello", data={"i": i}) for i in range(3)]
             assert [(a["result"], a["offset"]) for a in answers] == [("delivered_to_socket", i) for i in (1, 2, 3)]
             epoch = answers[0]["epoch"]
-            got = await receive(ws, 3)
+            got = await ws.receive(3)
             assert got == [{"type": "event", "event": "hello", "data": {"i": i}, "offset": i + 1, "epoch": epoch} for i in range(3)]
 
     asyncio.run(scenario())
@@ -57,7 +57,7 @@ def test_targeted_push_across_workers(two_workers: Server) -> None:
                         answer = await push(client, user_id=uid, event="round", data=round_)
                     assert (answer["result"], answer["offset"]) == ("delivered_to_socket", round_)
             for ws in sockets:
-                assert [m["data"] for m in await receive(ws, 5)] == [1, 2, 3, 4, 5]
+                assert [m["data"] for m in await ws.receive(5)] == [1, 2, 3, 4, 5]
         finally:
             for ws in sockets:
                 await ws.close()
@@ -82,9 +82,9 @@ def test_replay_comes_in_order_before_new_messages(two_workers: Server) -> None:
             pusher = asyncio.create_task(racing())
             async with await connect(server, "r1", offset=2, epoch=first[0]["epoch"]) as ws:
                 await pusher
-                got = await receive(ws, 23)
+                got = await ws.receive(23)
                 assert offsets(got) == list(range(3, 26)) and [m["data"] for m in got] == list(range(3, 26))
-                assert await silent(ws, 0.3)
+                assert await ws.silent(0.3)
 
     asyncio.run(scenario())
 
@@ -95,14 +95,14 @@ def test_resume_with_no_cursor_replays_everything_queued(two_workers: Server) ->
 
     async def scenario() -> None:
         ws = await connect(server, "p29")
-        assert await silent(ws, 0.2)
+        assert await ws.silent(0.2)
         await ws.close()
         async with admin(server) as client:
             answers = [await push(client, user_id="p29", event="e", data=i) for i in range(3)]
         assert [a["result"] for a in answers] == ["queued"] * 3
         async with await connect(server, "p29") as again:
-            assert [m["data"] for m in await receive(again, 3)] == [0, 1, 2]
-            assert await silent(again, 0.3)
+            assert [m["data"] for m in await again.receive(3)] == [0, 1, 2]
+            assert await again.silent(0.3)
 
     asyncio.run(scenario())
 
@@ -117,26 +117,26 @@ def test_acks_trim_and_lost_history_is_reported(nodes: Nodes) -> None:
             async with await connect(server, "g1") as ws:
                 epoch = (await push(client, user_id="g1", event="e", data=1))["epoch"]
                 await push(client, user_id="g1", event="e", data=2)
-                assert offsets(await receive(ws, 2)) == [1, 2]
-                await ws.send('{"type":"ack","offset":2}')
+                assert offsets(await ws.receive(2)) == [1, 2]
+                await ws.send({"type": "ack", "offset": 2})
                 await asyncio.sleep(1.3)  # acks are written once a tick
             async with await connect(server, "g1") as ws:
-                assert await silent(ws, 0.3)
+                assert await ws.silent(0.3)
             for i in range(3, 8):
                 await push(client, user_id="g1", event="e", data=i)
             async with await connect(server, "g1", offset=4, epoch=epoch) as ws:  # 5..7 are held: complete
-                assert offsets(await receive(ws, 3)) == [5, 6, 7]
+                assert offsets(await ws.receive(3)) == [5, 6, 7]
             async with await connect(server, "g1", offset=2, epoch=epoch) as ws:  # 3 and 4 are gone
-                reset, *held = await receive(ws, 4)
+                reset, *held = await ws.receive(4)
                 assert reset == {"type": "reset", "epoch": epoch} and offsets(held) == [5, 6, 7]
             async with await connect(server, "g1", offset=7, epoch="someother") as ws:
-                reset, *held = await receive(ws, 4)
+                reset, *held = await ws.receive(4)
                 assert reset == {"type": "reset", "epoch": epoch} and offsets(held) == [5, 6, 7]
             await asyncio.sleep(3.1)
             await push(client, user_id="g1", event="e", data=8)
             async with await connect(server, "g1", offset=5, epoch=epoch) as ws:  # 6 and 7 aged out
-                reset, fresh = await receive(ws, 2)
-                assert reset["type"] == "reset" and fresh["offset"] == 8 and await silent(ws, 0.3)
+                reset, fresh = await ws.receive(2)
+                assert reset["type"] == "reset" and fresh["offset"] == 8 and await ws.silent(0.3)
 
     asyncio.run(scenario())
 
@@ -159,14 +159,14 @@ def test_over_the_cap_is_queued_and_replayed_once(one_worker: Server) -> None:
         read = []
         try:
             while True:
-                read.append(await asyncio.wait_for(stuck.recv(), 5))
+                read.append(await asyncio.wait_for(stuck.ws.recv(), 5))
         except websockets.ConnectionClosed as closed:
             assert closed.rcvd is not None and closed.rcvd.code == 1013
         last = len(read)
         assert [m["offset"] for m in map(orjson.loads, read)] == list(range(1, last + 1))
         async with await connect(server, "slow", offset=last) as ws:
-            rest = await receive(ws, 40 - last)
-            assert offsets(rest) == list(range(last + 1, 41)) and await silent(ws, 0.3)
+            rest = await ws.receive(40 - last)
+            assert offsets(rest) == list(range(last + 1, 41)) and await ws.silent(0.3)
 
     asyncio.run(scenario())
 
@@ -178,10 +178,10 @@ def test_one_session_per_user(two_workers: Server) -> None:
     async def scenario() -> None:
         old = await connect(server, "twice")
         async with await connect(server, "twice") as new, admin(server) as client:
-            await old.wait_closed()
-            assert old.close_code == 4001
+            await old.ws.wait_closed()
+            assert old.ws.close_code == 4001
             assert (await push(client, user_id="twice", event="e"))["result"] == "delivered_to_socket"
-            assert [m["event"] for m in await receive(new, 1)] == ["e"]
+            assert [m["event"] for m in await new.receive(1)] == ["e"]
 
     asyncio.run(scenario())
 
@@ -201,9 +201,9 @@ def test_group_push_of_200_reaches_each_member_once(two_workers: Server) -> None
             answers = await asyncio.gather(*(push(client, group_id=gid, event="g", data=i) for i in range(200)))
         assert {a["result"] for a in answers} == {"queued"}
         for ws in [*sockets, await connect(server, "away")]:
-            got = await receive(ws, 200)
+            got = await ws.receive(200)
             assert offsets(got) == list(range(1, 201)) and sorted(m["data"] for m in got) == list(range(200))
-            assert await silent(ws, 0.2)
+            assert await ws.silent(0.2)
             await ws.close()
 
     asyncio.run(scenario())
@@ -217,16 +217,16 @@ def test_broadcast_reaches_every_subscriber_on_every_worker(two_workers: Server)
         subscribers = [await connect(server, f"s{i}") for i in range(10)]
         other = await connect(server, "nosub")
         for ws in subscribers:
-            await ws.send('{"type":"subscribe","topic":"news"}')
-            assert await receive(ws, 1) == [{"type": "subscribed", "topic": "news"}]
+            await ws.send({"type": "subscribe", "topic": "news"})
+            assert await ws.receive(1) == [{"type": "subscribed", "topic": "news"}]
         sends = metric(server, "push_broadcast_sends")
         async with admin(server) as client:
             published = [await push(client, topic="news", event="b", data=i) for i in range(3)]
         assert [p["offset"] for p in published] == [1, 2, 3]
         for ws in subscribers:
-            got = await receive(ws, 3)
+            got = await ws.receive(3)
             assert [(m["topic"], m["offset"], m["data"], m["epoch"]) for m in got] == [("news", i + 1, i, published[0]["epoch"]) for i in range(3)]
-        assert await silent(other, 0.3)
+        assert await other.silent(0.3)
         await eventually(lambda: metric(server, "push_broadcast_sends") == sends + 30)
         for ws in [*subscribers, other]:
             await ws.close()

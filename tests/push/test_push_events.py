@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.push.conftest import connect, receive, silent
+from tests.push.conftest import connect
 from tests.server.conftest import Server
 from tests.server.flows import group, move_clock, ms, ok, paid_packet
 
@@ -41,11 +41,11 @@ def test_money_flow_events_reach_their_users(two_workers: Server) -> None:
 
         best = max(amounts, key=lambda uid: (amounts[uid], uid == "ev_bob"))  # ties go to the earlier open (bob)
         finished = {"order_id": lucky, "best_luck_user_id": best, "best_luck_fen": amounts[best]}
-        got_alice = by_event(await receive(alice, 3))
+        got_alice = by_event(await alice.receive(3))
         assert got_alice["packet_received"]["order_id"] == lucky and got_alice["packet_received"]["total_fen"] == 300
         assert got_alice["finished"] == finished
         assert got_alice["refunded"] == {"order_id": exclusive, "refunded_fen": 50}
-        got_bob = await receive(bob, 6)
+        got_bob = await bob.receive(6)
         received = [m["data"] for m in got_bob if m["event"] == "packet_received"]
         assert [r["order_id"] for r in received] == [lucky, exclusive]
         assert received[0] == {"order_id": lucky, "sender_id": "ev_alice", "kind": "lucky", "count": 2, "total_fen": 300,
@@ -56,11 +56,11 @@ def test_money_flow_events_reach_their_users(two_workers: Server) -> None:
         assert named_bob["credited"] == {"order_id": lucky, "amount_fen": amounts["ev_bob"]}
         assert named_bob["finished"] == finished
         assert named_bob["expired"] == {"order_id": exclusive, "remaining_count": 1}
-        got_carol = by_event(await receive(carol, 4))
+        got_carol = by_event(await carol.receive(4))
         assert (got_carol["opened"]["amount_fen"], got_carol["credited"]["amount_fen"]) == (amounts["ev_carol"],) * 2
         assert got_carol["finished"] == finished and got_carol["packet_received"]["order_id"] == lucky
         for ws in (alice, bob, carol, dan):
-            assert await silent(ws, 0.3)
+            assert await ws.silent(0.3)
             await ws.close()
 
     asyncio.run(scenario())

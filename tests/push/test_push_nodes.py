@@ -14,7 +14,7 @@ import pytest
 
 from hongbao.server.config import Settings
 from hongbao.server.push_internal import SECRET_HEADER, internal_secret
-from tests.push.conftest import Nodes, admin, connect, eventually, push, receive, silent
+from tests.push.conftest import Nodes, admin, connect, eventually, push
 from tests.server.conftest import Server
 
 
@@ -47,7 +47,7 @@ def test_forward_to_a_crashed_node_queues_is_swept_and_replays_once(cluster: tup
         async with admin(a) as client:
             first = await push(client, user_id="u1", event="e", data=1)
             assert first["result"] == "delivered_to_socket"
-            assert [m["data"] for m in await receive(ws, 1)] == [1]
+            assert [m["data"] for m in await ws.receive(1)] == [1]
             nodes.kill(b)
             started = time.monotonic()
             second = await push(client, user_id="u1", event="e", data=2)
@@ -56,8 +56,8 @@ def test_forward_to_a_crashed_node_queues_is_swept_and_replays_once(cluster: tup
             assert third["result"] == "queued"
         await eventually(lambda: sessions(nodes, users) == 0, timeout_s=5.0)
         async with await connect(a, "u1", offset=1, epoch=first["epoch"]) as again:
-            assert [(m["offset"], m["data"]) for m in await receive(again, 2)] == [(2, 2), (3, 3)]
-            assert await silent(again, 0.5)
+            assert [(m["offset"], m["data"]) for m in await again.receive(2)] == [(2, 2), (3, 3)]
+            assert await again.silent(0.5)
 
     asyncio.run(scenario())
 
@@ -72,13 +72,13 @@ def test_stale_route_cache_is_looked_up_again(cluster: tuple[Nodes, Server, Serv
         on_a = await connect(a, "u9")
         async with admin(c) as client:
             assert (await push(client, user_id="u9", event="e", data=1))["result"] == "delivered_to_socket"
-            assert [m["data"] for m in await receive(on_a, 1)] == [1]
+            assert [m["data"] for m in await on_a.receive(1)] == [1]
             on_b = await connect(b, "u9", offset=1)
-            await asyncio.wait_for(on_a.wait_closed(), 5)
-            assert on_a.close_code == 4001
+            await asyncio.wait_for(on_a.ws.wait_closed(), 5)
+            assert on_a.ws.close_code == 4001
             assert (await push(client, user_id="u9", event="e", data=2))["result"] == "delivered_to_socket"
-            assert [(m["offset"], m["data"]) for m in await receive(on_b, 1)] == [(2, 2)]
-            assert await silent(on_b, 0.3)
+            assert [(m["offset"], m["data"]) for m in await on_b.receive(1)] == [(2, 2)]
+            assert await on_b.silent(0.3)
             await on_b.close()
 
     asyncio.run(scenario())
