@@ -13,7 +13,7 @@ import pytest
 
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
-from hongbao.core.push_ports import Route
+from hongbao.core.push_ports import BodyMaker, Route, Stored
 
 T0 = 1_800_000_000_000
 
@@ -27,13 +27,14 @@ def dbs(tmp_path: Path) -> Iterator[tuple[SqliteDb, SqliteDb]]:
     b.close()
 
 
-def body(text: str) -> object:
+def body(text: str) -> BodyMaker:
     """A BodyMaker writing ``text`` with its offset and epoch."""
     return lambda offset, epoch: orjson.dumps({"offset": offset, "epoch": epoch, "text": text})
 
 
-def texts(messages: list[object]) -> list[str]:
-    return [orjson.loads(m.body)["text"] for m in messages]  # type: ignore[attr-defined]
+def texts(messages: list[Stored]) -> list[str]:
+    """The texts of ``messages``, in order."""
+    return [orjson.loads(m.body)["text"] for m in messages]
 
 
 async def test_login_replaces_and_logout_compares(dbs: tuple[SqliteDb, SqliteDb]) -> None:
@@ -93,12 +94,12 @@ async def test_append_offsets_epoch_and_replay(dbs: tuple[SqliteDb, SqliteDb]) -
     """Offsets count 1, 2, ... per user under one epoch, across workers; replay after an offset is complete."""
     a, b = dbs
     log_a, log_b = SqliteMessageLog(a, 100, 60), SqliteMessageLog(b, 100, 60)
-    first = await log_a.append([("u1", body("m1")), ("u2", body("x1")), ("u1", body("m2"))], T0)  # type: ignore[list-item]
-    second = await log_b.append([("u1", body("m3"))], T0)  # type: ignore[list-item]
+    first = await log_a.append([("u1", body("m1")), ("u2", body("x1")), ("u1", body("m2"))], T0)
+    second = await log_b.append([("u1", body("m3"))], T0)
     assert [(m.offset, m.epoch) for m in first + second] == [(1, first[0].epoch), (1, first[1].epoch), (2, first[0].epoch), (3, first[0].epoch)]
     assert orjson.loads(second[0].body) == {"offset": 3, "epoch": first[0].epoch, "text": "m3"}
     replay = await log_b.replay("u1", 1, first[0].epoch, T0)
-    assert (replay.epoch, texts(replay.messages), replay.complete, replay.last) == (first[0].epoch, ["m2", "m3"], True, 3)  # type: ignore[arg-type]
+    assert (replay.epoch, texts(replay.messages), replay.complete, replay.last) == (first[0].epoch, ["m2", "m3"], True, 3)
     assert (await log_a.replay("u1", 3, first[0].epoch, T0)).messages == []
 
 
@@ -106,10 +107,10 @@ async def test_ack_trims_and_no_cursor_replays_what_is_held(dbs: tuple[SqliteDb,
     """Acked messages are dropped; a replay with no offset gets everything after the acked offset."""
     a, _ = dbs
     log = SqliteMessageLog(a, 100, 60)
-    await log.append([("u1", body(f"m{i}")) for i in range(1, 5)], T0)  # type: ignore[misc]
+    await log.append([("u1", body(f"m{i}")) for i in range(1, 5)], T0)
     await log.ack([("u1", 2), ("nobody", 7)])
     replay = await log.replay("u1", None, None, T0)
-    assert (texts(replay.messages), replay.complete) == (["m3", "m4"], True)  # type: ignore[arg-type]
+    assert (texts(replay.messages), replay.complete) == (["m3", "m4"], True)
     await log.ack([("u1", 99)])
     replay = await log.replay("u1", None, None, T0)
     assert (replay.messages, replay.complete, replay.last) == ([], True, 4)
@@ -120,27 +121,27 @@ async def test_length_bound_reports_the_gap(dbs: tuple[SqliteDb, SqliteDb]) -> N
     """Past ``max_messages`` the oldest go; a replay that needs them is marked incomplete."""
     a, _ = dbs
     log = SqliteMessageLog(a, 3, 60)
-    stored = await log.append([("u1", body(f"m{i}")) for i in range(1, 6)], T0)  # type: ignore[misc]
+    stored = await log.append([("u1", body(f"m{i}")) for i in range(1, 6)], T0)
     gap = await log.replay("u1", 0, stored[0].epoch, T0)
-    assert (texts(gap.messages), gap.complete) == (["m3", "m4", "m5"], False)  # type: ignore[arg-type]
+    assert (texts(gap.messages), gap.complete) == (["m3", "m4", "m5"], False)
     whole = await log.replay("u1", 2, stored[0].epoch, T0)
-    assert (texts(whole.messages), whole.complete) == (["m3", "m4", "m5"], True)  # type: ignore[arg-type]
+    assert (texts(whole.messages), whole.complete) == (["m3", "m4", "m5"], True)
 
 
 async def test_age_bound_and_epoch_mismatch(dbs: tuple[SqliteDb, SqliteDb]) -> None:
     """Messages older than ``max_age_s`` are not replayed; a foreign epoch or offset is reported."""
     a, _ = dbs
     log = SqliteMessageLog(a, 100, 10)
-    stored = await log.append([("u1", body("old"))], T0)  # type: ignore[list-item]
-    await log.append([("u1", body("new"))], T0 + 5_000)  # type: ignore[list-item]
+    stored = await log.append([("u1", body("old"))], T0)
+    await log.append([("u1", body("new"))], T0 + 5_000)
     aged = await log.replay("u1", 0, stored[0].epoch, T0 + 12_000)
-    assert (texts(aged.messages), aged.complete) == (["new"], False)  # type: ignore[arg-type]
+    assert (texts(aged.messages), aged.complete) == (["new"], False)
     foreign = await log.replay("u1", 1, "other", T0 + 12_000)
-    assert (foreign.epoch, texts(foreign.messages), foreign.complete) == (stored[0].epoch, ["new"], False)  # type: ignore[arg-type]
+    assert (foreign.epoch, texts(foreign.messages), foreign.complete) == (stored[0].epoch, ["new"], False)
     ahead = await log.replay("u1", 9, stored[0].epoch, T0 + 12_000)
-    assert (texts(ahead.messages), ahead.complete) == (["new"], False)  # type: ignore[arg-type]
-    await log.append([("u1", body("later"))], T0 + 40_000)  # type: ignore[list-item]
-    assert texts((await log.replay("u1", None, None, T0 + 40_000)).messages) == ["later"]  # type: ignore[arg-type]
+    assert (texts(ahead.messages), ahead.complete) == (["new"], False)
+    await log.append([("u1", body("later"))], T0 + 40_000)
+    assert texts((await log.replay("u1", None, None, T0 + 40_000)).messages) == ["later"]
 
 
 async def test_new_stream_gets_an_epoch(dbs: tuple[SqliteDb, SqliteDb]) -> None:
