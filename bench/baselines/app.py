@@ -54,6 +54,7 @@ redis.call('HSET', KEYS[2], ARGV[1], amount)
 return {2, amount}
 """
 PAY_TTL_S = 15 * 60
+REDIS_CONNECTIONS = 64  # a blocking pool: past it, requests wait for a connection instead of failing
 Auth = Annotated[str | None, Header()]
 
 
@@ -94,11 +95,14 @@ def create_app() -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         state["db"] = await mysql_pool(os.environ["BASELINE_MYSQL_DSN"])
-        state["redis"] = aioredis.from_url(os.environ["BASELINE_REDIS_URL"], decode_responses=True)
+        pool = aioredis.BlockingConnectionPool.from_url(os.environ["BASELINE_REDIS_URL"], max_connections=REDIS_CONNECTIONS,
+                                                        timeout=20, decode_responses=True)
+        state["redis"] = aioredis.Redis(connection_pool=pool)
         state["open"] = state["redis"].register_script(OPEN_LUA)
         yield
         await asyncio.gather(*state["tasks"], return_exceptions=True)
         await state["redis"].aclose()
+        await pool.disconnect()
         state["db"].close()
         await state["db"].wait_closed()
 
