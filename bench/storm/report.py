@@ -1,7 +1,8 @@
 """The storm's report: numbers from the samples, the JSON file, and the terminal table.
 
 Latency percentiles (nearest rank) are over the 2xx answers of each operation, in ms; rates
-are 2xx answers per second over the load's wall time, and the peak is the busiest whole second.
+are 2xx answers per second from the start to the last answer (``load.seconds``; the wall time,
+with the wait for late pushes, is ``load.wall_seconds``), and the peak is the busiest whole second.
 Errors are counted per attempt by the answer's ``error.code`` (``timeout`` or the client
 exception's name when there was no answer); ``busy`` (429) attempts are the admission rejections.
 Push delivery (expected vs delivered, latency) is ``delivery.py``'s.
@@ -72,15 +73,17 @@ def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: s
         if not 200 <= status < 300:
             errors[op][code] += 1
     lags = sorted(lag * 1000.0 for *_, lag in load)
+    span = max((t + latency for _, t, latency, _, _, _ in load), default=0.0)  # start to the last answer
     audit = settlement.audit
     return {
         "target": url,
         "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "scenario": scenario.as_json(),
-        "load": {"seconds": round(result.load_s, 2), "setup_seconds": round(result.setup_s, 2), "calls": result.calls,
+        "load": {"seconds": round(span, 2), "wall_seconds": round(result.load_s, 2), "setup_seconds": round(result.setup_s, 2),
+                 "calls": result.calls,
                  "processes": scenario.processes, "lag_p99_ms": round(percentile(lags, 99.0), 1),
                  "lag_max_ms": round(lags[-1], 1) if lags else 0.0},
-        "operations": _operations(result.samples, result.counts, result.load_s),
+        "operations": _operations(result.samples, result.counts, span),
         "errors": {op: dict(codes.most_common()) for op, codes in sorted(errors.items())},
         "admission_rejections": sum(1 for s in load if s[3] == 429),
         "timeline": _timeline(load),
