@@ -4,7 +4,7 @@ The services say what happened; a Notifier (the push hub in a server) delivers i
 
 | event | to | data |
 | --- | --- | --- |
-| packet_received | the group's members, or the exclusive packet's receiver (on pay) | order_id, sender_id, kind, count, total_fen, greeting, expires_at |
+| packet_received | the group, or the exclusive receiver (on pay) | order_id, sender_id, kind, count, total_fen, greeting, expires_at |
 | opened | the opener | order_id, amount_fen, opened_at |
 | credited | the receiver, once the amount is on their balance | order_id, amount_fen |
 | finished | the group, or the sender of an exclusive packet (the last share went) | order_id, best_luck_user_id, best_luck_fen |

@@ -46,6 +46,6 @@ class Appender:
                 if not future.done():
                     future.set_exception(exc)
             return
-        for (_, _, future), message in zip(batch, stored):
+        for (_, _, future), message in zip(batch, stored, strict=True):
             if not future.done():
                 future.set_result(message)

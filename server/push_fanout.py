@@ -71,7 +71,7 @@ class Fanout:
         stored: list[Stored] = await self.hub.stores.log.append(entries, now_ms()) if entries else []
         for message_id, _ in claimed:  # in every member's log now: the queue's job is done
             await self.queue.ack(GROUP_STREAM, message_id)
-        await self.hub.send([(uid, message) for (uid, _), message in zip(entries, stored)])
+        await self.hub.send([(uid, message) for (uid, _), message in zip(entries, stored, strict=True)])
         return len(claimed)
 
     async def groups_forever(self) -> None:

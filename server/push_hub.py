@@ -313,7 +313,7 @@ class PushHub:
                 remote.append(i)
         if remote:
             forwarded = await self.remote.send([items[i] for i in remote])
-            for i, sent in zip(remote, forwarded):
+            for i, sent in zip(remote, forwarded, strict=True):
                 results[i] = sent
             self.metrics.events["push_forwarded"] += sum(forwarded)
         delivered = sum(results)

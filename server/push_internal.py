@@ -168,7 +168,7 @@ class Forwarder:
             results: list[bool | None] = [None] * len(chunk)
             if isinstance(delivered, list) and len(delivered) == len(chunk):
                 results = [bool(d) for d in delivered]
-            for (_, future), result in zip(chunk, results):
+            for (_, future), result in zip(chunk, results, strict=True):
                 if not future.done():
                     future.set_result(result)
             start = end

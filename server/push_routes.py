@@ -53,8 +53,8 @@ class RemoteDelivery:
                                          for node, idx in by_node.items()))
         failed: dict[str, Route] = {}
         retry: list[int] = []
-        for idx, node_answers in zip(by_node.values(), answers):
-            for i, answer in zip(idx, node_answers):
+        for idx, node_answers in zip(by_node.values(), answers, strict=True):
+            for i, answer in zip(idx, node_answers, strict=True):
                 results[i] = bool(answer)
                 if not answer:
                     uid = items[i][0]
@@ -80,7 +80,8 @@ class RemoteDelivery:
                 routes[uid] = cached[0]
             else:
                 missing.append(uid)
-        for uid, route in zip(missing, await asyncio.gather(*(self.sessions.lookup(uid) for uid in missing))):
+        found = await asyncio.gather(*(self.sessions.lookup(uid) for uid in missing))
+        for uid, route in zip(missing, found, strict=True):
             if route is not None:
                 routes[uid] = route
                 self._routes[uid] = (route, now + ROUTE_CACHE_S)

@@ -225,7 +225,8 @@ def test_broadcast_reaches_every_subscriber_on_every_worker(two_workers: Server)
         assert [p["offset"] for p in published] == [1, 2, 3]
         for ws in subscribers:
             got = await ws.receive(3)
-            assert [(m["topic"], m["offset"], m["data"], m["epoch"]) for m in got] == [("news", i + 1, i, published[0]["epoch"]) for i in range(3)]
+            epoch = published[0]["epoch"]
+            assert [(m["topic"], m["offset"], m["data"], m["epoch"]) for m in got] == [("news", i + 1, i, epoch) for i in range(3)]
         assert await other.silent(0.3)
         await eventually(lambda: metric(server, "push_broadcast_sends") == sends + 30)
         for ws in [*subscribers, other]:

@@ -96,7 +96,8 @@ async def test_append_offsets_epoch_and_replay(dbs: tuple[SqliteDb, SqliteDb]) -
     log_a, log_b = SqliteMessageLog(a, 100, 60), SqliteMessageLog(b, 100, 60)
     first = await log_a.append([("u1", body("m1")), ("u2", body("x1")), ("u1", body("m2"))], T0)
     second = await log_b.append([("u1", body("m3"))], T0)
-    assert [(m.offset, m.epoch) for m in first + second] == [(1, first[0].epoch), (1, first[1].epoch), (2, first[0].epoch), (3, first[0].epoch)]
+    e1, e2 = first[0].epoch, first[1].epoch
+    assert [(m.offset, m.epoch) for m in first + second] == [(1, e1), (1, e2), (2, e1), (3, e1)]
     assert orjson.loads(second[0].body) == {"offset": 3, "epoch": first[0].epoch, "text": "m3"}
     replay = await log_b.replay("u1", 1, first[0].epoch, T0)
     assert (replay.epoch, texts(replay.messages), replay.complete, replay.last) == (first[0].epoch, ["m2", "m3"], True, 3)
