@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 from rich.console import Console
 from rich.table import Table
 
+from hongbao.bench.audit import audit_sqlite
 from hongbao.bench.baselines.app import DATABASE, mysql_pool
 from hongbao.bench.baselines.audit import audit_baseline
 from hongbao.bench.http.run import BenchError, Process, free_port, start_hongbao
@@ -89,7 +90,7 @@ def compare(scenario: Scenario, mysql_dsn: str, redis_url: str, workers: int, ou
     server = start_hongbao(data_dir.resolve(), workers)
     try:
         ours = storm(StormOptions(server.url, scenario, storm_secret(data_dir, None), out / "hongbao" / "work", console=console),
-                     data_dir, out / "hongbao", 30.0)
+                     lambda drained: audit_sqlite(data_dir, drained=drained), out / "hongbao", 30.0)
     finally:
         server.stop()
     asyncio.run(reset_baseline(mysql_dsn, redis_url))

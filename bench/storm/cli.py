@@ -2,7 +2,10 @@
 
 ``hongbao storm --target URL --data-dir DIR`` plays the ``smoke`` scenario against the server
 at URL whose data directory is DIR (its ``jwt.key`` mints the users' tokens, its database is
-audited afterwards; DIR defaults to the configuration's, ./var, as for ``hongbao token``). ``--jwt-secret`` mints without DIR (a server elsewhere); no audit runs then.
+audited afterwards; DIR defaults to the configuration's, ./var, as for ``hongbao token``).
+``--jwt-secret`` mints without DIR (a server elsewhere; no audit then). With ``--config`` naming
+a production server's TOML (backend, mysql_dsn, shards, jwt_secret), its shards are audited, as
+``hongbao audit`` does.
 Exit status: 0 the audit is clean (or could not run) and every expected push arrived, 1 a money
 violation or a repeated open answered with another amount, 2 the storm could not run (bad
 scenario, setup refused, a load process died), 3 the money is clean but a push did not arrive.
@@ -20,6 +23,7 @@ from hongbao.bench.storm.scenario import NAMED, Scenario, ScenarioError, load_sc
 
 if TYPE_CHECKING:
     from hongbao.bench.storm.runner import StormOptions
+    from hongbao.bench.storm.settle import Auditor
 
 # The heavy imports (aiohttp, rich, matplotlib) wait until a storm runs: ``hongbao serve`` builds
 # this parser too.
@@ -68,9 +72,10 @@ def scenario_from(args: argparse.Namespace) -> Scenario:
     return load_scenario(args.scenario, args.scenario_file, overrides)
 
 
-def storm(opts: StormOptions, data_dir: Path | None, out: Path, drain_timeout_s: float) -> dict[str, Any]:
-    """Play the storm, drain, audit, then write ``out/report.json`` and ``out/report.png`` and
-    print the table; returns the report. Raises StormError when the storm cannot run."""
+def storm(opts: StormOptions, auditor: Auditor | None, out: Path, drain_timeout_s: float) -> dict[str, Any]:
+    """Play the storm, drain, audit (``auditor``: ``settle.auditor_for``; None: no audit), then
+    write ``out/report.json`` and ``out/report.png`` and print the table; returns the report.
+    Raises StormError when the storm cannot run."""
     from rich.console import Console
 
     from hongbao.bench.storm import plot, report
@@ -79,7 +84,7 @@ def storm(opts: StormOptions, data_dir: Path | None, out: Path, drain_timeout_s:
 
     console = opts.console or Console(stderr=True)
     result = run_load(opts)
-    settlement = settle(opts.url, data_dir, drain_timeout_s)
+    settlement = settle(opts.url, auditor, drain_timeout_s)
     summary = report.build(result, settlement, opts.scenario, opts.url)
     report.write_json(summary, out / "report.json")
     plot.write_png(summary, out / "report.png")
@@ -93,21 +98,22 @@ def main(args: argparse.Namespace) -> int:
 
     from hongbao.bench.storm import report
     from hongbao.bench.storm.runner import StormError, StormOptions
+    from hongbao.bench.storm.settle import auditor_for
     from hongbao.bench.storm.wire import storm_secret
     from hongbao.server.config import load_settings
 
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
-    if args.data_dir is None and not args.jwt_secret:
-        args.data_dir = load_settings(args.config).data_dir  # as ``hongbao token`` does: ./var by default
     try:
+        settings = load_settings(args.config, flags={"data_dir": args.data_dir})
+        auditor = auditor_for(settings) if args.data_dir or settings.backend == "production" or not args.jwt_secret else None
         scenario = scenario_from(args)
-        secret = storm_secret(args.data_dir, args.jwt_secret)
+        secret = storm_secret(settings.data_dir, args.jwt_secret or settings.jwt_secret)
     except (ScenarioError, ValueError, FileNotFoundError) as exc:
         print(f"hongbao storm: {exc}", file=sys.stderr)
         return 2
     opts = StormOptions(args.target, scenario, secret, args.out / "work", args.record, args.replay, console)
     try:
-        summary = storm(opts, args.data_dir, args.out, args.drain_timeout)
+        summary = storm(opts, auditor, args.out, args.drain_timeout)
     except StormError as exc:
         print(f"hongbao storm: {exc}", file=sys.stderr)
         return 2

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"demo: hongbao serve --workers {args.workers} at {server.url}, data in {data_dir}")
     try:
         opts = StormOptions(server.url, scenario, storm_secret(data_dir, None), args.out / "work", console=console)
-        summary = storm(opts, data_dir, args.out, drain_timeout_s=30.0)
+        summary = storm(opts, lambda drained: audit_sqlite(data_dir, drained=drained), args.out, drain_timeout_s=30.0)
     except StormError as exc:
         console.print(f"demo: {exc}")
         return 2

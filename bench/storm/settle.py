@@ -2,21 +2,25 @@
 
 Draining: ``/metrics`` exports ``hongbao_credits_pending`` (queued credit messages); the storm
 polls it until it reads 0 twice in a row, bounded by ``timeout_s``. The audit
-(``hongbao.bench.audit``) reads the target's database, so it runs only when the storm knows
-the target's data directory (an embedded server on this machine); it runs with ``drained``
+(``hongbao.bench.audit``) reads the target's database, so it runs only when the storm knows it
+(the data directory of an embedded server, or the shards of a production one); it runs with ``drained``
 when the queue drained, and is repeated while a violation remains and time is left, since
 a credit's two steps (ledger, then the receipt's mark) may straddle the first look.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from hongbao.bench.audit import AuditReport, audit_sqlite
+from hongbao.bench.audit import AuditReport, audit_mysql, audit_sqlite
+from hongbao.server.config import Settings
+
+Auditor = Callable[[bool], AuditReport]  # drained -> the report
 
 PENDING_METRIC = "hongbao_credits_pending"
 POLL_S = 0.2
@@ -72,15 +76,23 @@ def wait_drained(url: str, timeout_s: float) -> tuple[bool, int | None, float]:
     return False, pending, time.monotonic() - started
 
 
-def settle(url: str, data_dir: Path | None, timeout_s: float = 30.0) -> Settlement:
-    """Drain, then audit ``data_dir`` (if given); see the module's docstring."""
+def auditor_for(settings: Settings) -> Auditor:
+    """The money audit of the server these settings describe: its MySQL/MariaDB shards for the
+    production backend, else its embedded database in ``data_dir``."""
+    if settings.backend == "production":
+        return lambda drained: asyncio.run(audit_mysql(settings.mysql_dsn, settings.mysql_layout(), drained=drained))
+    return lambda drained: audit_sqlite(settings.data_dir, drained=drained)
+
+
+def settle(url: str, auditor: Auditor | None, timeout_s: float = 30.0) -> Settlement:
+    """Drain, then run ``auditor`` (if given); see the module's docstring."""
     started = time.monotonic()
     drained, pending, waited = wait_drained(url, timeout_s)
-    if data_dir is None:
-        return Settlement(drained, pending, waited, None, "audit not run: the storm was not given the target's --data-dir")
+    if auditor is None:
+        return Settlement(drained, pending, waited, None, "audit not run: the storm does not know the target's database")
     deadline = started + timeout_s
     while True:
-        report = audit_sqlite(data_dir, drained=drained)
+        report = auditor(drained)
         if report.ok or time.monotonic() > deadline:
             break
         time.sleep(0.5)
