@@ -10,7 +10,7 @@ STAMP_NATIVE := $(VENV)/.native-built
 STAMP_DEPS   := $(VENV)/.deps-installed
 BENCH_JSON   := bench-results/native.json
 
-.PHONY: demo install test test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http clean
+.PHONY: demo install test test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm clean
 
 install: $(STAMP_NATIVE) $(STAMP_DEPS)
 
@@ -62,6 +62,11 @@ bench-gate: bench
 # wrk against the server and a minimal uvloop server (the Python ceiling), same run; needs wrk.
 bench-http: install
 	$(BIN)/python bench/http/run.py --out bench-results/http.json
+
+# The storm (new-year-eve) on the production backend (MariaDB + Redis started here, 2 workers) and on
+# the baseline in the same run: bench-results/storm-production/bench-storm.json (tests/bench/storm_production.py).
+bench-storm: install
+	$(BIN)/python -m tests.bench.storm_production --out bench-results/storm-production
 
 clean:
 	rm -rf $(VENV) native/target build bench-results *.egg-info

@@ -10,7 +10,8 @@
    so the same plan; report in ``OUT/baseline``); its audit (``baselines.audit``).
 3. ``OUT/compare.json`` and a table: per operation, 2xx/s and p99 of each and hongbao / baseline,
    and whether each passed its audit.
-The storm's users are not online (``online_p = 0``): the baseline has no push channel.
+The users are not online (``online_p = 0``): the baseline has no push channel (``make bench-storm``
+keeps hongbao's users online, so there hongbao carries its pushes in the ratio).
 The production backend (MariaDB + Redis behind ``hongbao serve``) is not served yet; until it is,
 hongbao runs embedded here. Exit status: 0 both audits ran, 1 hongbao's audit failed, 2 cannot run.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import secrets
 import shutil
 import subprocess
@@ -31,7 +33,7 @@ import redis.asyncio as aioredis
 from rich.console import Console
 from rich.table import Table
 
-from hongbao.bench.audit import audit_sqlite
+from hongbao.bench.audit import AuditReport, audit_sqlite
 from hongbao.bench.baselines.app import DATABASE, mysql_pool
 from hongbao.bench.baselines.audit import audit_baseline
 from hongbao.bench.http.run import BenchError, Process, free_port, start_hongbao
@@ -83,6 +85,31 @@ def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def baseline_storm(scenario: Scenario, mysql_dsn: str, redis_url: str, workers: int, out: Path,
+                   console: Console) -> tuple[dict[str, Any], AuditReport]:
+    """Reset the baseline's data, serve it, play ``scenario`` (nobody online: no push channel
+    there; report in ``out/baseline``), stop it, audit it; returns (report, audit)."""
+    asyncio.run(reset_baseline(mysql_dsn, redis_url))
+    secret = secrets.token_hex(32)
+    baseline = start_baseline(out, mysql_dsn, redis_url, secret, workers)
+    offline = dataclasses.replace(scenario, online_p=0.0)
+    try:
+        theirs = storm(StormOptions(baseline.url, offline, secret, out / "baseline" / "work", console=console),
+                       None, out / "baseline", 0.0)
+    finally:
+        baseline.stop()
+    return theirs, asyncio.run(audit_baseline(mysql_dsn, redis_url))
+
+
+def comparison(ours: dict[str, Any], theirs: dict[str, Any], audit: AuditReport, workers: int, out: Path) -> dict[str, Any]:
+    """The ratios and both audits, written to ``out/compare.json`` and returned."""
+    result = {"scenario": ours["scenario"], "workers": workers, "operations": ratios(ours, theirs),
+              "hongbao_audit": ours["audit"], "hongbao_push": ours["push"],
+              "baseline_audit": {"ok": audit.ok, "violations": audit.violations[:50], "counts": dict(audit.counts)}}
+    (out / "compare.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    return result
+
+
 def compare(scenario: Scenario, mysql_dsn: str, redis_url: str, workers: int, out: Path, console: Console) -> dict[str, Any]:
     """Run both storms (see the module's docstring); returns the comparison written to ``out/compare.json``."""
     data_dir = out / "hongbao-var"
@@ -93,23 +120,12 @@ def compare(scenario: Scenario, mysql_dsn: str, redis_url: str, workers: int, ou
                      lambda drained: audit_sqlite(data_dir, drained=drained), out / "hongbao", 30.0)
     finally:
         server.stop()
-    asyncio.run(reset_baseline(mysql_dsn, redis_url))
-    secret = secrets.token_hex(32)
-    baseline = start_baseline(out, mysql_dsn, redis_url, secret, workers)
-    try:
-        theirs = storm(StormOptions(baseline.url, scenario, secret, out / "baseline" / "work", console=console),
-                       None, out / "baseline", 0.0)
-    finally:
-        baseline.stop()
-    audit = asyncio.run(audit_baseline(mysql_dsn, redis_url))
-    result = {"scenario": scenario.as_json(), "workers": workers, "operations": ratios(ours, theirs),
-              "hongbao_audit": ours["audit"], "baseline_audit": {"ok": audit.ok, "violations": audit.violations[:50],
-                                                                 "counts": dict(audit.counts)}}
-    (out / "compare.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
-    return result
+    theirs, audit = baseline_storm(scenario, mysql_dsn, redis_url, workers, out, console)
+    return comparison(ours, theirs, audit, workers, out)
 
 
-def _print(result: dict[str, Any], console: Console) -> None:
+def print_comparison(result: dict[str, Any], console: Console) -> None:
+    """The ratio table and both audits' verdicts."""
     table = Table(title=f"hongbao / baseline, storm {result['scenario']['name']}, {result['workers']} worker(s)")
     for column in ("op", "hongbao 2xx/s", "baseline 2xx/s", "ratio", "hongbao p99 ms", "baseline p99 ms", "ratio"):
         table.add_column(column, justify="left" if column == "op" else "right")
@@ -142,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchError, StormError, ValueError) as exc:
         console.print(f"compare: {exc}")
         return 2
-    _print(result, console)
+    print_comparison(result, console)
     return 0 if result["hongbao_audit"] is not None and result["hongbao_audit"]["ok"] else 1
 
 
