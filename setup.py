@@ -12,6 +12,7 @@ PACKAGES = {
     "hongbao.server": "server",
     "hongbao.bench": "bench",
     "hongbao.bench.http": "bench/http",
+    "hongbao.bench.push": "bench/push",
     "hongbao.bench.storm": "bench/storm",
     "hongbao.bench.baselines": "bench/baselines",
 }
