@@ -44,7 +44,7 @@ typecheck: install
 
 # Every benchmark runs once as a correctness test; fuzz targets run for a short, bounded time.
 test-python: install
-	$(BIN)/python -m pytest --benchmark-disable -q -p no:cacheprovider
+	$(BIN)/python -m pytest --benchmark-disable -q -p no:cacheprovider --durations=15
 	$(MAKE) fuzz
 
 FUZZ_SECONDS ?= 20
