@@ -10,7 +10,7 @@ STAMP_NATIVE := $(VENV)/.native-built
 STAMP_DEPS   := $(VENV)/.deps-installed
 BENCH_JSON   := bench-results/native.json
 
-.PHONY: demo install test test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm clean
+.PHONY: demo install test test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-push clean
 
 install: $(STAMP_NATIVE) $(STAMP_DEPS)
 
@@ -70,6 +70,11 @@ bench-storm: install
 
 clean:
 	rm -rf $(VENV) native/target build bench-results *.egg-info
+
+# hongbao's WebSocket push against a websockets server in the same run (issue 4): fan-out CPU,
+# idle memory, push latency, Redis memory per user (starts its own redis-server). Not in `make test`.
+bench-push: install
+	$(BIN)/python bench/push/run.py --out bench-results/push.json
 
 # An embedded server on a free port, a 30-second smoke storm, the audit, the report (bench/storm/demo.py).
 demo: install
