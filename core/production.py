@@ -1,7 +1,8 @@
 """The production backend: money (packets, receipts, accounts, ledger, lists) in sharded
 MySQL/MariaDB (DESIGN.md section 5) through one asyncmy pool per database, a queue (Redis Streams
-when served), the service of hongbao.core.service on top, and the host-wide admission table of
-the embedded backend.
+when served), with a Redis client: the order-id sequence and pre-orders on Redis in front of their
+MySQL adapters (hongbao.core.adapters.redis_money, behind one circuit breaker), the service of
+hongbao.core.service on top, and the host-wide admission table of the embedded backend.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from hongbao.core.adapters.mysql_ledger import MysqlLedgerStore
 from hongbao.core.adapters.mysql_lists import MysqlProfileStore, MysqlUserListStore
 from hongbao.core.adapters.mysql_packets import MysqlPacketStore
 from hongbao.core.adapters.mysql_state import MysqlFlags, MysqlGroupStore, MysqlPreOrderStore, MysqlSequenceSource
-from hongbao.core.adapters.redis_client import RedisClient
+from hongbao.core.adapters.redis_client import Pipelines, RedisClient
+from hongbao.core.adapters.redis_money import RedisPreOrderStore, RedisSequenceSource, redis_breaker
 from hongbao.core.clock import Clock, SystemClock
-from hongbao.core.ports import Draw, Queue
+from hongbao.core.ports import Draw, PreOrderStore, Queue, SequenceSource
 from hongbao.core.rules import Limits
 from hongbao.core.service import PacketService, Ports
 
@@ -38,20 +40,30 @@ class Production:
             await self.redis.aclose()
 
 
-def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock) -> Ports:
-    """Every port on MySQL/MariaDB except the queue (``queue``: Redis Streams in production)."""
-    return Ports(MysqlPacketStore(shards), MysqlLedgerStore(shards), MysqlPreOrderStore(shards), MysqlGroupStore(shards),
-                 MysqlSequenceSource(shards), queue, clock, MysqlUserListStore(shards), MysqlProfileStore(shards),
-                 MysqlFlags(shards))
+def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: RedisClient | None = None,
+                counts: dict[str, int] | None = None) -> Ports:
+    """Every port on MySQL/MariaDB except the queue (``queue``: Redis Streams in production); with
+    ``redis``, the sequence and pre-orders on Redis first, MySQL while it is down (fallbacks and
+    breaker openings counted in ``counts``)."""
+    preorders: PreOrderStore = MysqlPreOrderStore(shards)
+    sequence: SequenceSource = MysqlSequenceSource(shards)
+    if redis is not None:
+        counts = {} if counts is None else counts
+        pipes, breaker = Pipelines(redis), redis_breaker(counts)
+        preorders = RedisPreOrderStore(pipes, breaker, preorders, counts)
+        sequence = RedisSequenceSource(pipes, breaker, shards, sequence, counts)
+    return Ports(MysqlPacketStore(shards), MysqlLedgerStore(shards), preorders, MysqlGroupStore(shards),
+                 sequence, queue, clock, MysqlUserListStore(shards), MysqlProfileStore(shards), MysqlFlags(shards))
 
 
 def open_mysql(shards: MysqlShards, admission: hongbao_native.AdmissionTable, queue: Queue, *, clock: Clock | None = None,
                limits: Limits | None = None, draw: Draw = hongbao_native.split_lucky, max_in_db: int = 2,
-               redis: RedisClient | None = None) -> Production:
+               redis: RedisClient | None = None, counts: dict[str, int] | None = None) -> Production:
     """The service over ``shards`` (pools open on first use) and ``queue`` for one worker.
 
     ``max_in_db``: open transactions per packet in the database at once (K of DESIGN.md
-    section 6); ``redis``: the client behind ``queue``, closed with the backend."""
-    ports = mysql_ports(shards, queue, clock or SystemClock())
+    section 6); ``redis``: the client behind ``queue`` and the send path (see :func:`mysql_ports`;
+    ``counts``: where its fallbacks are counted, the worker's metrics events), closed with the backend."""
+    ports = mysql_ports(shards, queue, clock or SystemClock(), redis, counts)
     service = PacketService(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw)
     return Production(service, shards, admission, redis)

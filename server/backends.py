@@ -3,9 +3,8 @@
 - ``embedded`` (default): SQLite in the data directory, nothing external (hongbao.core.embedded);
 - ``production``: money in the sharded MySQL/MariaDB of ``mysql_dsn`` (``hongbao migrate`` first)
   and the queues (credits, user lists) on Redis Streams at ``redis_url`` (``redis_cluster`` for a
-  Redis Cluster), hongbao.core.production. Pre-orders, the order-id sequence and groups use their
-  MySQL adapters (the DB paths of DESIGN.md section 10; the Redis cache layers in front of them
-  are not built yet).
+  Redis Cluster), hongbao.core.production. The order-id sequence and pre-orders go to Redis first
+  and to their MySQL adapters while it is down (DESIGN.md section 10); groups are in MySQL.
 """
 
 from __future__ import annotations
@@ -32,8 +31,10 @@ def check_production(settings: Settings) -> None:
                          "(or HONGBAO_MYSQL_DSN / HONGBAO_REDIS_URL, or the TOML file)")
 
 
-async def open_backend(settings: Settings, admission: hongbao_native.AdmissionTable, clock: Clock) -> Backend:
-    """The worker's backend, with the configured crediting mode. Raises ValueError for missing
+async def open_backend(settings: Settings, admission: hongbao_native.AdmissionTable, clock: Clock,
+                       counts: dict[str, int] | None = None) -> Backend:
+    """The worker's backend, with the configured crediting mode; ``counts``: the worker's metrics
+    events, where the production backend counts its Redis fallbacks. Raises ValueError for missing
     settings, Degraded when the production databases cannot be reached (or were not migrated)."""
     check_production(settings)
     backend: Backend
@@ -44,7 +45,7 @@ async def open_backend(settings: Settings, admission: hongbao_native.AdmissionTa
         await redis.initialize()  # a cluster's topology, alone, before concurrent use
         queue = RedisQueue(Pipelines(redis), node_id(settings.node_name))
         backend = open_mysql(shards, admission, queue, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db,
-                             redis=redis)
+                             redis=redis, counts=counts)
     else:
         backend = open_embedded(settings.data_dir, admission, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db)
     backend.service.crediting_mode = CreditingMode(settings.crediting_mode)

@@ -41,8 +41,9 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
     admission = hongbao_native.AdmissionTable.attach(admission_name)
     ws_limiter = hongbao_native.RateLimiter.attach(ws_limiter_name)
     clock: Clock = OffsetFileClock(settings.data_dir / CLOCK_FILE) if settings.test_clock else SystemClock()
-    backend = await open_backend(settings, admission, clock)
-    app = App(settings, backend, verifier_for(settings), WorkerMetrics(settings.data_dir / METRICS_DIR), ws_limiter)
+    metrics = WorkerMetrics(settings.data_dir / METRICS_DIR)
+    backend = await open_backend(settings, admission, clock, metrics.events)
+    app = App(settings, backend, verifier_for(settings), metrics, ws_limiter)
     conns = Connections(settings.max_connections, WsRegistry(settings))
     await app.push.start()  # a live push node with its internal listener before the first connection
     server = await loop.create_server(lambda: HttpProtocol(app, conns), settings.host, settings.port,

@@ -1,0 +1,162 @@
+"""The send path of the production backend on Redis in front of MariaDB (core/adapters/redis_money.py),
+on a standalone Redis and on the 3-master cluster: order ids from INCR (source 0) never reissued
+after Redis loses its data, pre-orders in Redis hashes with one-key scripts (M-16: no CROSSSLOT),
+and "Redis down at send" (DESIGN.md section 10) on a private redis-server stopped and started for
+real: sends and pays go on through the DB, the breaker makes it cheap, and Redis takes over again."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import hongbao_native
+import pytest
+
+from hongbao.core import errors
+from hongbao.core.adapters.mysql_db import MysqlShards
+from hongbao.core.adapters.redis_client import Pipelines, redis_client
+from hongbao.core.adapters.redis_money import GRACE_MS
+from hongbao.core.adapters.redis_queue import RedisQueue
+from hongbao.core.clock import ManualClock
+from hongbao.core.packet import Status
+from hongbao.core.production import Production, open_mysql
+from tests.core import test_service as suite
+from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
+from tests.integration.conftest import RedisTarget
+from tests.integration.mariadb import SERVICE_LAYOUT, MariaDb, migrated
+from tests.integration.redis_servers import free_ports, wait_ready
+
+Open = Callable[[str, bool], Awaitable[tuple[Production, dict[str, int]]]]
+
+
+@pytest.fixture
+def open_on(mariadb: MariaDb, clock: ManualClock, admission: hongbao_native.AdmissionTable,  # noqa: F811
+            loop_cleanups: list[Callable[[], Awaitable[None]]]) -> Open:
+    """A worker's production backend on emptied MariaDB shards and the Redis at (url, cluster), with its fallback counters."""
+    layout = migrated(mariadb, SERVICE_LAYOUT)
+
+    async def make(url: str, cluster: bool) -> tuple[Production, dict[str, int]]:
+        redis = redis_client(url, cluster=cluster)
+        await redis.initialize()
+        counts: dict[str, int] = {}
+        backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, RedisQueue(Pipelines(redis), "w"),
+                             clock=clock, redis=redis, counts=counts)
+        loop_cleanups.append(backend.aclose)
+        return backend, counts
+
+    return make
+
+
+def _source(order_id: str) -> int:
+    return hongbao_native.decode_order_id(order_id).source
+
+
+async def _preorder_rows(backend: Production) -> int:
+    rows = [await backend.shards.fetchone(db, "SELECT COUNT(*) FROM t_preorder", ()) for db in range(SERVICE_LAYOUT.n_dbs)]
+    return sum(int(row[0]) for row in rows if row is not None)
+
+
+async def test_send_pay_cancel_on_redis(open_on: Open, redis_target: RedisTarget) -> None:
+    """60 concurrent sends get unique source-0 ids, pre-orders live in Redis only (spread over the masters), pay and cancel work."""
+    backend, counts = await open_on(redis_target.url, redis_target.cluster)
+    svc = backend.service
+    await suite._group(svc, "g", ["A", "B"])
+    await svc.topup("A", 10_000, "k")
+    sent = await asyncio.gather(*(svc.send("A", {"count": 2, "total_fen": 10, "group_id": "g"}) for _ in range(60)))
+    ids = [order_id for order_id, _ in sent]
+    assert len(set(ids)) == 60 and {_source(i) for i in ids} == {0}
+    assert await _preorder_rows(backend) == 0
+    keys = redis_target.sync_keys()
+    assert all(keys.hget(f"preorder:{{{i}}}", "s") == b"pending" for i in ids)
+    if redis_target.cluster:  # M-16: the keys sit on different masters and no call was CROSSSLOT
+        slots = {int(keys.cluster_keyslot(f"preorder:{{{i}}}")) for i in ids}
+        owners = {port for port in redis_target.ports for slot in slots
+                  if redis_target.cli("cluster", "countkeysinslot", str(slot), port=port).strip() != "0"}
+        assert len(owners) >= 2
+    paid = await asyncio.gather(*(svc.pay("A", i) for i in ids[:30]))
+    assert {p.status for p in paid} == {Status.ACTIVE} and await svc.ports.ledger.balance("A") == 10_000 - 300
+    assert not any(keys.exists(f"preorder:{{{i}}}") for i in ids[:30])
+    await asyncio.gather(*(svc.cancel("A", i) for i in ids[30:]))
+    with pytest.raises(errors.NotFound):
+        await svc.pay("A", ids[-1])
+    assert counts == {}
+
+
+async def test_sequence_is_not_reissued_after_redis_loses_it(open_on: Open, redis_target: RedisTarget) -> None:
+    """Two workers take ids, Redis is flushed (an empty restart), the next ids are above every id handed out before."""
+    (one, _), (two, _) = await open_on(redis_target.url, redis_target.cluster), await open_on(redis_target.url, redis_target.cluster)
+    seqs = [one.service.ports.sequence, two.service.ports.sequence]
+    before = await asyncio.gather(*(seqs[i % 2].next(1, 261130) for i in range(50)))
+    redis_target.flush()
+    after = await asyncio.gather(*(seqs[i % 2].next(1, 261130) for i in range(50)))
+    assert {s for s, _ in before + after} == {0}
+    assert len({n for _, n in before + after}) == 100
+    assert min(n for _, n in after) > max(n for _, n in before)
+
+
+async def test_lapsed_pre_order_key_expires(open_on: Open, redis_standalone: RedisTarget, clock: ManualClock) -> None:  # noqa: F811
+    """A pre-order past pay_by cannot be paid (404) and its Redis key expires GRACE_MS after pay_by."""
+    redis_standalone.flush()
+    backend, _ = await open_on(redis_standalone.url, False)
+    svc = backend.service
+    await suite._group(svc, "g", ["A"])
+    await svc.topup("A", 100, "k")
+    lapsed, pay_by = await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
+    ttl_ms = redis_standalone.sync_client().pttl(f"preorder:{{{lapsed}}}")
+    assert pay_by - clock.now_ms() < ttl_ms <= pay_by - clock.now_ms() + GRACE_MS
+    clock.set_ms(pay_by)
+    with pytest.raises(errors.NotFound):
+        await svc.pay("A", lapsed)
+    assert await svc.ports.ledger.balance("A") == 100
+
+
+def _redis_server(directory: Path, port: int) -> subprocess.Popen[bytes]:
+    directory.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory), "--save", "",
+                                "--appendonly", "no", "--logfile", str(directory / "redis.log")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_ready(port, process, directory)
+    return process
+
+
+def _stop(process: subprocess.Popen[Any]) -> None:
+    process.terminate()
+    process.wait(timeout=10)
+
+
+async def test_redis_down_at_send(open_on: Open, tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]) -> None:
+    """Redis stopped: sends take DB ids and DB pre-orders, cheaply (breaker), pays work; Redis restarted empty: it takes over, ids are not reissued."""
+    (port,) = free_ports(1)
+    process = _redis_server(tmp_path, port)
+    loop_cleanups.append(lambda: asyncio.to_thread(_stop, process))
+    backend, counts = await open_on(f"redis://127.0.0.1:{port}", False)
+    svc = backend.service
+    await suite._group(svc, "g", ["A", "B"])
+    await svc.topup("A", 1000, "k")
+    cached, _ = await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
+    await asyncio.to_thread(_stop, process)
+
+    outage = [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0]]
+    started = time.monotonic()
+    outage += [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(10)]
+    assert time.monotonic() - started < 1.0  # the breaker skips Redis: no connect retries per request
+    assert {_source(i) for i in outage} == {1} and await _preorder_rows(backend) == 11
+    assert counts["redis_breaker_opens"] == 1 and counts["redis_fallback_sequence"] >= 11 and counts["redis_fallback_preorder"] >= 11
+    assert (await svc.pay("A", outage[0])).status is Status.ACTIVE
+    await svc.cancel("A", outage[1])
+
+    process = _redis_server(tmp_path, port)
+    loop_cleanups.append(lambda: asyncio.to_thread(_stop, process))
+    await asyncio.sleep(1.1)  # the breaker's cooldown: the next call is the trial
+    back = [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(3)]
+    assert {_source(i) for i in back} == {0}
+    assert hongbao_native.decode_order_id(back[0]).sequence > hongbao_native.decode_order_id(cached).sequence
+    assert (await svc.pay("A", outage[2])).status is Status.ACTIVE  # put in the DB, paid from it after Redis returned
+    assert (await svc.pay("A", back[0])).status is Status.ACTIVE
+    with pytest.raises(errors.NotFound):  # it lived in the Redis that was lost: nothing was paid
+        await svc.pay("A", cached)
+    assert await svc.ports.ledger.balance("A") == 1000 - 30 and await _preorder_rows(backend) == 8
