@@ -156,9 +156,13 @@ class App:
         return json_response(200, {"status": "ready"})
 
     async def scrape(self, _ctx: Context) -> Response:
-        """GET /metrics: Prometheus text format, merged over every worker."""
-        svc = self.backend.service
-        self.metrics.gauges["credits_pending"] = await svc.ports.queue.depth(CREDIT_STREAM)
+        """GET /metrics: Prometheus text format, merged over every worker. While the queue is
+        unreachable the ``credits_pending`` gauge is left out (the counters still show the outage)."""
+        try:
+            self.metrics.gauges["credits_pending"] = await self.backend.service.ports.queue.depth(CREDIT_STREAM)
+        except Exception as exc:  # a dead queue must not hide the metrics that report it
+            log.warning("metrics: credit queue depth unavailable: %r", exc)
+            self.metrics.gauges.pop("credits_pending", None)
         return Response(200, self.metrics.render(), [("content-type", CONTENT_TYPE)])
 
     async def move_clock(self, ctx: Context) -> Response:

@@ -166,12 +166,16 @@ class RedisPreOrderStore(_RedisFirst):
             await self._fallback.release(order_id)
 
     async def cancel(self, order_id: str, now_ms: int) -> bool:
-        """Delete a live pending pre-order; False if a pay claimed it or it is gone."""
+        """Delete a live pending pre-order; False if a pay claimed it or it is gone. A cancel in
+        Redis drops a DB copy too (a put that timed out after Redis stored it went to the DB as
+        well), so no later pay finds one."""
         try:
             outcome = await self._redis(lambda: self._pipes.script(_CANCEL, [self._key(order_id)], [now_ms]))
         except BreakerOpen:
             outcome = -1
-        return await self._fallback.cancel(order_id, now_ms) if outcome == -1 else outcome == 1
+        if outcome == 0:
+            return False
+        return await self._fallback.cancel(order_id, now_ms) or outcome == 1
 
     async def delete(self, order_id: str) -> bool:
         """Remove the pre-order once its packet is active; False if absent."""

@@ -17,7 +17,7 @@ import hongbao_native
 import pytest
 
 from hongbao.core import errors
-from hongbao.core.adapters.mysql_db import MysqlShards
+from hongbao.core.adapters.mysql_db import Layout, MysqlShards
 from hongbao.core.adapters.redis_client import Pipelines, redis_client
 from hongbao.core.adapters.redis_money import GRACE_MS
 from hongbao.core.adapters.redis_queue import RedisQueue
@@ -29,6 +29,8 @@ from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.integration.conftest import RedisTarget
 from tests.integration.mariadb import SERVICE_LAYOUT, MariaDb, migrated
 from tests.integration.redis_servers import free_ports, wait_ready
+from tests.server.conftest import start_server, stop_server
+from tests.server.flows import eventually, group, paid_packet
 
 Open = Callable[[str, bool], Awaitable[tuple[Production, dict[str, int]]]]
 
@@ -160,3 +162,38 @@ async def test_redis_down_at_send(open_on: Open, tmp_path: Path, loop_cleanups: 
     with pytest.raises(errors.NotFound):  # it lived in the Redis that was lost: nothing was paid
         await svc.pay("A", cached)
     assert await svc.ports.ledger.balance("A") == 1000 - 30 and await _preorder_rows(backend) == 8
+
+
+def _counter(metrics: str, name: str) -> float:
+    return next(float(line.split()[1]) for line in metrics.splitlines() if line.startswith(f"{name} "))
+
+
+def test_redis_down_at_send_over_http(mariadb: MariaDb, tmp_path: Path) -> None:
+    """`hongbao serve --backend production`: Redis stopped, send and pay still answer, /metrics counts the fallbacks; Redis back, ids come from it again."""
+    layout = migrated(mariadb, Layout(2, 2, prefix="srv_"))
+    (port,) = free_ports(1)
+    process = _redis_server(tmp_path / "redis", port)
+    config = (f'backend = "production"\nmysql_dsn = "{mariadb.dsn}"\nmysql_prefix = "{layout.prefix}"\nmysql_dbs = {layout.n_dbs}\n'
+              f'mysql_tables = {layout.n_tables}\nmysql_pool_size = 2\nredis_url = "redis://127.0.0.1:{port}"\n')
+    server = start_server(tmp_path / "srv", workers=1, extra_config=config)
+    try:
+        gid = group(server, "S", ["B"])
+        body = {"count": 1, "total_fen": 10, "group_id": gid}
+        assert _source(paid_packet(server, "S", body, fund_fen=1000)) == 0
+        _stop(process)
+        assert _source(paid_packet(server, "S", body)) == 1
+        with server.client("S") as client:
+            metrics = client.get("/metrics").text
+        assert _counter(metrics, "hongbao_redis_breaker_opens_total") == 1
+        assert _counter(metrics, "hongbao_redis_fallback_sequence_total") >= 1
+        assert _counter(metrics, "hongbao_redis_fallback_preorder_total") >= 1
+        process = _redis_server(tmp_path / "redis", port)
+
+        def from_redis() -> None:
+            assert _source(paid_packet(server, "S", body)) == 0
+
+        eventually(from_redis, timeout_s=10)
+        assert "breaker open" in server.log() and "breaker closed" in server.log()
+    finally:
+        stop_server(server)
+        _stop(process)
