@@ -88,6 +88,22 @@ async def test_send_pay_cancel_on_redis(open_on: Open, redis_target: RedisTarget
     assert counts == {}
 
 
+async def test_pay_and_cancel_race_on_redis(open_on: Open, redis_target: RedisTarget) -> None:
+    """20 pre-orders, each paid and cancelled at once: exactly one of the two wins per order, and the balance follows the pays."""
+    backend, _ = await open_on(redis_target.url, redis_target.cluster)
+    svc = backend.service
+    await suite._group(svc, "g", ["A"])
+    await svc.topup("A", 1000, "k")
+    ids = [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(20)]
+    outcomes = await asyncio.gather(*(call for i in ids for call in (svc.pay("A", i), svc.cancel("A", i))), return_exceptions=True)
+    pays, cancels = outcomes[::2], outcomes[1::2]
+    won = [not isinstance(p, Exception) for p in pays]
+    assert [isinstance(c, Exception) for c in cancels] == won
+    assert all(isinstance(c, errors.Conflict) for c in cancels if isinstance(c, Exception))
+    assert await svc.ports.ledger.balance("A") == 1000 - 10 * sum(won)
+    assert [await svc.ports.packets.get_packet(i) is not None for i in ids] == won
+
+
 async def test_sequence_is_not_reissued_after_redis_loses_it(open_on: Open, redis_target: RedisTarget) -> None:
     """Two workers take ids, Redis is flushed (an empty restart), the next ids are above every id handed out before."""
     (one, _), (two, _) = await open_on(redis_target.url, redis_target.cluster), await open_on(redis_target.url, redis_target.cluster)
