@@ -113,7 +113,9 @@ class Counter(asyncio.Protocol):
                     self._resolve(None)
             elif opcode == _CLOSE:
                 self.closes += 1
-                self._fail("closed by the server")
+                payload = buffer[at + head:at + head + length]
+                code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else None
+                self._fail(f"closed by the server: {code} {payload[2:].decode(errors='replace')}")
             at += head + length
         return buffer[at:] if at else buffer
 

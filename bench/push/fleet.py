@@ -139,15 +139,18 @@ class Fleet:
             self.processes.append(process)
 
     def _all(self, name: str, per_process: list[tuple[Any, ...]]) -> list[Any]:
-        for pipe, args in zip(self.pipes, per_process, strict=True):
-            pipe.send((name, args))
-        answers = []
-        for pipe in self.pipes:
-            status, value = pipe.recv()
+        """Send command ``name`` to every process (its own arguments each), then collect the answers."""
+        try:
+            for pipe, args in zip(self.pipes, per_process, strict=True):
+                pipe.send((name, args))
+            answers = [pipe.recv() for pipe in self.pipes]
+        except (OSError, EOFError) as exc:
+            codes = [process.exitcode for process in self.processes]
+            raise FleetError(f"{name}: a client process is gone ({exc!r}; exit codes {codes})") from None
+        for status, value in answers:
             if status != "ok":
                 raise FleetError(value)
-            answers.append(value)
-        return answers
+        return [value for _, value in answers]
 
     def connect(self, target: Target, users: list[str], secret: str, topic: str | None = None) -> tuple[int, list[str]]:
         """Connect every user of ``users`` (spread over the processes); (made, first errors)."""
@@ -173,7 +176,10 @@ class Fleet:
     def stop(self) -> None:
         """End the client processes."""
         for pipe in self.pipes:
-            pipe.send(("stop", ()))
+            try:
+                pipe.send(("stop", ()))
+            except OSError:
+                pass  # already gone
         for process in self.processes:
             process.join(timeout=10)
             if process.is_alive():

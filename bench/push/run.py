@@ -1,11 +1,11 @@
 """The push benchmark of issue 4: hongbao's WebSocket push against a plain ``websockets`` server,
-ratios in one run, the same client fleet for both.
+ratios in one run, the same client fleet for both, and a ceiling beside them.
 
 1. Memory per idle connection: server RSS growth / N at N = ``--idle`` (default 10 000), hongbao
    vs the websockets server (sides.py).
 2. Fan-out: ``--broadcasts`` broadcasts of a 100-byte text to ``--fanout`` (5 000) subscribed
-   connections; server CPU time (every thread of the server's processes) per message the clients
-   received, hongbao vs the websockets server (sides.py).
+   connections, one at a time; server CPU time (every thread of the server's processes) per
+   message the clients received, hongbao vs the websockets server (sides.py).
 3. Push latency: an open over HTTP to the ``opened`` event at the opener's socket, p50 and p99
    (latency.py).
 4. Redis memory per online user: MEMORY USAGE of the three session layers in a real
@@ -13,7 +13,10 @@ ratios in one run, the same client fleet for both.
 
 hongbao runs as ``hongbao serve`` with ONE worker, the embedded backend (push state in its SQLite;
 in Redis for step 4), tokens minted with its key; the websockets server (baseline_server.py) is
-one process on uvloop. The clients are light hand-written WebSocket clients (client.py) in
+one process on uvloop. Steps 1 and 2 also run against the ceiling (ceiling_server.py: a uvloop
+protocol that only does the handshake and writes each broadcast's frame, encoded once): its
+ratio to websockets (``ceiling_ratios``) is the best any server could reach on this machine, as
+every server pays the kernel for one write per message and connection. The clients are light hand-written WebSocket clients (client.py) in
 ``--procs`` processes (fleet.py). RLIMIT_NOFILE is raised to the hard limit for the servers and
 the clients. The floors (``FLOORS``: hongbao / websockets may not exceed them) and the Redis
 budget gate the exit status unless ``--no-gate``; a run that is incorrect (a connection refused,
@@ -42,7 +45,7 @@ import uvloop
 from hongbao.bench.http.run import BenchError, Process
 from hongbao.bench.push import latency, redis_memory, servers
 from hongbao.bench.push.fleet import Fleet, FleetError, raise_nofile
-from hongbao.bench.push.sides import BaselineSide, HongbaoSide, Measured, fanout, idle_memory
+from hongbao.bench.push.sides import HongbaoSide, Measured, PlainSide, Side, fanout, idle_memory
 
 #: hongbao / websockets, measured in the same run, may not exceed these.
 FLOORS = {"fanout_cpu_per_message": 1 / 3, "memory_per_idle_connection": 1 / 2}
@@ -72,50 +75,64 @@ def _ratio(ours: float, theirs: float) -> float | None:
     return round(ours / theirs, 4) if theirs > 0 else None
 
 
-def _two(measure: str, ours: Measured, theirs: Measured, key: str, ratios: dict[str, float | None],
-         problems: list[str]) -> dict[str, Any]:
-    ratios[measure] = _ratio(ours.values[key], theirs.values[key])
-    problems += ours.problems + theirs.problems
-    return {"hongbao": ours.values, "websockets": theirs.values}
+def _per_side(measured: list[Measured], problems: list[str]) -> dict[str, Any]:
+    """{side name: values} of one measure over every side; their problems go to ``problems``."""
+    problems += [p for m in measured for p in m.problems]
+    return {m.values["server"]: m.values for m in measured}
+
+
+def _ratios(result: dict[str, Any], measure: str, key: str, gated: str) -> None:
+    """hongbao / websockets of ``key`` as ratio ``gated``; the ceiling / websockets beside it
+    (``ceiling_ratios``: were it over the floor, no server could meet it on this machine)."""
+    values = result[measure]
+    result["ratios"][gated] = _ratio(values["hongbao"][key], values["websockets"][key])
+    result["ceiling_ratios"][gated] = _ratio(values["ceiling"][key], values["websockets"][key])
 
 
 def _servers_and_clients(opts: Options, workdir: Path, result: dict[str, Any], problems: list[str]) -> None:
-    """Steps 1 to 3 (both servers, the fleet), into ``result``."""
-    most = max(opts.idle, opts.fanout) + HEADROOM_FDS
+    """Steps 1 to 4 (the servers, the fleet), into ``result``."""
     fleet = Fleet(opts.procs)
     procs: list[Process] = []
     try:
-        hb_proc, secret = servers.hongbao(workdir / "hongbao", most)
+        hb_proc, secret = servers.hongbao(workdir / "hongbao", opts.idle + opts.fanout + HEADROOM_FDS)
         procs.append(hb_proc)
-        procs.append(base_proc := servers.baseline(workdir))
         ours = HongbaoSide(hb_proc, secret)
-        theirs = BaselineSide(base_proc, secret, ours)
-        ratios: dict[str, float | None] = result["ratios"]
-        result["memory"] = _two("memory_per_idle_connection", idle_memory(fleet, ours, opts.idle),
-                                idle_memory(fleet, theirs, opts.idle), "bytes_per_connection", ratios, problems)
-        fan = result["fanout"] = _two("fanout_cpu_per_message", fanout(fleet, ours, opts.fanout, opts.broadcasts),
-                                      fanout(fleet, theirs, opts.fanout, opts.broadcasts), "cpu_us_per_message", ratios, problems)
-        # where the time goes: the same ratio without the kernel's share (not gated)
-        ratios["fanout_user_cpu_per_message"] = _ratio(fan["hongbao"]["user_us_per_message"], fan["websockets"]["user_us_per_message"])
+        for name, script in (("websockets", servers.BASELINE), ("ceiling", servers.CEILING)):
+            procs.append(servers.plain(workdir, name, script))
+        sides: list[Side] = [ours, *(PlainSide(proc, secret, ours) for proc in procs[1:])]
+        result["memory"] = _per_side([idle_memory(fleet, side, opts.idle) for side in sides], problems)
+        _ratios(result, "memory", "bytes_per_connection", "memory_per_idle_connection")
+        result["fanout"] = _per_side([fanout(fleet, side, opts.fanout, opts.broadcasts) for side in sides], problems)
+        _ratios(result, "fanout", "cpu_us_per_message", "fanout_cpu_per_message")
         result["latency"] = uvloop.run(latency.measure(hb_proc.url, secret, opts.openers, opts.packets))
         if result["latency"]["missing_events"]:
             problems.append(f"latency: {result['latency']['missing_events']} opens never saw their event")
-        if opts.skip_redis:
-            return
-        redis_proc, redis_url = servers.redis_server(workdir)
-        try:
-            red_proc, red_secret = servers.hongbao(workdir / "hongbao-redis", opts.redis_users + HEADROOM_FDS, redis_url)
-            procs.append(red_proc)
-            result["redis"], found = redis_memory.measure(fleet, HongbaoSide(red_proc, red_secret), redis_url, opts.redis_users)
-            problems += found
-        finally:
-            redis_proc.terminate()
-            redis_proc.wait(timeout=30)
+        if not opts.skip_redis:
+            _redis(fleet, opts, workdir, result, problems)
     finally:
         fleet.stop()
         for proc in procs:
-            if proc.stop() != 0:
-                problems.append(f"{proc.name} exited with {proc.popen.returncode}")
+            _stop(proc, problems)
+
+
+def _redis(fleet: Fleet, opts: Options, workdir: Path, result: dict[str, Any], problems: list[str]) -> None:
+    """Step 4, on its own redis-server and hongbao (stopped before Redis is)."""
+    redis_proc, redis_url = servers.redis_server(workdir)
+    try:
+        proc, secret = servers.hongbao(workdir / "hongbao-redis", opts.redis_users + HEADROOM_FDS, redis_url)
+        try:
+            result["redis"], found = redis_memory.measure(fleet, HongbaoSide(proc, secret), redis_url, opts.redis_users)
+            problems += found
+        finally:
+            _stop(proc, problems)
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait(timeout=30)
+
+
+def _stop(proc: Process, problems: list[str]) -> None:
+    if proc.stop() != 0:
+        problems.append(f"{proc.name} exited with {proc.popen.returncode}")
 
 
 def floor_misses(result: dict[str, Any]) -> list[str]:
@@ -145,7 +162,7 @@ def run(opts: Options) -> dict[str, Any]:
                      "latency_samples": opts.openers * opts.packets, "redis_users": opts.redis_users,
                      "client_processes": opts.procs, "hongbao_workers": 1, "hongbao_backend": "embedded",
                      "cpus": os.cpu_count(), "loadavg_before": list(os.getloadavg())},
-        "floors": FLOORS, "redis_budget_bytes": REDIS_BUDGET_BYTES, "ratios": {}}
+        "floors": FLOORS, "redis_budget_bytes": REDIS_BUDGET_BYTES, "ratios": {}, "ceiling_ratios": {}}
     try:
         _servers_and_clients(opts, workdir, result, problems)
     except FleetError as exc:
@@ -161,21 +178,23 @@ def run(opts: Options) -> dict[str, Any]:
     return result
 
 
+def _row(label: str, values: dict[str, Any], key: str, ratio: float | None, floor: float | None) -> str:
+    cells = " ".join(f"{values[side][key]:12.3f}" for side in ("hongbao", "websockets", "ceiling"))
+    ratio_text = f"{ratio:7.3f}" if ratio is not None else "      -"
+    return f"{label:34} {cells} {ratio_text}" + (f"  <= {floor:.3f}" if floor is not None else "")
+
+
 def table(result: dict[str, Any]) -> str:
-    """The printed summary: one line per measurement."""
-    fan, mem = result["fanout"], result["memory"]
-    ratios = {name: ratio if ratio is not None else float("nan") for name, ratio in result["ratios"].items()}
-    lines = [f"{'measure':34} {'hongbao':>12} {'websockets':>12} {'ratio':>7}  floor",
-             f"{'fan-out CPU us / message':34} {fan['hongbao']['cpu_us_per_message']:12.3f} "
-             f"{fan['websockets']['cpu_us_per_message']:12.3f} {ratios['fanout_cpu_per_message']:7.3f}  "
-             f"<= {FLOORS['fanout_cpu_per_message']:.3f}",
-             f"{'  of which user space':34} {fan['hongbao']['user_us_per_message']:12.3f} "
-             f"{fan['websockets']['user_us_per_message']:12.3f} {ratios['fanout_user_cpu_per_message']:7.3f}",
-             f"{'  of which kernel (one write each)':34} {fan['hongbao']['system_us_per_message']:12.3f} "
-             f"{fan['websockets']['system_us_per_message']:12.3f}",
-             f"{'memory KiB / idle connection':34} {mem['hongbao']['kib_per_connection']:12.2f} "
-             f"{mem['websockets']['kib_per_connection']:12.2f} {ratios['memory_per_idle_connection']:7.3f}  "
-             f"<= {FLOORS['memory_per_idle_connection']:.3f}"]
+    """The printed summary: one line per measurement; ratio = hongbao / websockets."""
+    fan, mem, ratios = result["fanout"], result["memory"], result["ratios"]
+    kib = {side: {"kib": values["kib_per_connection"]} for side, values in mem.items()}
+    lines = [f"{'measure':34} {'hongbao':>12} {'websockets':>12} {'ceiling':>12} {'ratio':>7}  floor",
+             _row("fan-out CPU us / message", fan, "cpu_us_per_message", ratios["fanout_cpu_per_message"],
+                  FLOORS["fanout_cpu_per_message"]),
+             _row("memory KiB / idle connection", kib, "kib", ratios["memory_per_idle_connection"],
+                  FLOORS["memory_per_idle_connection"])]
+    ceiling = ", ".join(f"{name} {ratio:.3f}" for name, ratio in result["ceiling_ratios"].items() if ratio is not None)
+    lines.append(f"the ceiling / websockets (the best any server could do here): {ceiling}")
     lat = result["latency"]
     lines.append(f"push latency open -> event: p50 {lat['push']['p50_ms']:.2f} ms, p99 {lat['push']['p99_ms']:.2f} ms "
                  f"({lat['samples']} samples; the HTTP answer p50 {lat['http_answer']['p50_ms']:.2f} ms)")

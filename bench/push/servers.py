@@ -1,13 +1,12 @@
 """The processes the push benchmark measures or needs: hongbao (``hongbao serve``, embedded, one
 worker, configured through a ``hongbao.toml`` in its data directory), the ``websockets`` baseline
-(``baseline_server.py``), a throwaway ``redis-server``; and the memory of a process tree.
+(``baseline_server.py``), the ceiling (``ceiling_server.py``), a throwaway ``redis-server``; and the memory of a process tree.
 
 Processes started here inherit the benchmark's raised RLIMIT_NOFILE (``fleet.raise_nofile``).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from hongbao.bench.http.run import BenchError, Process, _clean_env, free_port, s
 from hongbao.server.auth import embedded_secret
 
 BASELINE = Path(__file__).with_name("baseline_server.py")
+CEILING = Path(__file__).with_name("ceiling_server.py")
 REDIS_READY_S = 20.0
 QUIET_SPAN_S, QUIET_SHARE, QUIET_TIMEOUT_S = 0.5, 0.1, 120.0
 
@@ -36,14 +36,15 @@ def hongbao(data_dir: Path, max_connections: int, redis_url: str = "") -> tuple[
     return start_hongbao(data_dir, 1), embedded_secret(data_dir)
 
 
-def baseline(workdir: Path) -> Process:
-    """Start the websockets baseline server on a free port; wait until it answers."""
+def plain(workdir: Path, name: str, script: Path) -> Process:
+    """Start ``script`` (``BASELINE``: the websockets server, or ``CEILING``) as server ``name``
+    on a free port; wait until it answers."""
     port = free_port()
-    log = workdir / "baseline.log"
+    log = workdir / f"{name}.log"
     with open(log, "wb") as stderr:
-        popen = subprocess.Popen([sys.executable, str(BASELINE), "--port", str(port)], stdout=subprocess.DEVNULL,
+        popen = subprocess.Popen([sys.executable, str(script), "--port", str(port)], stdout=subprocess.DEVNULL,
                                  stderr=stderr, cwd=workdir, env=_clean_env())
-    proc = Process("websockets", f"http://127.0.0.1:{port}", popen, log)
+    proc = Process(name, f"http://127.0.0.1:{port}", popen, log)
     proc.wait_ready("/healthz")
     return proc
 
@@ -72,27 +73,14 @@ def redis_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise BenchError(f"redis-server did not start:\n{(directory / 'redis.log').read_text(errors='replace')}")
 
 
-def cpu_times(proc: Process) -> tuple[float, float]:
-    """(user, system) CPU seconds of the process and its workers so far, every thread."""
-    user = system = 0
-    for pid in {proc.popen.pid, *proc.children()}:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        user, system = user + int(fields[11]), system + int(fields[12])  # utime, stime (fields 14 and 15)
-    tick = os.sysconf("SC_CLK_TCK")
-    return user / tick, system / tick
-
-
 def wait_quiet(proc: Process, timeout_s: float = QUIET_TIMEOUT_S) -> bool:
     """Wait until the server uses less than ``QUIET_SHARE`` of a core over ``QUIET_SPAN_S`` (its
     work from the last step is done: closes, logouts); False if it is still busy after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        before = sum(cpu_times(proc))
+        before = proc.cpu_seconds()
         time.sleep(QUIET_SPAN_S)
-        if sum(cpu_times(proc)) - before < QUIET_SHARE * QUIET_SPAN_S:
+        if proc.cpu_seconds() - before < QUIET_SHARE * QUIET_SPAN_S:
             return True
     return False
 

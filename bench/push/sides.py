@@ -1,10 +1,10 @@
-"""The two same-fleet measurements of the push benchmark, each run against hongbao and against
-the websockets baseline in the same run: server CPU per delivered broadcast message (fan-out),
+"""The two same-fleet measurements of the push benchmark, each run against hongbao, the websockets
+baseline and the ceiling in the same run: server CPU per delivered broadcast message (fan-out),
 and server memory per idle connection.
 
 Fan-out: ``connections`` clients subscribe to one topic; one broadcast warms the path up (every
 client must get it); then ``broadcasts`` broadcasts are sent back to back over HTTP (hongbao:
-``POST /v1/admin/push`` with the topic; the baseline: ``GET /broadcast``), and the clients count
+``POST /v1/admin/push`` with the topic; the others: ``GET /broadcast``), and the clients count
 until each has them all. Server CPU (user + system, every thread of the server's processes) over
 that span, divided by the messages the clients counted, is the cost per delivered message.
 
@@ -27,7 +27,7 @@ import httpx
 from hongbao.bench.http.run import Process
 from hongbao.bench.push.client import Target
 from hongbao.bench.push.fleet import Fleet
-from hongbao.bench.push.servers import cpu_times, rss_bytes, wait_quiet
+from hongbao.bench.push.servers import rss_bytes, wait_quiet
 from hongbao.server.auth import mint
 from hongbao.server.push_messages import EventBody
 
@@ -77,14 +77,13 @@ class HongbaoSide:
             self.text = EventBody(EVENT, self.pad, TOPIC)(offset, epoch).decode()
 
 
-class BaselineSide:
-    """The websockets server: broadcasts the text of ``source`` (hongbao's first measured message,
-    so both send the same bytes: measure hongbao's fan-out first) through ``GET /broadcast``."""
-
-    name = "websockets"
+class PlainSide:
+    """The websockets server or the ceiling (``proc.name``): broadcasts the text of ``source``
+    (hongbao's first measured message, so all send the same bytes: measure hongbao's fan-out
+    first) through ``GET /broadcast``."""
 
     def __init__(self, proc: Process, secret: str, source: HongbaoSide) -> None:
-        self.proc, self.secret, self.source = proc, secret, source
+        self.name, self.proc, self.secret, self.source = proc.name, proc, secret, source
         self.target = Target("127.0.0.1", int(proc.url.rsplit(":", 1)[1]), "/?token=")
 
     def broadcast(self, http: httpx.Client, index: int) -> None:
@@ -132,12 +131,12 @@ def fanout(fleet: Fleet, side: Side, connections: int, broadcasts: int) -> Measu
             problems.append(f"{side.name}: the warm-up broadcast reached {warm.frames} of {connections} subscribers")
         fleet.reset()
         _quiet(side, problems)
-        (user_before, system_before), started = cpu_times(side.proc), time.perf_counter()
+        cpu_before, started = side.proc.cpu_seconds(), time.perf_counter()
         for index in range(1, broadcasts + 1):
             side.broadcast(http, index)
         sent_s = time.perf_counter() - started
         counts = fleet.expect(broadcasts, EXPECT_TIMEOUT_S)
-        wall_s, (user_after, system_after) = time.perf_counter() - started, cpu_times(side.proc)
+        wall_s, cpu_s = time.perf_counter() - started, side.proc.cpu_seconds() - cpu_before
     _close(fleet, side, problems)
     expected = connections * broadcasts
     if counts.frames != expected or counts.least != broadcasts or counts.most != broadcasts:
@@ -145,13 +144,10 @@ def fanout(fleet: Fleet, side: Side, connections: int, broadcasts: int) -> Measu
                         f"{counts.most}), expected {expected}")
     if counts.closes:
         problems.append(f"{side.name}: {counts.closes} connections were closed by the server")
-    user_s, system_s = user_after - user_before, system_after - system_before
-    per_message = 1e6 / max(1, counts.frames)
     return Measured({
-        "connections": connections, "broadcasts": broadcasts, "delivered": counts.frames,
+        "server": side.name, "connections": connections, "broadcasts": broadcasts, "delivered": counts.frames,
         "payload_bytes_mean": round(counts.payload_bytes / max(1, counts.frames), 1),
-        "server_cpu_s": round(user_s + system_s, 4), "cpu_us_per_message": round((user_s + system_s) * per_message, 3),
-        "user_us_per_message": round(user_s * per_message, 3), "system_us_per_message": round(system_s * per_message, 3),
+        "server_cpu_s": round(cpu_s, 4), "cpu_us_per_message": round(cpu_s * 1e6 / max(1, counts.frames), 3),
         "messages_per_s": round(counts.frames / wall_s, 1), "send_s": round(sent_s, 3), "wall_s": round(wall_s, 3),
         "connect_s": round(connect_s, 3)}, problems)
 
@@ -169,7 +165,7 @@ def idle_memory(fleet: Fleet, side: Side, connections: int) -> Measured:
     _close(fleet, side, problems)
     if still != connections:
         problems.append(f"{side.name}: {connections - still} idle connections were closed before the measurement")
-    return Measured({"connections": connections, "rss_before_bytes": before, "rss_after_bytes": after,
+    return Measured({"server": side.name, "connections": connections, "rss_before_bytes": before, "rss_after_bytes": after,
                      "bytes_per_connection": round((after - before) / connections, 1),
                      "kib_per_connection": round((after - before) / connections / 1024, 2),
                      "connect_s": round(connect_s, 3)}, problems)
