@@ -1,9 +1,11 @@
-"""One SQLite connection per worker, driven from a dedicated thread so the event loop never blocks.
+"""One SQLite connection per worker and file, driven from a dedicated thread so the event loop never blocks.
 
 Settings for money (DESIGN.md section 5): WAL journal, ``synchronous=FULL`` (a committed
 transaction survives power loss), ``BEGIN IMMEDIATE`` for every money transaction (the write lock
 is taken up front, so two workers never deadlock upgrading a read lock), and a busy timeout so
-concurrent workers queue for the lock instead of failing.
+concurrent workers queue for the lock instead of failing. SQLite has one writer per file and each
+file here one write thread, so the push channel's writes live in a file of their own
+(hongbao.core.adapters.sqlite_push_db, ``synchronous=NORMAL``) and never queue in front of money.
 
 Point reads do not take the thread hop (~80 us of CPU each): they run on the event loop's own
 thread over a second, read-only connection. In WAL mode a reader never waits for a writer, and
@@ -18,30 +20,38 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from hongbao.core.adapters.sqlite_schema import migrate
 
 T = TypeVar("T")
 BUSY_TIMEOUT_S = 30.0
+Synchronous = Literal["FULL", "NORMAL"]
 
 
 class SqliteDb:
-    """A SQLite file opened for money: ``path`` (created with its schema), ``n_tables`` per day."""
+    """A SQLite file: ``path``, created with its schema by ``schema(conn)`` (default: the money
+    schema with ``n_tables`` tables per day), committing with ``synchronous`` (FULL: a commit is
+    on disk before it returns; NORMAL in WAL mode: it is in the OS when it returns, on disk at
+    the next checkpoint). Raises RuntimeError when the file's schema is newer than this code."""
 
     __slots__ = ("path", "conn", "reader", "n_tables", "_executor")
 
-    def __init__(self, path: Path, n_tables: int = 1) -> None:
+    def __init__(self, path: Path, n_tables: int = 1, *, schema: Callable[[sqlite3.Connection], None] | None = None,
+                 synchronous: Synchronous = "FULL") -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute(f"PRAGMA synchronous={synchronous}")
         self.n_tables = n_tables
-        migrate(self.conn, n_tables)
+        if schema is None:
+            migrate(self.conn, n_tables)
+        else:
+            schema(self.conn)
         self.reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         self.reader.execute("PRAGMA query_only=1")
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sqlite-{path.stem}")
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the connection's own thread; every call is serialised in submit order."""
