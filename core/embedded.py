@@ -1,6 +1,7 @@
-"""The embedded backend: the whole service on one SQLite file and the host's shared memory.
+"""The embedded backend: the whole service on SQLite files and the host's shared memory.
 
-Nothing external is needed; every state shared between workers lives in SQLite and the
+Nothing external is needed; every state shared between workers lives in SQLite (money in
+``hongbao.db``, the push channel in ``push.db``, each file with its own writer) and the
 per-packet admission table lives in /dev/shm, so several worker processes on one host agree.
 """
 
@@ -15,6 +16,7 @@ from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_ledger import SqliteLedgerStore
 from hongbao.core.adapters.sqlite_lists import SqliteProfileStore, SqliteUserListStore
 from hongbao.core.adapters.sqlite_packets import SqlitePacketStore
+from hongbao.core.adapters.sqlite_push_db import open_push_db
 from hongbao.core.adapters.sqlite_state import SqliteFlags, SqliteGroupStore, SqlitePreOrderStore, SqliteQueue, SqliteSequenceSource
 from hongbao.core.clock import Clock, SystemClock
 from hongbao.core.ports import Draw
@@ -27,15 +29,18 @@ ADMISSION_SLOTS = 65536
 
 @dataclass(frozen=True, slots=True)
 class Embedded:
-    """A running embedded backend: the service, its database, and the shared admission table."""
+    """A running embedded backend: the service, its money database, the shared admission table,
+    and the push channel's file (its stores when push is not on Redis; server/push_stores.py)."""
 
     service: PacketService
     db: SqliteDb
     admission: hongbao_native.AdmissionTable
+    push_db: SqliteDb
 
     def close(self) -> None:
-        """Close the database connection (the admission table is unlinked by its creator)."""
+        """Close the database connections (the admission table is unlinked by its creator)."""
         self.db.close()
+        self.push_db.close()
 
 
 def create_admission(name: str) -> hongbao_native.AdmissionTable:
@@ -56,4 +61,4 @@ def open_embedded(data_dir: Path, admission: hongbao_native.AdmissionTable, *, c
                   SqliteSequenceSource(db), SqliteQueue(db), clock or SystemClock(), SqliteUserListStore(db), SqliteProfileStore(db),
                   SqliteFlags(db))
     service = PacketService(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw)
-    return Embedded(service, db, admission)
+    return Embedded(service, db, admission, open_push_db(data_dir))

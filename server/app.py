@@ -44,8 +44,8 @@ class App:
         """``ws_limiter``: the host-wide admission rate of new WebSocket connections (made by the master)."""
         self.settings, self.backend, self.verifier, self.metrics = settings, backend, verifier, metrics
         self.ws_gate = Gate(settings, verifier, ws_limiter)
-        stores = open_push_stores(settings, backend.db if isinstance(backend, Embedded) else None)
-        self.push = PushHub(settings, stores, metrics, stores.queue or backend.service.ports.queue, backend.service.ports.groups)
+        stores = open_push_stores(settings, backend.push_db if isinstance(backend, Embedded) else None)
+        self.push = PushHub(settings, stores, metrics, stores.queue, backend.service.ports.groups)
         backend.service.notifier = self.push
         h = Handlers(backend.service)
         routes = [

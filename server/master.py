@@ -18,6 +18,7 @@ import time
 import hongbao_native
 
 from hongbao.core.adapters.sqlite_db import SqliteDb
+from hongbao.core.adapters.sqlite_push_db import open_push_db
 from hongbao.core.embedded import DB_FILE, create_admission
 from hongbao.server.auth import embedded_secret
 from hongbao.server.config import Settings
@@ -54,11 +55,12 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _prepare(settings: Settings) -> None:
-    """Before any fork: data directory, key file, schema, a fresh metrics directory."""
+    """Before any fork: data directory, key file, schemas (money and push files), a fresh metrics directory."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if not settings.jwt_secret and not settings.jwt_public_key_file:
         embedded_secret(settings.data_dir)
     SqliteDb(settings.data_dir / DB_FILE).close()
+    open_push_db(settings.data_dir).close()
     shutil.rmtree(settings.data_dir / METRICS_DIR, ignore_errors=True)
 
 

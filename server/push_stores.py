@@ -1,10 +1,10 @@
 """The push channel's storage (hongbao.core.push_ports) for one worker, chosen from Settings.
 
-Embedded (no ``redis_url``): the SQLite adapters on the worker's database (shared by the workers
-of one host through the file); group pushes go through the service's queue. With ``redis_url``
-(``redis_cluster`` for a Redis Cluster): the Redis adapters of core/adapters/redis_push*.py and
-the group queue on Redis Streams, so nodes on several hosts share sessions, logs, topics and
-group pushes. This is the one place a deployment's push storage is picked.
+Embedded (no ``redis_url``): the SQLite adapters on the push file (sqlite_push_db: ``push.db``,
+apart from the money's, with its own write thread; shared by the workers of one host), group
+pushes on that file's queue. With ``redis_url`` (``redis_cluster`` for a Redis Cluster): the
+Redis adapters of core/adapters/redis_push*.py and the group queue on Redis Streams, so nodes on
+several hosts share sessions, logs, topics and group pushes. This is the one place a deployment's push storage is picked.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from hongbao.core.adapters.redis_push_nodes import RedisNodeDirectory
 from hongbao.core.adapters.redis_queue import RedisQueue
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
+from hongbao.core.adapters.sqlite_state import SqliteQueue
 from hongbao.core.ports import Queue
 from hongbao.core.push_ports import MessageLog, NodeDirectory, SessionStore, TopicLog
 from hongbao.server.config import Settings
@@ -32,27 +33,27 @@ READY_TIMEOUT_S = 2.0
 
 @dataclass(frozen=True, slots=True)
 class PushStores:
-    """The four push ports one hub runs on; ``queue``: the group-push queue when it is not the
-    service's own (Redis), and ``redis``: the client they share (None when embedded)."""
+    """The four push ports one hub runs on, the group-push ``queue``, and ``redis``: the client
+    they share (None when embedded)."""
 
     sessions: SessionStore
     nodes: NodeDirectory
     log: MessageLog
     topics: TopicLog
-    queue: Queue | None = None
+    queue: Queue
     redis: RedisClient | None = None
 
     async def check(self) -> None:
         """Raise when the push store cannot be reached: Redis must answer a PING within
         ``READY_TIMEOUT_S`` (a dropped connection is retried first, so a blip passes); the
-        embedded stores live in the database /readyz already reads."""
+        embedded push file is local and open."""
         if self.redis is not None:
             await asyncio.wait_for(self.redis.ping(), READY_TIMEOUT_S)
 
 
 def open_push_stores(settings: Settings, db: SqliteDb | None) -> PushStores:
-    """The push stores of ``settings`` (``db``: the worker's embedded database, None on the
-    production backend, which requires ``redis_url``): sessions with
+    """The push stores of ``settings`` (``db``: the embedded backend's push file,
+    ``Embedded.push_db``; None on the production backend, which requires ``redis_url``): sessions with
     ``push_session_ttl_s``, per-user logs bounded by ``push_log_max_messages`` and
     ``push_log_max_age_s``; on Redis when ``redis_url`` is set (no I/O here: the hub's start
     issues the first command, the node's heartbeat, alone)."""
@@ -73,4 +74,5 @@ def open_push_stores(settings: Settings, db: SqliteDb | None) -> PushStores:
         SqliteNodeDirectory(db, settings.push_session_ttl_s),
         SqliteMessageLog(db, settings.push_log_max_messages, settings.push_log_max_age_s),
         SqliteTopicLog(db),
+        SqliteQueue(db),
     )

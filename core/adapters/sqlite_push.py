@@ -1,10 +1,10 @@
-"""The push channel's ports (hongbao.core.push_ports) on the embedded SQLite file.
+"""The push channel's ports (hongbao.core.push_ports) on the embedded push file (sqlite_push_db).
 
-Shared by every worker of one host through the database file (DESIGN.md section 5): point reads
-run on the event loop's thread over the read-only connection, writes go through the database's
-write executor, one transaction per call. Here a ``t_push_session`` row is at once the user's
-``session:{uid}``, the ``route:{sid}`` and the online entry; a node is alive while its
-``t_push_node`` row has not expired, and its sessions read as offline as soon as it has.
+Shared by every worker of one host through that file (``push.db``, apart from the money's, with
+its own write thread): point reads run on the event loop's thread over the read-only connection,
+writes go through the file's write executor, one transaction per call. A ``t_push_session`` row
+is at once the user's ``session:{uid}``, the ``route:{sid}`` and the online entry; a node is
+alive while its ``t_push_node`` row has not expired, and its sessions read as offline as soon as it has.
 Times are wall-clock (``time.time()``), never the service's test clock.
 """
 

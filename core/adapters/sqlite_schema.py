@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 3  # 3: the push channel's tables (t_push_*)
+SCHEMA_VERSION = 4  # 2: t_preorder.state; 3: the push tables (t_push_*); 4: they moved to push.db
+#: Tables of version 3 that version 4 drops (the push channel has its own file, sqlite_push_db).
+MOVED_OUT_V4 = ("t_push_session", "t_push_node", "t_push_stream", "t_push_message", "t_push_topic", "t_push_broadcast")
 DAYS = range(1, 32)
 
 _PACKET = """CREATE TABLE IF NOT EXISTS {name} (
@@ -34,8 +36,16 @@ _RECEIPT = """CREATE TABLE IF NOT EXISTS {name} (
 ) STRICT"""
 _RECEIPT_INDEX = "CREATE INDEX IF NOT EXISTS {name}_pending ON {name} (credit_status, opened_at)"
 
+#: Schema metadata (``schema_version``, ``n_tables``, flags), in every SQLite file of the backend.
+META_TABLE = """CREATE TABLE IF NOT EXISTS t_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT"""
+#: The queue's table (hongbao.core.adapters.sqlite_state.SqliteQueue), here and in the push file.
+QUEUE_TABLE = (
+    """CREATE TABLE IF NOT EXISTS t_queue (
+        id INTEGER PRIMARY KEY, stream TEXT NOT NULL, body TEXT NOT NULL,
+        visible_at INTEGER NOT NULL, attempts INTEGER NOT NULL DEFAULT 0) STRICT""",
+    "CREATE INDEX IF NOT EXISTS t_queue_ready ON t_queue (stream, visible_at)",
+)
 _SHARED = (
-    """CREATE TABLE IF NOT EXISTS t_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_account (
         user_id TEXT PRIMARY KEY, balance_fen INTEGER NOT NULL CHECK (balance_fen >= 0)) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_ledger (
@@ -53,10 +63,7 @@ _SHARED = (
     """CREATE TABLE IF NOT EXISTS t_seq_block (
         region INTEGER NOT NULL, yymmdd INTEGER NOT NULL, next_seq INTEGER NOT NULL,
         PRIMARY KEY (region, yymmdd)) STRICT""",
-    """CREATE TABLE IF NOT EXISTS t_queue (
-        id INTEGER PRIMARY KEY, stream TEXT NOT NULL, body TEXT NOT NULL,
-        visible_at INTEGER NOT NULL, attempts INTEGER NOT NULL DEFAULT 0) STRICT""",
-    "CREATE INDEX IF NOT EXISTS t_queue_ready ON t_queue (stream, visible_at)",
+    *QUEUE_TABLE,
     """CREATE TABLE IF NOT EXISTS t_user_list (
         user_id TEXT NOT NULL, direction TEXT NOT NULL, order_id TEXT NOT NULL,
         amount_fen INTEGER NOT NULL, created_at INTEGER NOT NULL, best_luck INTEGER NOT NULL DEFAULT 0,
@@ -65,27 +72,6 @@ _SHARED = (
     """CREATE TABLE IF NOT EXISTS t_packet_note (order_id TEXT PRIMARY KEY, greeting TEXT NOT NULL) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_profile (
         user_id TEXT PRIMARY KEY, nickname TEXT NOT NULL, avatar_url TEXT NOT NULL) STRICT""",
-    # The push channel (DESIGN.md section 7; hongbao.core.adapters.sqlite_push). A session row is
-    # also the user's route and online entry; times are wall-clock ms.
-    """CREATE TABLE IF NOT EXISTS t_push_session (
-        uid TEXT PRIMARY KEY, sid TEXT NOT NULL, node TEXT NOT NULL, login_at INTEGER NOT NULL,
-        active_at INTEGER NOT NULL) STRICT""",
-    "CREATE INDEX IF NOT EXISTS t_push_session_node ON t_push_session (node)",
-    "CREATE INDEX IF NOT EXISTS t_push_session_active ON t_push_session (active_at)",
-    """CREATE TABLE IF NOT EXISTS t_push_node (
-        node TEXT PRIMARY KEY, address TEXT NOT NULL, expires_at INTEGER NOT NULL) STRICT""",
-    """CREATE TABLE IF NOT EXISTS t_push_stream (
-        uid TEXT PRIMARY KEY, epoch TEXT NOT NULL, last_offset INTEGER NOT NULL, acked INTEGER NOT NULL) STRICT""",
-    """CREATE TABLE IF NOT EXISTS t_push_message (
-        uid TEXT NOT NULL, offset INTEGER NOT NULL, created_at INTEGER NOT NULL, body BLOB NOT NULL,
-        PRIMARY KEY (uid, offset)) STRICT, WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS t_push_message_age ON t_push_message (created_at)",
-    """CREATE TABLE IF NOT EXISTS t_push_topic (
-        topic TEXT PRIMARY KEY, epoch TEXT NOT NULL, last_offset INTEGER NOT NULL) STRICT""",
-    """CREATE TABLE IF NOT EXISTS t_push_broadcast (
-        id INTEGER PRIMARY KEY, topic TEXT NOT NULL, offset INTEGER NOT NULL, epoch TEXT NOT NULL,
-        body BLOB NOT NULL, created_at INTEGER NOT NULL) STRICT""",
-    "CREATE INDEX IF NOT EXISTS t_push_broadcast_age ON t_push_broadcast (created_at)",
 )
 
 
@@ -99,21 +85,43 @@ def receipt_table(table: int, day: int) -> str:
     return f"t_receipt_{table:02}_{day:02}"
 
 
-def migrate(conn: sqlite3.Connection, n_tables: int) -> None:
-    """Create every table (idempotent, safe to rerun) and record the schema version.
+def schema_version(conn: sqlite3.Connection, known: int) -> int | None:
+    """The version ``conn``'s file records (None: a new file), creating t_meta if needed.
 
-    Raises RuntimeError when the file holds a newer schema version than this code knows.
+    Raises RuntimeError when it is newer than ``known``, the version this code writes.
+    """
+    conn.execute(META_TABLE)
+    row = conn.execute("SELECT value FROM t_meta WHERE key = 'schema_version'").fetchone()
+    if row is not None and int(row[0]) > known:
+        raise RuntimeError(f"database {_path(conn)} has schema {row[0]}, newer than this hongbao ({known})")
+    return None if row is None else int(row[0])
+
+
+def record_version(conn: sqlite3.Connection, version: int) -> None:
+    """Record ``version`` as the file's schema version."""
+    conn.execute("INSERT INTO t_meta (key, value) VALUES ('schema_version', ?) "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(version),))
+
+
+def _path(conn: sqlite3.Connection) -> str:
+    """The file behind ``conn`` (for messages)."""
+    return str(conn.execute("PRAGMA database_list").fetchone()[2])
+
+
+def migrate(conn: sqlite3.Connection, n_tables: int) -> None:
+    """Create every table (idempotent, safe to rerun), upgrade an older file in place, and record
+    the schema version. Raises RuntimeError when the file holds a newer version than this code knows.
     """
     with conn:
-        conn.execute(_SHARED[0])
-        row = conn.execute("SELECT value FROM t_meta WHERE key = 'schema_version'").fetchone()
-        if row is not None and int(row[0]) > SCHEMA_VERSION:
-            raise RuntimeError(f"database schema {row[0]} is newer than this hongbao ({SCHEMA_VERSION})")
-        for statement in _SHARED[1:]:
+        version = schema_version(conn, SCHEMA_VERSION)
+        for statement in _SHARED:
             conn.execute(statement)
         preorder_columns = {row[1] for row in conn.execute("PRAGMA table_info(t_preorder)")}
         if "state" not in preorder_columns:  # version 1 -> 2: pay and cancel claim a pre-order atomically
             conn.execute("ALTER TABLE t_preorder ADD COLUMN state TEXT NOT NULL DEFAULT 'pending'")
+        if version == 3:  # 3 -> 4: push state moved to its own file; the streams held here start
+            for moved in MOVED_OUT_V4:  # again under new epochs there (clients reload, DESIGN.md 7)
+                conn.execute(f"DROP TABLE IF EXISTS {moved}")
         for table in range(n_tables):
             for day in DAYS:
                 for template, name in (
@@ -123,11 +131,7 @@ def migrate(conn: sqlite3.Connection, n_tables: int) -> None:
                     (_RECEIPT_INDEX, receipt_table(table, day)),
                 ):
                     conn.execute(template.format(name=name))
-        conn.execute(
-            "INSERT INTO t_meta (key, value) VALUES ('schema_version', ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (str(SCHEMA_VERSION),),
-        )
+        record_version(conn, SCHEMA_VERSION)
         conn.execute(
             "INSERT INTO t_meta (key, value) VALUES ('n_tables', ?) ON CONFLICT (key) DO NOTHING",
             (str(n_tables),),

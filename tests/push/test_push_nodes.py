@@ -27,8 +27,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nodes, S
 
 
 def sessions(nodes: Nodes, users: list[str]) -> int:
-    """How many of ``users`` have a session in the shared database (the embedded session store)."""
-    with sqlite3.connect(nodes.data_dir / "hongbao.db") as db:
+    """How many of ``users`` have a session in the shared push file (the embedded session store)."""
+    with sqlite3.connect(nodes.data_dir / "push.db") as db:
         marks = ",".join("?" * len(users))
         return int(db.execute(f"SELECT COUNT(*) FROM t_push_session WHERE uid IN ({marks})", users).fetchone()[0])
 
@@ -88,7 +88,7 @@ def test_internal_listener_needs_the_shared_secret(cluster: tuple[Nodes, Server,
     """A node's internal listener answers 401 without the shared secret (derived from the data
     directory's key, never logged), and "not here" for a session it does not hold."""
     nodes, a, _ = cluster
-    with sqlite3.connect(nodes.data_dir / "hongbao.db") as db:
+    with sqlite3.connect(nodes.data_dir / "push.db") as db:
         addresses = [str(row[0]) for row in db.execute("SELECT address FROM t_push_node WHERE expires_at > ?", (int(time.time() * 1000),))]
     secret = internal_secret(Settings(data_dir=nodes.data_dir))
     message = {"messages": [["nobody", "s1", 1, "e1", '{"type":"event"}']]}

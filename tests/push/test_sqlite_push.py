@@ -1,5 +1,5 @@
-"""The embedded push adapters (hongbao.core.adapters.sqlite_push) against a real SQLite file,
-opened twice as two workers of one host would."""
+"""The embedded push adapters (hongbao.core.adapters.sqlite_push) against a real push file
+(``push.db``), opened twice as two workers of one host would."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
+from hongbao.core.adapters.sqlite_push_db import open_push_db
 from hongbao.core.push_ports import BodyMaker, Route, Stored
 
 T0 = 1_800_000_000_000
@@ -20,8 +21,8 @@ T0 = 1_800_000_000_000
 
 @pytest.fixture
 def dbs(tmp_path: Path) -> Iterator[tuple[SqliteDb, SqliteDb]]:
-    """Two connections to one database file: two workers."""
-    a, b = SqliteDb(tmp_path / "hongbao.db"), SqliteDb(tmp_path / "hongbao.db")
+    """Two connections to one push file: two workers."""
+    a, b = open_push_db(tmp_path), open_push_db(tmp_path)
     yield a, b
     a.close()
     b.close()
