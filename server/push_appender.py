@@ -1,8 +1,10 @@
-"""Appends to the users' logs made in one turn of the event loop share one round trip.
+"""Appends to the users' logs share round trips: one write in flight, the next batch gathering.
 
 Events come in bursts (a packet's opens, credits and its finish), and each append is a write
-(one SQLite transaction, or a Redis pipeline): batching them keeps the push store's writes
-from queueing in front of the money's own on a busy worker. Appends of one user keep their order.
+(one SQLite transaction, or a Redis pipeline). The appends made while a write is in flight (and
+those of the loop turn that starts it) go together in the next one, so the store sees one
+transaction per round trip however many pushes wait, never a queue of small ones. Appends of
+one user keep their order: batches are written one after the other, in arrival order.
 """
 
 from __future__ import annotations
@@ -12,33 +14,38 @@ import asyncio
 from hongbao.core.push_ports import BodyMaker, MessageLog, Stored
 from hongbao.server.push_messages import now_ms
 
+Entry = tuple[str, BodyMaker, asyncio.Future[Stored]]
+
 
 class Appender:
-    """Batch ``log.append`` calls: each ``append`` joins the batch of the current loop turn."""
+    """Batch ``log.append`` calls (group commit): at most one write in flight per worker."""
 
-    __slots__ = ("log", "_batch", "_writes")
+    __slots__ = ("log", "_batch", "_writer")
 
     def __init__(self, log: MessageLog) -> None:
         self.log = log
-        self._batch: list[tuple[str, BodyMaker, asyncio.Future[Stored]]] = []
-        self._writes: set[asyncio.Task[None]] = set()
+        self._batch: list[Entry] = []
+        self._writer: asyncio.Task[None] | None = None
 
     async def append(self, uid: str, make_body: BodyMaker) -> Stored:
         """Append ``make_body(offset, epoch)`` to ``uid``'s stream; raises what the log raised."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Stored] = loop.create_future()
         self._batch.append((uid, make_body, future))
-        if len(self._batch) == 1:
-            loop.call_soon(self._write)
+        if self._writer is None:
+            self._writer = loop.create_task(self._write_all())
         return await future
 
-    def _write(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._append(self._batch))
-        self._batch = []
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+    async def _write_all(self) -> None:
+        """Write the gathered batches one after the other until none is left."""
+        try:
+            while self._batch:
+                batch, self._batch = self._batch, []
+                await self._append(batch)
+        finally:
+            self._writer = None
 
-    async def _append(self, batch: list[tuple[str, BodyMaker, asyncio.Future[Stored]]]) -> None:
+    async def _append(self, batch: list[Entry]) -> None:
         try:
             stored = await self.log.append([(uid, make_body) for uid, make_body, _ in batch], now_ms())
         except Exception as exc:

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import orjson
@@ -15,6 +16,7 @@ from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
 from hongbao.core.adapters.sqlite_push_db import open_push_db
 from hongbao.core.push_ports import BodyMaker, Route, Stored
+from hongbao.server.push_appender import Appender
 
 T0 = 1_800_000_000_000
 
@@ -176,3 +178,39 @@ async def test_topic_log_read_once_per_reader(dbs: tuple[SqliteDb, SqliteDb]) ->
     assert [(t, m.offset, m.body) for t, m in everything] == [("news", 1, b"n1"), ("sport", 1, b"s1")]
     await topics_b.publish("news", lambda o, e: b"n%d" % o)
     assert [(t, m.offset, m.epoch) for t, m in (await topics_a.read(cursor_b, 1))[1]] == [("news", 2, s1.epoch)]
+
+
+class CountingLog(SqliteMessageLog):
+    """The real log, recording how many entries each append call carried."""
+
+    def __init__(self, db: SqliteDb) -> None:
+        super().__init__(db, 100, 60)
+        self.calls: list[int] = []
+
+    async def append(self, entries: Sequence[tuple[str, BodyMaker]], now_ms: int) -> list[Stored]:
+        self.calls.append(len(entries))
+        return await super().append(entries, now_ms)
+
+
+async def test_appends_during_a_write_share_the_next_one(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """Group commit: appends made while one is being written go in one next write, in order."""
+    a, _ = dbs
+    log = CountingLog(a)
+    appender = Appender(log)
+    release = threading.Event()
+    held = asyncio.ensure_future(a.run(lambda: release.wait(10)))
+    first = asyncio.ensure_future(appender.append("u1", body("m0")))
+    await asyncio.sleep(0.01)
+
+    async def later(i: int) -> Stored:
+        await asyncio.sleep(0.001 * i)  # each in a loop turn of its own
+        return await appender.append("u1" if i % 2 else "u2", body(f"m{i}"))
+
+    rest = asyncio.gather(*(later(i) for i in range(1, 41)))
+    await asyncio.sleep(0.1)
+    release.set()
+    await held
+    stored = [await first, *await rest]
+    assert log.calls == [1, 40]
+    assert [m.offset for m in stored[1::2]] == list(range(2, 22)) and [m.offset for m in stored[2::2]] == list(range(1, 21))
+    assert texts((await log.replay("u1", None, None, int(time.time() * 1000))).messages) == [f"m{i}" for i in (0, *range(1, 41, 2))]
