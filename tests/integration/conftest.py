@@ -42,6 +42,12 @@ def redis_target(request: pytest.FixtureRequest) -> RedisTarget:
 
 
 @pytest.fixture
+def service_redis(redis_standalone: RedisTarget) -> RedisTarget:
+    """The Redis of mariadb.make_backend: the standalone one (a test module may override it)."""
+    return redis_standalone
+
+
+@pytest.fixture
 def redis_nodes(tmp_path: Path, redis_target: RedisTarget) -> Iterator[RedisNodes]:
     """Push nodes (server subprocesses) on ``redis_target`` (both modes); stopped after the test."""
     nodes = RedisNodes(tmp_path, redis_target)

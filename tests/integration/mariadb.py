@@ -160,16 +160,16 @@ SERVICE_LAYOUT = Layout(2, 2, prefix="svc_")
 
 
 @pytest.fixture
-def make_backend(mariadb: MariaDb, redis_standalone: RedisTarget, clock: ManualClock, admission: hongbao_native.AdmissionTable,
+def make_backend(mariadb: MariaDb, service_redis: RedisTarget, clock: ManualClock, admission: hongbao_native.AdmissionTable,
                  loop_cleanups: list[Any]) -> Callable[..., Production]:
     """One more worker's production backend on the same MariaDB shards (2 x 2, emptied first),
-    admission table and standalone Redis (emptied first; each backend its own queue consumer)."""
+    admission table and ``service_redis`` (emptied first; each backend its own queue consumer)."""
     layout = migrated(mariadb, SERVICE_LAYOUT)
-    redis_standalone.flush()
+    service_redis.flush()
     made = count()
 
     def make(**kwargs: Any) -> Production:
-        redis = redis_client(redis_standalone.url, cluster=False)
+        redis = redis_client(service_redis.url, cluster=service_redis.cluster)
         queue = RedisQueue(Pipelines(redis), f"worker-{next(made)}")
         backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, queue, clock=clock, redis=redis, **kwargs)
         loop_cleanups.append(backend.aclose)

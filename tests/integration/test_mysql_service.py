@@ -1,13 +1,15 @@
 """The service suite of tests/core/test_service.py, unchanged, on the production backend: the
 MySQL/MariaDB adapters over a real MariaDB (2 x 2 shards), the queue on Redis Streams and the
-order-id sequence and pre-orders on a real redis-server, both emptied before each test; then what
-only a real server shows: the batched open under 300 concurrent openers across two workers, and
-refunds racing on three."""
+order-id sequence and pre-orders on a real standalone Redis and on a 3-master Redis Cluster, all
+emptied before each test; then what only a real server shows: the batched open under 300
+concurrent openers across two workers, and refunds racing on three."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+
+import pytest
 
 from hongbao.core import errors
 from hongbao.core.clock import ManualClock
@@ -16,6 +18,7 @@ from hongbao.core.production import Production
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
 from tests.integration.mariadb import backend, make_backend  # noqa: F401  (fixtures)
+from tests.integration.redis_servers import RedisTarget
 
 # On Redis a lapsed pre-order is dropped by its key's TTL, not by the next send: that case is
 # test_lapsed_pre_order_key_expires in tests/integration/test_redis_money.py.
@@ -23,6 +26,13 @@ globals().update({name: test for name, test in vars(suite).items()
                   if name.startswith("test_") and name != "test_lapsed_pre_orders_are_dropped"})
 
 DAY_MS = suite.DAY_MS
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+def service_redis(request: pytest.FixtureRequest) -> RedisTarget:
+    """The suite runs on a standalone Redis and on the 3-master cluster (M-16: no CROSSSLOT on any path)."""
+    target: RedisTarget = request.getfixturevalue(f"redis_{request.param}")
+    return target
 
 
 async def test_hot_packet_300_openers_on_two_workers(make_backend: Callable[..., Production]) -> None:
