@@ -11,7 +11,9 @@ Otherwise the message stays queued in the log until the next connection replays 
 A session's socket gets its stream in offset order, each message once: messages that arrive
 while a replay runs wait behind it, duplicates are dropped, and a message past a gap (an earlier
 one still on its way from another worker, or never delivered) makes the session read the gap
-from the log first. A gap the log no longer holds, or another epoch, is announced with
+from the log first. What a session has sent starts at the stream's last offset when its replay
+read the log (never at the first message to arrive: one that overtook an earlier one would make
+the earlier look sent). A gap the log no longer holds, or another epoch, is announced with
 ``{"type": "reset", "epoch": e}`` before what is still held: never passed off as complete.
 A replay is paced by the connection's waiting output (at most half of ``ws_max_output_bytes``),
 so a backlog larger than the output cap reaches a client that reads instead of closing it (1013).
@@ -19,8 +21,10 @@ so a backlog larger than the output cap reaches a client that reads instead of c
 Messages: ``{"type": "event", "event", "data", "offset", "epoch"}`` (broadcasts also carry
 ``topic``; their offset and epoch are the topic's). Clients send ``{"type": "ack", "offset"}``,
 ``{"type": "subscribe" | "unsubscribe", "topic"}``; acks (which trim the log) and liveness
-refreshes are written once a tick for every connection. ``push_store_failures`` consecutive
-store failures close every connection here (1011): their sessions can no longer be kept.
+refreshes are written once a tick for every connection, and a closing connection's last ack at
+once (a client that reconnects within the tick is not sent again what it acked).
+``push_store_failures`` consecutive store failures close every connection here (1011): their
+sessions can no longer be kept.
 """
 
 from __future__ import annotations
@@ -172,14 +176,17 @@ class PushHub:
         self._touched.add((conn.uid, conn.sid))
 
     def detach(self, conn: Conn) -> None:
-        """The connection is gone: unregister it, and log the session out if it is still this one."""
+        """The connection is gone: unregister it, write its ack not yet written (a reconnect
+        within the tick gets no acked message again), and log the session out if it is still this one."""
         session = self.sessions.get(conn.uid)
+        ack = None
         if session is not None and session.conn is conn:
             del self.sessions[conn.uid]
+            ack = self._acks.pop(conn.uid, None)
         for topic in list(conn.subscriptions):
             self._subscribe(conn, topic, False)
         self._touched.discard((conn.uid, conn.sid))
-        self.spawn(self._logout(conn.uid, conn.sid))
+        self.spawn(self._logout(conn.uid, conn.sid, ack))
 
     def _subscribe(self, conn: Conn, topic: str, on: bool) -> None:
         if on:
@@ -193,7 +200,13 @@ class PushHub:
             if not subscribers:
                 del self.topics[topic]
 
-    async def _logout(self, uid: str, sid: str) -> None:
+    async def _logout(self, uid: str, sid: str, ack: int | None) -> None:
+        if ack is not None:
+            try:
+                await self.stores.log.ack([(uid, ack)])
+            except Exception as exc:  # written at the next tick instead
+                log.warning("push ack of a closed session failed: %s", exc)
+                self._acks[uid] = max(ack, self._acks.get(uid, -1))
         try:
             await self.stores.sessions.logout(uid, sid, self.node.id)
         except Exception as exc:  # the session reads offline after its TTL; the sweep removes it

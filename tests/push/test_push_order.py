@@ -1,10 +1,12 @@
 """Ordered delivery inside one hub, in process over the real embedded push stores (a second
 connection to the push file plays the other worker): a message that overtakes an earlier one
-of the same stream never makes the earlier one look delivered."""
+of the same stream never makes the earlier one look delivered, and acks reach the log on close."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,3 +134,19 @@ async def test_message_in_flight_at_attach_is_replayed_once(worker: Worker) -> N
     assert hub.receive("inflight", conn.sid, early)
     assert conn.events() == [(1, "packet_received"), (2, "opened")]
 
+
+async def test_pending_ack_is_written_when_the_connection_closes(worker: Worker) -> None:
+    """An ack not yet written at the tick reaches the log on detach: a reconnect without a cursor gets nothing again."""
+    hub, conn = worker.hub, Socket("closing")
+    await hub.attach(conn, None, None)
+    for event in ("a", "b"):
+        await hub.push_to_user("closing", event, {})
+    hub.on_message(conn, {"type": "ack", "offset": 2})
+    hub.detach(conn)
+    deadline = time.monotonic() + 2.0
+    while await worker.held("closing") and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert await worker.held("closing") == []
+    again = Socket("closing")
+    await hub.attach(again, None, None)
+    assert again.sent == []
