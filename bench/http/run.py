@@ -620,13 +620,19 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"bench-http: {exc}", file=sys.stderr)
         return 2
-    print(table(result))
+    return report("bench-http", result, table(result), opts.out, opts.gate, "below floor (--no-gate)")
+
+
+def report(name: str, result: dict[str, Any], table_text: str, out: Path, gate: bool, missed: str) -> int:
+    """Print ``table_text``, then the incorrect runs and the floor misses of ``result`` (``missed``:
+    how a miss reads with the gate off), each line prefixed by ``name``; the exit status."""
+    print(table_text)
     for problem in result["incorrect"]:
-        print(f"bench-http: INCORRECT {problem}")
+        print(f"{name}: INCORRECT {problem}")
     for miss in result["floor_misses"]:
-        print(f"bench-http: {'FAIL' if opts.gate else 'below floor (--no-gate)'} {miss}")
-    print(f"bench-http: wrote {opts.out}")
-    return exit_status(result, opts.gate)
+        print(f"{name}: {'FAIL' if gate else missed} {miss}")
+    print(f"{name}: wrote {out}")
+    return exit_status(result, gate)
 
 
 def exit_status(result: dict[str, Any], gate: bool) -> int:

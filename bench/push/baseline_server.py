@@ -19,16 +19,14 @@ Usage: ``python -m hongbao.bench.push.baseline_server --port N [--host 127.0.0.1
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import signal
 from http import HTTPStatus
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
-import uvloop
 from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
 from websockets.http11 import Request, Response
+
+from hongbao.bench.push.script import run_script, until_stopped
 
 SUBSCRIBERS: set[ServerConnection] = set()
 UNKNOWN = orjson.dumps({"type": "error", "code": "invalid_request", "message": "unknown message type"}).decode()
@@ -69,17 +67,9 @@ async def main(host: str, port: int) -> None:
     server: Server
     async with serve(handler, host, port, process_request=control, compression=None, ping_interval=None,
                      backlog=4096) as server:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await until_stopped()
         server.close()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args()
-    uvloop.run(main(args.host, args.port))
+    run_script(__doc__, main)

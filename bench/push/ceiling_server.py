@@ -14,14 +14,12 @@ Usage: ``python -m hongbao.bench.push.ceiling_server --port N [--host 127.0.0.1]
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import hashlib
-import signal
 from urllib.parse import parse_qs, urlsplit
 
-import uvloop
+from hongbao.bench.push.script import run_script, until_stopped
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B85"  # RFC 6455 section 1.3
 END = b"\r\n\r\n"
@@ -103,18 +101,10 @@ class Ceiling(asyncio.Protocol):
 
 async def main(host: str, port: int) -> None:
     """Serve on ``host``:``port`` until SIGTERM or SIGINT."""
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(Ceiling, host, port, backlog=4096)
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    server = await asyncio.get_running_loop().create_server(Ceiling, host, port, backlog=4096)
+    await until_stopped()
     server.close()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args()
-    uvloop.run(main(args.host, args.port))
+    run_script(__doc__, main)

@@ -42,7 +42,7 @@ from typing import Any
 
 import uvloop
 
-from hongbao.bench.http.run import BenchError, Process
+from hongbao.bench.http.run import BenchError, Process, report
 from hongbao.bench.push import latency, redis_memory, servers
 from hongbao.bench.push.fleet import Fleet, FleetError, raise_nofile
 from hongbao.bench.push.sides import HongbaoSide, Measured, PlainSide, Side, fanout, idle_memory
@@ -238,13 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"bench-push: {exc}", file=sys.stderr)
         return 2
-    print(table(result))
-    for problem in result["incorrect"]:
-        print(f"bench-push: INCORRECT {problem}")
-    for miss in result["floor_misses"]:
-        print(f"bench-push: {'FAIL' if opts.gate else 'over the floor (--no-gate)'} {miss}")
-    print(f"bench-push: wrote {opts.out}")
-    return 1 if result["incorrect"] or (opts.gate and result["floor_misses"]) else 0
+    return report("bench-push", result, table(result), opts.out, opts.gate, "over the floor (--no-gate)")
 
 
 if __name__ == "__main__":
