@@ -159,6 +159,9 @@ class PacketService:
             raise errors.Forbidden("only the sender can pay for a packet")
         raw = await self.ports.preorders.claim_for_pay(order_id, now)  # from here on, no cancel
         if raw is None:
+            packet = await self.ports.packets.get_packet(order_id)  # a racing pay of the same packet just finished
+            if packet is not None and packet.sender_id == sender_id:
+                return packet
             raise errors.NotFound(f"no pre-order {order_id} awaiting payment (unknown, cancelled or past pay_by)")
         pre = orjson.loads(raw)
         try:

@@ -231,6 +231,18 @@ async def test_pay_is_idempotent_and_checks_balance(backend: Embedded) -> None:
         await svc.pay("A", big)
 
 
+async def test_concurrent_repeats_of_a_pay_all_answer_the_packet(make_backend: Callable[..., Embedded]) -> None:
+    """Pays of one pre-order racing in two workers each answer the active packet (none 404s), and debit once."""
+    a, b = make_backend(), make_backend()
+    await _group(a.service, "g", ["A", "B"])
+    await a.service.topup("A", 100 * 300, "k")
+    for _ in range(30):
+        order_id, _ = await a.service.send("A", {"count": 2, "total_fen": 300, "group_id": "g"})
+        paid = await asyncio.gather(*(svc.pay("A", order_id) for svc in (a.service, b.service) * 3))
+        assert {(p.order_id, p.status) for p in paid} == {(order_id, Status.ACTIVE)}
+    assert await a.service.ports.ledger.balance("A") == 100 * 300 - 30 * 300
+
+
 async def test_credit_is_idempotent_in_every_mode(backend: Embedded, clock: ManualClock) -> None:
     """Repeated credits credit once; deferred crediting is completed by the reconciler."""
     svc = backend.service
