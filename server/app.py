@@ -8,6 +8,7 @@ unexpected exception is logged and answered 500 without taking the worker down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -77,6 +78,7 @@ class App:
         if settings.test_clock:
             routes.append(Route("POST", "/v1/admin/clock", self.move_clock, auth="admin"))
         self.router = Router(routes)
+        self.stopping = asyncio.Event()  # set at a graceful stop: the background jobs end after their step
         self.debug_log = log.isEnabledFor(logging.DEBUG)
 
     def dispatch(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
@@ -179,8 +181,10 @@ class App:
         return json_response(200, {"now_ms": clock.now_ms(), "frozen": frozen})
 
     def background_jobs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
-        """The periodic jobs every worker runs: crediting, lists, refunds, reconciliation, flags, metrics, push.
-        Each is safe on any number of workers at once (every step is idempotent)."""
+        """The periodic money jobs every worker runs: crediting, lists, refunds, reconciliation,
+        flags, metrics. Each is safe on any number of workers at once (every step is idempotent),
+        and each ends after its current step once ``stopping`` is set (a stop never cuts a credit
+        between its ledger entry and its mark)."""
         svc, s = self.backend.service, self.settings
 
         async def credits() -> None:
@@ -191,28 +195,42 @@ class App:
             self.metrics.flush()
 
         return [
-            _every(s.credit_interval_s, credits),
-            _every(s.refund_interval_s, svc.refund_due),
-            _every(s.reconcile_interval_s, lambda: svc.reconcile(s.reconcile_window_ms)),
-            _every(1.0, svc.sync_flags),
-            _every(1.0, metrics),
-            *self.push.jobs(),
+            _every(s.credit_interval_s, credits, self.stopping),
+            _every(s.refund_interval_s, svc.refund_due, self.stopping),
+            _every(s.reconcile_interval_s, lambda: svc.reconcile(s.reconcile_window_ms), self.stopping),
+            _every(1.0, svc.sync_flags, self.stopping),
+            _every(1.0, metrics, self.stopping),
         ]
+
+    async def finish_credits(self, deadline: float) -> int:
+        """At a graceful stop, after the jobs ended: credit (and list) what the queue holds, until
+        it is empty or ``deadline`` (time.monotonic()) passes, so the stopped database owes no
+        queued credit. Returns how many messages were handled; failures are logged (the reconciler
+        of the next start credits what is left)."""
+        svc, handled = self.backend.service, 0
+        try:
+            while time.monotonic() < deadline:
+                step = await svc.drain_credits() + await svc.drain_lists()
+                if not step:
+                    break
+                handled += step
+        except Exception:
+            log.exception("crediting the queue at stop failed; the reconciler credits the rest at the next start")
+        return handled
 
 
 CLOCK_RANGE_MS = (946_684_800_000, 4_102_444_799_999)  # 2000-01-01T00:00:00Z .. 2099-12-31T23:59:59.999Z
 _HEALTHY = json_response(200, {"status": "ok"})
 
 
-def _every(interval_s: float, job: Callable[[], Awaitable[Any]]) -> Callable[[], Coroutine[Any, Any, None]]:
+def _every(interval_s: float, job: Callable[[], Awaitable[Any]], stopping: asyncio.Event) -> Callable[[], Coroutine[Any, Any, None]]:
     async def loop() -> None:
-        while True:
+        while not stopping.is_set():
             try:
                 await job()
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 log.exception("background job %s failed; retrying in %.1f s", getattr(job, "__name__", job), interval_s)
-            await asyncio.sleep(interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), interval_s)
 
     return loop

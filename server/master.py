@@ -22,7 +22,7 @@ from hongbao.core.adapters.sqlite_push_db import open_push_db
 from hongbao.core.embedded import DB_FILE, create_admission
 from hongbao.server.auth import embedded_secret
 from hongbao.server.config import Settings
-from hongbao.server.worker import GRACE_S, METRICS_DIR, run_worker
+from hongbao.server.worker import FINISH_CREDITS_S, GRACE_S, METRICS_DIR, run_worker
 
 log = logging.getLogger("hongbao.master")
 CRASH_WINDOW_S = 2.0
@@ -111,7 +111,7 @@ def serve(settings: Settings) -> int:
     try:
         while workers:
             if stopping and deadline is None:
-                deadline = time.monotonic() + GRACE_S + 5
+                deadline = time.monotonic() + GRACE_S + FINISH_CREDITS_S + 1  # a worker past it is killed
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG if stopping else 0)
             except ChildProcessError:

@@ -22,6 +22,7 @@ from hongbao.server.ws_connection import WsRegistry
 
 log = logging.getLogger("hongbao.worker")
 GRACE_S = 10.0
+FINISH_CREDITS_S = 5.0  # beyond the grace: crediting the queue at a stop
 CLOCK_FILE = "test-clock"
 METRICS_DIR = "metrics"
 
@@ -48,7 +49,8 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
     await app.push.start()  # a live push node with its internal listener before the first connection
     server = await loop.create_server(lambda: HttpProtocol(app, conns), settings.host, settings.port,
                                       reuse_port=True, backlog=4096)
-    jobs: list[asyncio.Task[None]] = [loop.create_task(job()) for job in (*app.background_jobs(), conns.sweep_forever, conns.ws.sweep_forever)]
+    money = [loop.create_task(job()) for job in app.background_jobs()]
+    jobs = [loop.create_task(job()) for job in (*app.push.jobs(), conns.sweep_forever, conns.ws.sweep_forever)]
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -59,9 +61,12 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
     while conns.count() and time.monotonic() < deadline:
         conns.close_idle()
         await asyncio.sleep(0.05)
-    for job in jobs:
+    app.stopping.set()  # the money jobs end after their current step...
+    await asyncio.wait(money, timeout=max(0.1, deadline - time.monotonic()))
+    for job in (*money, *jobs):
         job.cancel()
-    await asyncio.gather(*jobs, return_exceptions=True)
+    await asyncio.gather(*money, *jobs, return_exceptions=True)
+    await app.finish_credits(deadline + FINISH_CREDITS_S)  # ...then what the queue holds is credited
     await app.push.stop()
     app.metrics.flush()
     await close_backend(backend)

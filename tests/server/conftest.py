@@ -60,12 +60,15 @@ class Server:
 
 
 def start_server(data_dir: Path, workers: int = 1, extra_config: str = "", name: str = "") -> Server:
-    """Start ``hongbao serve`` and wait until /healthz answers (or fail with its log). A ``name``
-    keeps the config and log files of several servers on one data directory apart."""
+    """Start ``hongbao serve`` and wait until /healthz answers (or fail with its log). The keys of
+    ``extra_config`` (TOML) replace those of TEST_CONFIG. A ``name`` keeps the config and log files
+    of several servers on one data directory apart."""
     data_dir.mkdir(parents=True, exist_ok=True)
     suffix = f"-{name}" if name else ""
     config = data_dir / f"hongbao{suffix}.toml"
-    config.write_text(TEST_CONFIG + extra_config)
+    replaced = {line.split("=")[0].strip() for line in extra_config.splitlines() if "=" in line}
+    defaults = [line for line in TEST_CONFIG.splitlines() if line.split("=")[0].strip() not in replaced]
+    config.write_text("\n".join(defaults) + "\n" + extra_config)
     port = free_port()
     log_path = data_dir / f"server{suffix}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HONGBAO_")}

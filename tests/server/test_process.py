@@ -17,6 +17,7 @@ import pytest
 
 from hongbao.server.auth import embedded_secret
 from hongbao.server.config import Settings, load_settings
+from hongbao.bench.audit import audit_sqlite
 from tests.server.conftest import Server, stop_server
 from tests.server.flows import balance, group, ok, paid_packet, topup
 
@@ -63,6 +64,22 @@ def test_sigterm_stops_gracefully(make_server: Callable[..., Server]) -> None:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{server.url}/healthz", timeout=1)
+
+
+def test_sigterm_credits_what_is_queued_before_exiting(make_server: Callable[..., Server]) -> None:
+    """SIGTERM with credits still queued (shares under the realtime threshold; the credit job and the
+    reconciler idle for a minute): the workers credit them before they exit, so the stopped database
+    passes the drained audit."""
+    server = make_server(workers=2, extra_config="credit_interval_s = 60.0\nreconcile_interval_s = 60.0\n")
+    members = [f"m{i}" for i in range(20)]
+    gid = group(server, "S", members)
+    order_id = paid_packet(server, "S", {"count": 20, "total_fen": 2000, "group_id": gid}, fund_fen=2000)
+    for member in members:
+        with server.client(member) as client:
+            ok(client.post(f"/v1/packets/{order_id}/open"))
+    assert stop_server(server) == 0
+    report = audit_sqlite(server.data_dir, drained=True)
+    assert report.ok, report.lines()
 
 
 def test_second_server_on_a_served_port_is_refused(server: Server) -> None:
