@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from hongbao.bench.storm.cli import add_parser as add_storm_parser
-from hongbao.server.auth import embedded_secret, mint
+from hongbao.server.auth import KEY_FILE, embedded_secret, mint
 from hongbao.server.config import Settings, load_settings
 
 
@@ -45,6 +45,9 @@ def _token(args: argparse.Namespace) -> int:
     if not args.ttl > 0:
         print("hongbao token: the token lifetime (--ttl) must be positive", file=sys.stderr)
         return 2
+    if not settings.jwt_secret and not (settings.data_dir / KEY_FILE).exists():
+        print(f"hongbao token: no key in {settings.data_dir}/ yet: created {settings.data_dir / KEY_FILE}; only a server "
+              f"started with --data-dir {settings.data_dir} accepts these tokens", file=sys.stderr)
     secret = settings.jwt_secret or embedded_secret(settings.data_dir)
     try:
         for user in args.user or []:

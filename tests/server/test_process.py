@@ -92,10 +92,12 @@ def test_second_server_on_a_served_port_is_refused(server: Server) -> None:
 
 
 def test_token_command_mints_with_the_directory_key(tmp_path: Path) -> None:
-    """`hongbao token --user a --user b --admin` prints three tokens signed with ./var/jwt.key."""
+    """`hongbao token --user a --user b --admin` prints three tokens signed with ./var/jwt.key (and says
+    when it had to create that key)."""
     result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "token", "--user", "a", "--user", "b", "--admin"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+    assert "no key in var/ yet: created var/jwt.key" in result.stderr  # a typo in --data-dir does not go unnoticed
     secret = embedded_secret(tmp_path / "var")
     claims = [jwt.decode(t, secret, algorithms=["HS256"]) for t in result.stdout.split()]
     assert [(c["sub"], c.get("role")) for c in claims] == [("a", None), ("b", None), ("admin", "admin")]

@@ -103,13 +103,14 @@ def test_reconnect_cursor_reaches_the_hub_and_early_frames_wait_for_attach(ws_se
 
 
 def test_plain_get_and_preflight(ws_server: Server) -> None:
-    """GET /v1/ws without an upgrade gets 426 (401 without a token); the preflight answers 200 with a token, 401 without."""
+    """GET /v1/ws without an upgrade gets 426, with or without a token (the docs: the token is checked
+    last, and only in a handshake); the preflight answers 200 with a token, 401 without."""
     good = {"authorization": f"Bearer {ws_server.token('pre')}"}
     with httpx.Client(base_url=ws_server.url) as client:
         plain = client.get("/v1/ws", headers=good)
         assert plain.status_code == 426 and plain.headers["upgrade"] == "websocket"
         assert plain.headers["sec-websocket-version"] == "13" and plain.json()["error"]["code"] == "upgrade_required"
-        assert client.get("/v1/ws").status_code == 401
+        assert client.get("/v1/ws").status_code == 426
         assert client.get("/v1/ws/preflight", headers=good).json() == {"status": "ok"}
         assert client.get("/v1/ws/preflight").json()["error"]["code"] == "unauthorized"
 
