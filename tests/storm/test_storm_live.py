@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from hongbao.bench.storm.record import read_record
 from tests.server.conftest import Server
@@ -32,7 +31,7 @@ def test_short_storm_audits_clean_and_reports(make_server: Callable[..., Server]
     done = storm(server, tmp_path / "out", "--record", str(tmp_path / "run.jsonl"))
     report: dict[str, Any] = orjson.loads((tmp_path / "out" / "report.json").read_bytes())
     push = report["push"]
-    assert done.returncode == (0 if push["missing"] == 0 else 3), done.stderr  # 3: money clean, a push missing
+    assert done.returncode == 0, done.stderr  # 3 would be: money clean, a push missing
     assert "audit: 0 violations" in done.stderr
     audit, ops, clients = report["audit"], report["operations"], report["clients"]
     assert audit["ok"] and audit["violations"] == []
@@ -52,10 +51,8 @@ def test_short_storm_audits_clean_and_reports(make_server: Callable[..., Server]
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 20_000
     assert push["online_users"] > 0 and push["reconnects"] > 0 and push["client_failures"] == 0
     assert push["by_event"]["opened"]["expected"] > 0 and 0 < push["p50_ms"] <= push["p99_ms"] <= push["max_ms"]
-    assert push["delivered"] >= 0.9 * push["expected"] > 0
-    if push["missing"]:
-        pytest.xfail(f"known hub race (PushHub.deliver on a fresh session drops an earlier offset sent after a "
-                     f"later one): {push['missing']} of {push['expected']} pushes missing, e.g. {push['missing_examples'][:2]}")
+    assert push["missing"] == 0, f"{push['missing']} of {push['expected']} pushes missing, e.g. {push['missing_examples'][:2]}"
+    assert push["delivered"] == push["expected"] > 0
 
 
 def test_replay_makes_the_same_requests(make_server: Callable[..., Server], tmp_path: Path) -> None:
