@@ -10,6 +10,7 @@ PACKAGES = {
     "hongbao.core": "core",
     "hongbao.core.adapters": "core/adapters",
     "hongbao.server": "server",
+    "hongbao.server.static": "server/static",  # data only (the push clients' JS and demo page)
     "hongbao.bench": "bench",
     "hongbao.bench.http": "bench/http",
     "hongbao.bench.push": "bench/push",
@@ -20,5 +21,5 @@ PACKAGES = {
 setup(
     packages=list(PACKAGES),
     package_dir=PACKAGES,
-    package_data={name: ["py.typed"] for name in PACKAGES} | {"hongbao.server": ["py.typed", "static/*"]},
+    package_data={name: ["py.typed"] for name in PACKAGES} | {"hongbao.server.static": ["*.js", "*.html"]},
 )
