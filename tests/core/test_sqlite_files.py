@@ -90,3 +90,34 @@ async def test_money_write_does_not_wait_for_push_writes(tmp_path: Path) -> None
         assert await held is True
         money.close()
         push.close()
+
+
+async def test_waiting_calls_share_one_commit_and_fail_alone(tmp_path: Path) -> None:
+    """Group commit: calls that waited together commit once; the one that raised is rolled back alone."""
+    money = SqliteDb(tmp_path / MONEY_FILE)
+    statements: list[str] = []
+    money.conn.set_trace_callback(statements.append)
+    release = threading.Event()
+    held = asyncio.ensure_future(money.run(lambda: release.wait(10)))
+
+    def topup(user: str) -> str:
+        with money.immediate() as conn:
+            conn.execute("INSERT INTO t_account (user_id, balance_fen) VALUES (?, 100)", (user,))
+            if user == "u3":
+                raise ValueError("u3 refused")
+        return user
+
+    try:
+        await asyncio.sleep(0.05)
+        calls = [asyncio.ensure_future(money.run(lambda user=f"u{i}": topup(user))) for i in range(8)]
+        await asyncio.sleep(0.05)
+        release.set()
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert await held is True
+        assert [str(r) for r in results] == ["u0", "u1", "u2", "u3 refused", "u4", "u5", "u6", "u7"]
+        rows = money.reader.execute("SELECT user_id FROM t_account ORDER BY user_id").fetchall()
+        assert [r[0] for r in rows] == ["u0", "u1", "u2", "u4", "u5", "u6", "u7"]
+        assert statements.count("COMMIT") == 2 and statements.count("SAVEPOINT tx") == 8
+    finally:
+        release.set()
+        money.close()
