@@ -112,8 +112,8 @@ def serve(settings: Settings) -> int:
         while workers:
             if stopping and deadline is None:
                 deadline = time.monotonic() + GRACE_S + FINISH_CREDITS_S + 1  # a worker past it is killed
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG if stopping else 0)
+            try:  # never a blocking wait: a signal must not leave the master stuck behind a hung worker
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             except InterruptedError:
@@ -121,7 +121,10 @@ def serve(settings: Settings) -> int:
             if pid == 0:
                 if deadline is not None and time.monotonic() > deadline:
                     for straggler in workers:
+                        log.warning("worker %d still running %.0f s after the stop: killed", straggler,
+                                    GRACE_S + FINISH_CREDITS_S + 1)
                         os.kill(straggler, signal.SIGKILL)
+                    deadline = time.monotonic() + 1  # once a second at most
                 time.sleep(0.05)
                 continue
             started = workers.pop(pid, time.monotonic())

@@ -71,10 +71,17 @@ class RedisNodes:
             leftover.unlink(missing_ok=True)
 
     def finish(self) -> None:
-        """Stop every server not killed; each must exit cleanly and pass the money audit."""
+        """Stop every server not killed (all of them, even when one fails); each must exit cleanly
+        and pass the money audit."""
+        failures: list[AssertionError] = []
         for server in self.started:
             if server.process.pid not in self.killed:
-                finish_server(server)
+                try:
+                    finish_server(server)
+                except AssertionError as exc:  # the others still stop: no node outlives its test
+                    failures.append(exc)
+        if failures:
+            raise failures[0]
 
     def keys(self, pattern: str) -> list[str]:
         """Keys matching ``pattern`` on every primary."""
