@@ -427,7 +427,7 @@ class Bench:
         seconds = max(1, int(self.opts.duration_s) - 1)
         fmt = self.opts.profile_format
         suffix = {"flamegraph": "svg", "raw": "txt", "speedscope": "json"}[fmt]
-        return [subprocess.Popen(["py-spy", "record", "--nonblocking", "-d", str(seconds), "-f", fmt, "-o",
+        return [subprocess.Popen([_py_spy() or "py-spy", "record", "--nonblocking", "-d", str(seconds), "-f", fmt, "-o",
                                   str(self.opts.profile_dir / f"{name}-pid{pid}.{suffix}"), "--pid", str(pid)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 for pid in server.children()]
@@ -606,10 +606,15 @@ def parse(argv: list[str] | None) -> Options:
     workers = tuple(int(w) for w in a.workers.split(",") if w.strip())
     if not workers or min(workers) < 1 or a.duration < 1 or a.connections < 1 or a.threads < 1:
         p.error("--workers, --duration, --connections and --threads must be positive")
-    if a.profile_dir is not None and shutil.which("py-spy") is None:
+    if a.profile_dir is not None and _py_spy() is None:
         p.error("--profile needs py-spy (pip install py-spy)")
     return Options(a.duration, a.warmup, a.connections, a.threads, workers, a.out, a.gate, keep_dir=a.keep_dir,
                    profile_dir=a.profile_dir, profile_format=a.profile_format)
+
+
+def _py_spy() -> str | None:
+    """py-spy beside this Python (the venv's, often not on PATH), else on PATH; None if neither."""
+    return shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
 
 
 def main(argv: list[str] | None = None) -> int:
