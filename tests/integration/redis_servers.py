@@ -119,6 +119,20 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], directory: Path) -> 
     pytest.fail(f"redis-server on port {port} did not answer within {READY_TIMEOUT_S} s", pytrace=False)
 
 
+def start_on(directory: Path, port: int) -> subprocess.Popen[bytes]:
+    """A standalone redis-server of the test's own on ``port`` (files in ``directory``, no
+    persistence: started again on the same port, it comes back empty), answering PING."""
+    process = _start_server(directory, port)
+    wait_ready(port, process, directory)
+    return process
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop a server of :func:`start_on` (SIGTERM, SIGKILL after 10 s); a no-op once it has exited."""
+    if process.poll() is None:
+        _stop([process])
+
+
 def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
     for process in processes:
         process.terminate()
@@ -128,8 +142,6 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
 
 
 @contextlib.contextmanager

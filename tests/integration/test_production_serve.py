@@ -9,25 +9,21 @@ from pathlib import Path
 import pytest
 
 from hongbao.bench.audit import audit_mysql
-from hongbao.core.adapters.mysql_db import Layout
 from hongbao.server.cli import main as cli_main
 from tests.integration.conftest import RedisTarget
-from tests.integration.mariadb import MariaDb, migrated
-from tests.server.conftest import start_server, stop_server
+from tests.integration.mariadb import MariaDb
+from tests.integration.production import SERVE_LAYOUT, start_production
+from tests.server.conftest import stop_server
 from tests.server.crowd import Crowd, balances, details_of, fan_out
 from tests.server.flows import balance, eventually, group, move_clock, ms, ok, paid_packet
 
-LAYOUT = Layout(2, 2, prefix="srv_")
 DAY_MS = 24 * 3600 * 1000
 
 
 def test_production_backend_over_http(mariadb: MariaDb, redis_standalone: RedisTarget, tmp_path: Path) -> None:
     """Send, pay, 60 members open a 50-share packet on 2 workers, credits and a refund arrive, the shards audit clean."""
-    migrated(mariadb, LAYOUT)
     redis_standalone.flush()
-    config = (f'backend = "production"\nmysql_dsn = "{mariadb.dsn}"\nmysql_prefix = "{LAYOUT.prefix}"\n'
-              f'mysql_dbs = {LAYOUT.n_dbs}\nmysql_tables = {LAYOUT.n_tables}\nmysql_pool_size = 4\nredis_url = "{redis_standalone.url}"\n')
-    server = start_server(tmp_path / "prod", workers=2, extra_config=config)
+    server = start_production(tmp_path / "prod", mariadb, redis_standalone.url)
     try:
         members = [f"m{i:02}" for i in range(60)]
         gid = group(server, "S", members)
@@ -67,7 +63,7 @@ def test_production_backend_over_http(mariadb: MariaDb, redis_standalone: RedisT
     finally:
         status = stop_server(server)
     assert status == 0 and "Traceback" not in server.log(), server.log()
-    report = asyncio.run(audit_mysql(mariadb.dsn, LAYOUT))
+    report = asyncio.run(audit_mysql(mariadb.dsn, SERVE_LAYOUT))
     assert report.ok and report.counts["packets"] == 2 and report.counts["receipts"] == 51, report.lines()
 
 

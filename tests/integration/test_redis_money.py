@@ -7,17 +7,15 @@ real: sends and pays go on through the DB, the breaker makes it cheap, and Redis
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import hongbao_native
 import pytest
 
 from hongbao.core import errors
-from hongbao.core.adapters.mysql_db import Layout, MysqlShards
+from hongbao.core.adapters.mysql_db import MysqlShards
 from hongbao.core.adapters.redis_client import Pipelines, redis_client
 from hongbao.core.adapters.redis_money import GRACE_MS
 from hongbao.core.adapters.redis_queue import RedisQueue
@@ -28,8 +26,10 @@ from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.integration.conftest import RedisTarget
 from tests.integration.mariadb import SERVICE_LAYOUT, MariaDb, migrated
-from tests.integration.redis_servers import free_ports, wait_ready
-from tests.server.conftest import start_server, stop_server
+from tests.integration import redis_servers
+from tests.integration.production import start_production
+from tests.integration.redis_servers import free_ports
+from tests.server.conftest import stop_server
 from tests.server.flows import eventually, group, paid_packet
 
 Open = Callable[[str, bool], Awaitable[tuple[Production, dict[str, int]]]]
@@ -130,31 +130,17 @@ async def test_lapsed_pre_order_key_expires(open_on: Open, redis_standalone: Red
     assert await svc.ports.ledger.balance("A") == 100
 
 
-def _redis_server(directory: Path, port: int) -> subprocess.Popen[bytes]:
-    directory.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory), "--save", "",
-                                "--appendonly", "no", "--logfile", str(directory / "redis.log")],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ready(port, process, directory)
-    return process
-
-
-def _stop(process: subprocess.Popen[Any]) -> None:
-    process.terminate()
-    process.wait(timeout=10)
-
-
 async def test_redis_down_at_send(open_on: Open, tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]) -> None:
     """Redis stopped: sends take DB ids and DB pre-orders, cheaply (breaker), pays work; Redis restarted empty: it takes over, ids are not reissued."""
     (port,) = free_ports(1)
-    process = _redis_server(tmp_path, port)
-    loop_cleanups.append(lambda: asyncio.to_thread(_stop, process))
+    process = redis_servers.start_on(tmp_path, port)
+    loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
     backend, counts = await open_on(f"redis://127.0.0.1:{port}", False)
     svc = backend.service
     await suite._group(svc, "g", ["A", "B"])
     await svc.topup("A", 1000, "k")
     cached, _ = await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
-    await asyncio.to_thread(_stop, process)
+    await asyncio.to_thread(redis_servers.stop, process)
 
     outage = [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0]]
     started = time.monotonic()
@@ -165,8 +151,8 @@ async def test_redis_down_at_send(open_on: Open, tmp_path: Path, loop_cleanups: 
     assert (await svc.pay("A", outage[0])).status is Status.ACTIVE
     await svc.cancel("A", outage[1])
 
-    process = _redis_server(tmp_path, port)
-    loop_cleanups.append(lambda: asyncio.to_thread(_stop, process))
+    process = redis_servers.start_on(tmp_path, port)
+    loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
     await asyncio.sleep(1.1)  # the breaker's cooldown: the next call is the trial
     back = [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(3)]
     assert {_source(i) for i in back} == {0}
@@ -184,24 +170,21 @@ def _counter(metrics: str, name: str) -> float:
 
 def test_redis_down_at_send_over_http(mariadb: MariaDb, tmp_path: Path) -> None:
     """`hongbao serve --backend production`: Redis stopped, send and pay still answer, /metrics counts the fallbacks; Redis back, ids come from it again."""
-    layout = migrated(mariadb, Layout(2, 2, prefix="srv_"))
     (port,) = free_ports(1)
-    process = _redis_server(tmp_path / "redis", port)
-    config = (f'backend = "production"\nmysql_dsn = "{mariadb.dsn}"\nmysql_prefix = "{layout.prefix}"\nmysql_dbs = {layout.n_dbs}\n'
-              f'mysql_tables = {layout.n_tables}\nmysql_pool_size = 2\nredis_url = "redis://127.0.0.1:{port}"\n')
-    server = start_server(tmp_path / "srv", workers=1, extra_config=config)
+    process = redis_servers.start_on(tmp_path / "redis", port)
+    server = start_production(tmp_path / "srv", mariadb, f"redis://127.0.0.1:{port}", workers=1, pool_size=2)
     try:
         gid = group(server, "S", ["B"])
         body = {"count": 1, "total_fen": 10, "group_id": gid}
         assert _source(paid_packet(server, "S", body, fund_fen=1000)) == 0
-        _stop(process)
+        redis_servers.stop(process)
         assert _source(paid_packet(server, "S", body)) == 1
         with server.client("S") as client:
             metrics = client.get("/metrics").text
         assert _counter(metrics, "hongbao_redis_breaker_opens_total") == 1
         assert _counter(metrics, "hongbao_redis_fallback_sequence_total") >= 1
         assert _counter(metrics, "hongbao_redis_fallback_preorder_total") >= 1
-        process = _redis_server(tmp_path / "redis", port)
+        process = redis_servers.start_on(tmp_path / "redis", port)
 
         def from_redis() -> None:
             assert _source(paid_packet(server, "S", body)) == 0
@@ -210,4 +193,4 @@ def test_redis_down_at_send_over_http(mariadb: MariaDb, tmp_path: Path) -> None:
         assert "breaker open" in server.log() and "breaker closed" in server.log()
     finally:
         stop_server(server)
-        _stop(process)
+        redis_servers.stop(process)
