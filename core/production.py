@@ -1,7 +1,8 @@
 """The production backend: money (packets, receipts, accounts, ledger, lists) in sharded
 MySQL/MariaDB (DESIGN.md section 5) through one asyncmy pool per database, a queue (Redis Streams
 when served), with a Redis client: the order-id sequence and pre-orders on Redis in front of their
-MySQL adapters (hongbao.core.adapters.redis_money, behind one circuit breaker), the service of
+MySQL adapters (hongbao.core.adapters.redis_money) and the grab filter's shared level
+(hongbao.core.adapters.redis_grab), all behind one circuit breaker, the service of
 hongbao.core.service on top, and the host-wide admission table of the embedded backend.
 """
 
@@ -11,12 +12,14 @@ from dataclasses import dataclass
 
 import hongbao_native
 
+from hongbao.core.adapters.guarded_queue import GuardedQueue
 from hongbao.core.adapters.mysql_db import MysqlShards
 from hongbao.core.adapters.mysql_ledger import MysqlLedgerStore
 from hongbao.core.adapters.mysql_lists import MysqlProfileStore, MysqlUserListStore
 from hongbao.core.adapters.mysql_packets import MysqlPacketStore
 from hongbao.core.adapters.mysql_state import MysqlFlags, MysqlGroupStore, MysqlPreOrderStore, MysqlSequenceSource
 from hongbao.core.adapters.redis_client import Pipelines, RedisClient
+from hongbao.core.adapters.redis_grab import RedisGrabState
 from hongbao.core.adapters.redis_money import RedisPreOrderStore, RedisSequenceSource, redis_breaker
 from hongbao.core.clock import Clock, SystemClock
 from hongbao.core.ports import Draw, PreOrderStore, Queue, SequenceSource
@@ -41,19 +44,24 @@ class Production:
 
 
 def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: RedisClient | None = None,
-                counts: dict[str, int] | None = None) -> Ports:
+                counts: dict[str, int] | None = None) -> tuple[Ports, RedisGrabState | None]:
     """Every port on MySQL/MariaDB except the queue (``queue``: Redis Streams in production); with
-    ``redis``, the sequence and pre-orders on Redis first, MySQL while it is down (fallbacks and
-    breaker openings counted in ``counts``)."""
+    ``redis``, the sequence and pre-orders on Redis first, MySQL while it is down, and the grab
+    filter's shared level, and ``queue`` (on that Redis) behind the same breaker (fallbacks and breaker
+    openings counted in ``counts``)."""
     preorders: PreOrderStore = MysqlPreOrderStore(shards)
     sequence: SequenceSource = MysqlSequenceSource(shards)
+    grab_state = None
     if redis is not None:
         counts = {} if counts is None else counts
         pipes, breaker = Pipelines(redis), redis_breaker(counts)
+        queue = GuardedQueue(queue, breaker, counts)  # queue down at open: no retries per call, the reconciler credits
         preorders = RedisPreOrderStore(pipes, breaker, preorders, counts)
         sequence = RedisSequenceSource(pipes, breaker, shards, sequence, counts)
-    return Ports(MysqlPacketStore(shards), MysqlLedgerStore(shards), preorders, MysqlGroupStore(shards),
-                 sequence, queue, clock, MysqlUserListStore(shards), MysqlProfileStore(shards), MysqlFlags(shards))
+        grab_state = RedisGrabState(pipes, breaker, counts)
+    ports = Ports(MysqlPacketStore(shards), MysqlLedgerStore(shards), preorders, MysqlGroupStore(shards),
+                  sequence, queue, clock, MysqlUserListStore(shards), MysqlProfileStore(shards), MysqlFlags(shards))
+    return ports, grab_state
 
 
 def open_mysql(shards: MysqlShards, admission: hongbao_native.AdmissionTable, queue: Queue, *, clock: Clock | None = None,
@@ -62,8 +70,8 @@ def open_mysql(shards: MysqlShards, admission: hongbao_native.AdmissionTable, qu
     """The service over ``shards`` (pools open on first use) and ``queue`` for one worker.
 
     ``max_in_db``: open transactions per packet in the database at once (K of DESIGN.md
-    section 6); ``redis``: the client behind ``queue`` and the send path (see :func:`mysql_ports`;
+    section 6); ``redis``: the client behind ``queue``, the send path and grab (see :func:`mysql_ports`;
     ``counts``: where its fallbacks are counted, the worker's metrics events), closed with the backend."""
-    ports = mysql_ports(shards, queue, clock or SystemClock(), redis, counts)
-    service = PacketService(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw)
+    ports, grab_state = mysql_ports(shards, queue, clock or SystemClock(), redis, counts)
+    service = PacketService(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw, grab_state=grab_state)
     return Production(service, shards, admission, redis)

@@ -17,8 +17,10 @@ import orjson
 
 from hongbao.core import errors, events
 from hongbao.core.batching import OpenBatcher
+from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import Clock
 from hongbao.core.events import Event, Notifier, NullNotifier
+from hongbao.core.grab_state import PacketState, SharedGrabState
 from hongbao.core.packet import Kind, Packet, Receipt, Status
 from hongbao.core.ports import (
     Draw, Flags, GroupStore, LedgerEntry, LedgerStore, OpenResult, PacketStore, PreOrderStore, ProfileStore, Queue,
@@ -81,22 +83,25 @@ class PacketService:
     are batched (hongbao.core.batching). ``draw`` computes a lucky share (native split_lucky by
     default); ``region`` is 1 (north) or 2 (south); ``realtime_threshold_fen`` splits the
     realtime_large crediting mode. ``notifier`` hears the red-packet events (hongbao.core.events;
-    nobody by default): handing an event over never fails or slows a money flow.
+    nobody by default): handing an event over never fails or slows a money flow. ``grab_state``:
+    the grab filter's shared level (hongbao.core.grab_state; Redis in production), kept up to date
+    after every pay, open batch and refund; None: memory, then the database.
     """
 
     __slots__ = ("ports", "limits", "batcher", "draw", "region", "crediting_mode", "realtime_threshold_fen", "notifier",
-                 "_packets", "_members", "_opened")
+                 "grab_state", "_packets", "_members", "_opened")
 
     def __init__(self, ports: Ports, limits: Limits, admission: hongbao_native.AdmissionTable, *, max_in_db: int = 2,
                  draw: Draw = hongbao_native.split_lucky, region: int = 1,
-                 crediting_mode: CreditingMode = CreditingMode.REALTIME_LARGE, realtime_threshold_fen: int = 2000) -> None:
-        self.ports, self.limits, self.draw = ports, limits, draw
+                 crediting_mode: CreditingMode = CreditingMode.REALTIME_LARGE, realtime_threshold_fen: int = 2000,
+                 grab_state: SharedGrabState | None = None) -> None:
+        self.ports, self.limits, self.draw, self.grab_state = ports, limits, draw, grab_state
         self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
         self.region, self.crediting_mode, self.realtime_threshold_fen = region, crediting_mode, realtime_threshold_fen
         self.notifier: Notifier = NullNotifier()
-        # The grab filter's first cache level: packet rows and memberships for a second, and the
+        # The grab filter's first cache level: packet states and memberships for a second, and the
         # amounts this worker has seen opened (an open's amount never changes).
-        self._packets: TtlCache[str, Packet] = TtlCache(GRAB_CACHE_TTL_MS)
+        self._packets: TtlCache[str, PacketState] = TtlCache(GRAB_CACHE_TTL_MS)
         self._members: TtlCache[tuple[str, str], bool] = TtlCache(GRAB_CACHE_TTL_MS)
         self._opened: TtlCache[tuple[str, str], int] = TtlCache(OPENED_CACHE_TTL_MS)
 
@@ -116,6 +121,8 @@ class PacketService:
             if not self._credit_in_request(receipt) and self.crediting_mode is not CreditingMode.DEFERRED:
                 messages.append((CREDIT_STREAM, {"t": "receipt", "o": order_id, "u": receipt.user_id}))
         await self._publish(messages)
+        if self.grab_state is not None:
+            await self.grab_state.opened(order_id, results)
         return results
 
     def _credit_in_request(self, receipt: Receipt) -> bool:
@@ -173,6 +180,8 @@ class PacketService:
                         pre["receiver_id"], pre["total_fen"], pre["count"], Status.ACTIVE, pre["created_at"],
                         pre["pay_by"], now + self.limits.expiry_ms)
         if await self.ports.packets.insert_packet(packet):
+            if self.grab_state is not None:
+                await self.grab_state.put(packet, now)
             await self._note(pre["greeting"], order_id)
             self._notify(events.packet_received(packet, pre["greeting"]))
             await self._publish([(LISTS_STREAM, {"t": "sent", "u": sender_id, "o": order_id, "a": packet.total_fen, "c": now})])
@@ -235,31 +244,57 @@ class PacketService:
         return self._grab_verdict(packet, user_id, now_ms)
 
     async def grab(self, user_id: str, order_id: str) -> dict[str, object]:
-        """Advisory admission check from the worker's cache: {"status": "ok"}, or {"status":
-        "opened", "amount_fen"} for a user who already opened. Raises Finished/Expired (410),
-        NotFound, NotPaid, NotMember. A packet's state may be up to a second old here; open
-        re-checks everything in its transaction (DESIGN.md section 6: grab is advisory)."""
+        """Advisory admission check from the caches: {"status": "ok"}, or {"status": "opened",
+        "amount_fen"} for a user who already opened. Raises Finished/Expired (410), NotFound,
+        NotPaid, NotMember, Degraded (503: the shared level is down and the database checks are at
+        their limit). A packet's state may lag here; open re-checks everything in its transaction
+        (DESIGN.md section 6: grab is advisory)."""
         cached = self.grab_cached(user_id, order_id)
         if cached is not None:
             return cached
         now_ms = self.ports.clock.now_ms()
-        packet = self._packets.get(order_id, now_ms)
-        if packet is None:
-            packet = await self.visible_packet(user_id, order_id)
-            self._packets.put(order_id, packet, now_ms)
-        elif packet.group_id is not None and self._members.get((packet.group_id, user_id), now_ms) is None:
-            member = await self.ports.groups.is_member(packet.group_id, user_id)
-            self._members.put((packet.group_id, user_id), member, now_ms)
+        state, amount, complete = await self._grab_state(user_id, order_id, now_ms)
+        if state.group_id is not None:
+            member = self._members.get((state.group_id, user_id), now_ms)
+            if member is None:
+                member = await self.ports.groups.is_member(state.group_id, user_id)
+                self._members.put((state.group_id, user_id), member, now_ms)
             if not member:
                 raise errors.NotMember(f"{user_id} is not a member of the packet's group")
-        if packet.remaining_count < packet.count:
+        if amount is None and not complete:
             receipt = await self.ports.packets.receipt(order_id, user_id)
-            if receipt is not None:
-                self._opened.put((order_id, user_id), receipt.amount_fen, now_ms)
-                return {"status": "opened", "amount_fen": receipt.amount_fen}
-        return self._grab_verdict(packet, user_id, now_ms)
+            amount = None if receipt is None else receipt.amount_fen
+        if amount is not None:
+            self._opened.put((order_id, user_id), amount, now_ms)
+            return {"status": "opened", "amount_fen": amount}
+        return self._grab_verdict(state, user_id, now_ms)
 
-    def _grab_verdict(self, packet: Packet, user_id: str, now_ms: int) -> dict[str, object]:
+    async def _grab_state(self, user_id: str, order_id: str, now_ms: int) -> tuple[PacketState, int | None, bool]:
+        """(state, the fen ``user_id`` opened or None, whether that None is certain): from the
+        shared level; while it is down from this worker's memory; else from the database (which
+        refills the shared level after a miss). Raises as ``visible_packet``, and Degraded."""
+        shared = self.grab_state
+        if shared is not None:
+            try:
+                found = await shared.lookup(order_id, user_id)
+            except BreakerOpen:  # down, and a database check is allowed
+                shared = None
+            else:
+                if found is not None:
+                    self._packets.put(order_id, found.state, now_ms)
+                    return found.state, found.amount_fen, found.complete
+        state = self._packets.get(order_id, now_ms) if shared is None else None
+        if state is None:
+            packet = await self.visible_packet(user_id, order_id)
+            if shared is not None:
+                await shared.put(packet, now_ms)
+            state = PacketState.of(packet)
+            self._packets.put(order_id, state, now_ms)
+            if packet.group_id is not None:
+                self._members.put((packet.group_id, user_id), True, now_ms)
+        return state, None, state.remaining_count == state.count
+
+    def _grab_verdict(self, packet: PacketState, user_id: str, now_ms: int) -> dict[str, object]:
         """GRAB_OK for a packet ``user_id`` may open now (and has not opened); raises NotMember
         (an exclusive packet for someone else), Finished or Expired."""
         order_id = packet.order_id
@@ -356,6 +391,8 @@ class PacketService:
         for order_id in await self.ports.packets.due_refunds(now, limit):
             packet = await self.ports.packets.refund(order_id, now)
             if packet is not None:
+                if self.grab_state is not None:
+                    await self.grab_state.ended(order_id, packet.status)
                 self._notify(events.expired(packet))
                 await self.pay_refund(packet)
                 done += 1
