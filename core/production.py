@@ -19,7 +19,7 @@ from hongbao.core.adapters.mysql_lists import MysqlProfileStore, MysqlUserListSt
 from hongbao.core.adapters.mysql_packets import MysqlPacketStore
 from hongbao.core.adapters.mysql_state import MysqlFlags, MysqlGroupStore, MysqlPreOrderStore, MysqlSequenceSource
 from hongbao.core.adapters.redis_client import Pipelines, RedisClient
-from hongbao.core.adapters.redis_grab import RedisGrabState
+from hongbao.core.adapters.redis_grab import DB_RATE_PER_S, RedisGrabState
 from hongbao.core.adapters.redis_money import RedisPreOrderStore, RedisSequenceSource, redis_breaker
 from hongbao.core.clock import Clock, SystemClock
 from hongbao.core.ports import Draw, PreOrderStore, Queue, SequenceSource
@@ -44,11 +44,12 @@ class Production:
 
 
 def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: RedisClient | None = None,
-                counts: dict[str, int] | None = None) -> tuple[Ports, RedisGrabState | None]:
+                counts: dict[str, int] | None = None, grab_db_rate_per_s: float = DB_RATE_PER_S) -> tuple[Ports, RedisGrabState | None]:
     """Every port on MySQL/MariaDB except the queue (``queue``: Redis Streams in production); with
     ``redis``, the sequence and pre-orders on Redis first, MySQL while it is down, and the grab
     filter's shared level, and ``queue`` (on that Redis) behind the same breaker (fallbacks and breaker
-    openings counted in ``counts``)."""
+    openings counted in ``counts``; while Redis is down, at most ``grab_db_rate_per_s`` grab checks a
+    second go to the DB)."""
     preorders: PreOrderStore = MysqlPreOrderStore(shards)
     sequence: SequenceSource = MysqlSequenceSource(shards)
     grab_state = None
@@ -58,7 +59,7 @@ def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: RedisCli
         queue = GuardedQueue(queue, breaker, counts)  # queue down at open: no retries per call, the reconciler credits
         preorders = RedisPreOrderStore(pipes, breaker, preorders, counts)
         sequence = RedisSequenceSource(pipes, breaker, shards, sequence, counts)
-        grab_state = RedisGrabState(pipes, breaker, counts)
+        grab_state = RedisGrabState(pipes, breaker, counts, db_rate_per_s=grab_db_rate_per_s)
     ports = Ports(MysqlPacketStore(shards), MysqlLedgerStore(shards), preorders, MysqlGroupStore(shards),
                   sequence, queue, clock, MysqlUserListStore(shards), MysqlProfileStore(shards), MysqlFlags(shards))
     return ports, grab_state
@@ -66,12 +67,14 @@ def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: RedisCli
 
 def open_mysql(shards: MysqlShards, admission: hongbao_native.AdmissionTable, queue: Queue, *, clock: Clock | None = None,
                limits: Limits | None = None, draw: Draw = hongbao_native.split_lucky, max_in_db: int = 2,
-               redis: RedisClient | None = None, counts: dict[str, int] | None = None) -> Production:
+               redis: RedisClient | None = None, counts: dict[str, int] | None = None,
+               grab_db_rate_per_s: float = DB_RATE_PER_S) -> Production:
     """The service over ``shards`` (pools open on first use) and ``queue`` for one worker.
 
     ``max_in_db``: open transactions per packet in the database at once (K of DESIGN.md
     section 6); ``redis``: the client behind ``queue``, the send path and grab (see :func:`mysql_ports`;
-    ``counts``: where its fallbacks are counted, the worker's metrics events), closed with the backend."""
-    ports, grab_state = mysql_ports(shards, queue, clock or SystemClock(), redis, counts)
+    ``counts``: where its fallbacks are counted, the worker's metrics events; ``grab_db_rate_per_s``),
+    closed with the backend."""
+    ports, grab_state = mysql_ports(shards, queue, clock or SystemClock(), redis, counts, grab_db_rate_per_s)
     service = PacketService(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw, grab_state=grab_state)
     return Production(service, shards, admission, redis)

@@ -40,8 +40,7 @@ from hongbao.core.ports import OpenResult
 log = logging.getLogger("hongbao.redis_grab")
 
 KEEP_MS = 3600_000  # a key outlives its packet's expiry by this much (late grabs answered "expired" from Redis)
-DB_RATE_PER_S = 500.0  # database checks a second per worker while Redis is down
-DB_BURST = 100
+DB_RATE_PER_S = 500.0  # database checks a second per worker while Redis is down (a fifth of a second's worth at once)
 _FIELDS = ("k", "c", "n", "s", "g", "r", "e", "p")
 
 # ARGV: k c n s g r e rebuilt ttl_ms. Returns 1 when stored, 0 when the key already existed.
@@ -93,10 +92,9 @@ class RedisGrabState:
 
     __slots__ = ("_pipes", "_breaker", "_counts", "_bucket", "_stale")
 
-    def __init__(self, pipes: Pipelines, breaker: Breaker, counts: dict[str, int], *,
-                 db_rate_per_s: float = DB_RATE_PER_S, db_burst: int = DB_BURST) -> None:
+    def __init__(self, pipes: Pipelines, breaker: Breaker, counts: dict[str, int], *, db_rate_per_s: float = DB_RATE_PER_S) -> None:
         self._pipes, self._breaker, self._counts = pipes, breaker, counts
-        self._bucket = TokenBucket(db_rate_per_s, db_burst)
+        self._bucket = TokenBucket(db_rate_per_s, max(1, round(db_rate_per_s / 5)))
         self._stale: set[str] = set()  # keys whose writes were lost: deleted before the next read
 
     def _count(self, name: str) -> None:
