@@ -366,6 +366,8 @@ class PacketService:
             return
         try:
             await self.ports.queue.publish([(stream, orjson.dumps(m)) for stream, m in messages])
+        except BreakerOpen:  # the queue is down: its breaker logged it and counts what is skipped
+            pass  # money is safe: the reconciler credits pending receipts from the DB (list rows are lost)
         except Exception:  # money is safe: the reconciler credits pending receipts from the DB
             log.exception("could not queue %d follow-up message(s); credits fall to the reconciler, list rows are lost",
                           len(messages))

@@ -17,6 +17,7 @@ from typing import Any
 from hongbao_native import RateLimiter, Request
 
 from hongbao.core import errors
+from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import OffsetFileClock
 from hongbao.core.embedded import Embedded
 from hongbao.core.service import CREDIT_STREAM
@@ -228,8 +229,10 @@ def _every(interval_s: float, job: Callable[[], Awaitable[Any]], stopping: async
         while not stopping.is_set():
             try:
                 await job()
+            except BreakerOpen:  # a dependency is down: its breaker logged that once; the job retries after the interval
+                pass
             except Exception:
-                log.exception("background job %s failed; retrying in %.1f s", getattr(job, "__name__", job), interval_s)
+                log.exception("background job %s failed; retrying in %.2f s", getattr(job, "__name__", job), interval_s)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), interval_s)
 

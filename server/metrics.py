@@ -34,6 +34,7 @@ _COUNTERS = {
     "redis_fallback_sequence": "Order ids taken from the DB block allocator because Redis was down (source 1)",
     "redis_fallback_preorder": "Pre-order calls served by the DB because Redis was down",
     "redis_breaker_opens": "Times the Redis circuit breaker opened (Redis considered down)",
+    "redis_fallback_queue": "Queue messages not written because Redis was down (credits left to the reconciler)",
     "redis_fallback_grab": "Grab checks served by the DB because Redis was down (behind a rate limiter)",
     "redis_grab_shed": "Grabs answered 503 degraded: Redis down and the DB checks at their rate limit",
     "redis_grab_lost_writes": "Grab state writes lost to a Redis outage (the key is deleted on the next read)",
