@@ -1,0 +1,108 @@
+"""The grab filter's shared level on Redis (core/adapters/redis_grab.py) under the production
+service, on a standalone Redis and on the 3-master cluster: one hash-tagged key per packet written
+after pay, every open batch and refund; a second worker (memory empty) answers grab from it; a
+key lost with Redis is rebuilt from the DB and never claims a packet finished too early."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import hongbao_native
+import pytest
+
+from hongbao.core import errors
+from hongbao.core.adapters.redis_grab import KEEP_MS, key
+from hongbao.core.clock import ManualClock
+from hongbao.core.production import Production
+from hongbao.core.service import GRAB_CACHE_TTL_MS, GRAB_OK
+from tests.core import test_service as suite
+from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
+from tests.integration.conftest import RedisTarget
+from tests.integration.mariadb import make_backend  # noqa: F401  (fixture)
+
+Make = Callable[..., Production]
+
+
+@pytest.fixture
+def service_redis(redis_target: RedisTarget) -> RedisTarget:
+    """The backends of this module run on both Redis modes."""
+    return redis_target
+
+
+def _state(target: RedisTarget, order_id: str) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in target.sync_keys().hgetall(key(order_id)).items()}
+
+
+async def test_grab_state_follows_the_packet(make_backend: Make, redis_target: RedisTarget, clock: ManualClock) -> None:  # noqa: F811
+    """Pay writes the key, each open adds the opener (after SCRIPT FLUSH too), the last share finishes it; another worker grabs from it."""
+    one, two = make_backend(), make_backend()
+    await suite._group(one.service, "g", ["S", "A", "B", "C"])
+    order_id = await suite._paid(one.service, "S", {"count": 2, "total_fen": 100, "group_id": "g"})
+    packet = await one.service.ports.packets.get_packet(order_id)
+    assert packet is not None
+    assert _state(redis_target, order_id) == {"k": "lucky", "c": "2", "n": "2", "s": "active", "g": "g", "r": "",
+                                              "e": str(packet.expires_at_ms)}
+    ttl_ms = redis_target.sync_keys().pttl(key(order_id))
+    assert packet.expires_at_ms - clock.now_ms() < ttl_ms <= packet.expires_at_ms - clock.now_ms() + KEEP_MS
+    assert await two.service.grab("A", order_id) is GRAB_OK
+    for port in redis_target.ports:  # a restarted Redis has no scripts: NOSCRIPT, loaded, sent again
+        redis_target.sync_client(port).script_flush()
+    a, _ = await one.service.open("A", order_id)
+    assert _state(redis_target, order_id)["n"] == "1" and _state(redis_target, order_id)["u:A"] == str(a.amount_fen)
+    clock.advance_ms(GRAB_CACHE_TTL_MS)  # worker two's memory of the untouched packet lapses
+    assert await two.service.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}
+    assert await two.service.grab("B", order_id) is GRAB_OK
+    b, _ = await one.service.open("B", order_id)
+    state = _state(redis_target, order_id)
+    assert (state["n"], state["s"], state["u:B"]) == ("0", "finished", str(b.amount_fen))
+    with pytest.raises(errors.Finished):
+        await two.service.grab("C", order_id)
+    with pytest.raises(errors.NotMember):
+        await two.service.grab("X", order_id)
+    assert await two.service.grab("B", order_id) == {"status": "opened", "amount_fen": b.amount_fen}
+
+
+async def test_grab_state_rebuilt_from_the_db(make_backend: Make, redis_target: RedisTarget, clock: ManualClock) -> None:  # noqa: F811
+    """After a flush, a grab rebuilds the key from the DB (marked rebuilt, remaining count frozen); openers are told their amounts; the last share finishes it."""
+    one, two = make_backend(), make_backend()
+    await suite._group(one.service, "g", ["S", "A", "B", "C", "D"])
+    order_id = await suite._paid(one.service, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
+    a, _ = await one.service.open("A", order_id)
+    redis_target.flush()
+    assert await two.service.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}  # from the DB
+    assert _state(redis_target, order_id) == {"k": "lucky", "c": "3", "n": "2", "s": "active", "g": "g", "r": "",
+                                              "e": _state(redis_target, order_id)["e"], "p": "1"}
+    b, _ = await one.service.open("B", order_id)
+    assert _state(redis_target, order_id)["n"] == "2" and _state(redis_target, order_id)["u:B"] == str(b.amount_fen)
+    clock.advance_ms(GRAB_CACHE_TTL_MS)
+    assert await two.service.grab("B", order_id) == {"status": "opened", "amount_fen": b.amount_fen}
+    assert await two.service.grab("C", order_id) is GRAB_OK
+    await one.service.open("C", order_id)
+    assert (_state(redis_target, order_id)["n"], _state(redis_target, order_id)["s"]) == ("0", "finished")
+    with pytest.raises(errors.Finished):
+        await two.service.grab("D", order_id)
+
+
+async def test_refund_and_refusals_update_the_state(make_backend: Make, redis_target: RedisTarget, clock: ManualClock) -> None:  # noqa: F811
+    """A refund sets the key's status; an exclusive packet's key answers its receiver only; an unknown id is 404 and leaves no key."""
+    backend = make_backend()
+    svc = backend.service
+    await suite._group(svc, "g", ["S", "A"])
+    order_id = await suite._paid(svc, "S", {"count": 2, "total_fen": 100, "group_id": "g"})
+    exclusive = await suite._paid(svc, "S", {"kind": "exclusive", "count": 1, "total_fen": 50, "receiver_id": "A"})
+    assert _state(redis_target, exclusive)["r"] == "A"
+    assert await svc.grab("A", exclusive) is GRAB_OK
+    with pytest.raises(errors.NotMember):
+        await svc.grab("B", exclusive)
+    packet = await svc.ports.packets.get_packet(order_id)
+    assert packet is not None
+    clock.set_ms(packet.expires_at_ms)
+    assert await svc.refund_due() == 2
+    assert _state(redis_target, order_id)["s"] == "expired"
+    with pytest.raises(errors.Expired):
+        await svc.grab("A", order_id)
+    parts = hongbao_native.decode_order_id(order_id)
+    unknown = hongbao_native.encode_order_id(parts.region, parts.yymmdd, parts.source, parts.sequence + 10**6)
+    with pytest.raises(errors.NotFound):
+        await svc.grab("A", unknown)
+    assert not redis_target.sync_keys().exists(key(unknown))
