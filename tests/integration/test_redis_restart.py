@@ -141,6 +141,6 @@ def test_redis_killed_mid_storm_and_restarted_empty(mariadb: MariaDb, tmp_path: 
     finally:
         status = stop_server(server)
         redis_servers.stop(redis[0])
-    assert status == 0, server.log()
+    assert status == 0 and "Traceback" not in server.log(), server.log()  # an outage is logged by the breaker, not per call
     report = audit_cli(server)
     assert f"receipts: {len(receipts)}" in report and report.endswith("audit: 0 violations\n"), report
