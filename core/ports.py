@@ -97,8 +97,9 @@ class PacketStore(Protocol):
         """Order ids of active packets whose expiry has passed, oldest first, at most ``limit``."""
         ...
 
-    async def mark_credited(self, order_id: str, user_id: str) -> None:
-        """Record that the receipt's amount reached the receiver's balance."""
+    async def mark_credited(self, receipts: Sequence[tuple[str, str]]) -> None:
+        """Record that each (order_id, user_id) receipt's amount reached the receiver's balance,
+        in one write per database (a repeat changes nothing)."""
         ...
 
     async def uncredited(self, opened_before_ms: int, limit: int) -> list[Receipt]:
@@ -112,6 +113,12 @@ class LedgerStore(Protocol):
     async def post(self, entry: LedgerEntry) -> bool:
         """Apply the entry once: False if (kind, ref) was already applied (nothing changes).
         Raises InsufficientBalance when a debit would take the balance below 0 fen."""
+        ...
+
+    async def post_many(self, entries: Sequence[LedgerEntry]) -> list[bool]:
+        """Apply each entry once, as ``post`` does, in one transaction per database; returns, per
+        entry, True if it was applied now. Raises InsufficientBalance when a debit would overdraw
+        (then nothing of that database's transaction changes)."""
         ...
 
     async def balance(self, user_id: str) -> int:
@@ -204,8 +211,8 @@ class Queue(Protocol):
         """Up to ``count`` (id, body) messages nobody holds, leased for ``lease_ms``."""
         ...
 
-    async def ack(self, stream: str, message_id: int) -> None:
-        """Remove a handled message."""
+    async def ack(self, stream: str, *message_ids: int) -> None:
+        """Remove handled messages (any number, in one write; an unknown id is ignored)."""
         ...
 
     async def depth(self, stream: str) -> int:
@@ -223,15 +230,23 @@ class ListItem:
     best_luck: bool
 
 
+@dataclass(frozen=True, slots=True)
+class ListRow:
+    """A row to record in ``user_id``'s list: ``direction`` "sent" or "received", fen, ms (UTC)."""
+
+    user_id: str
+    direction: str
+    order_id: str
+    amount_fen: int
+    created_at_ms: int
+
+
 class UserListStore(Protocol):
     """Sent and received lists on the user's shard, written from the lists queue."""
 
-    async def add(self, user_id: str, direction: str, order_id: str, amount_fen: int, created_at_ms: int) -> None:
-        """Record a row once (``direction`` is "sent" or "received"); a repeat changes nothing."""
-        ...
-
-    async def mark_best_luck(self, user_id: str, order_id: str) -> None:
-        """Flag the user's received row of ``order_id`` as best luck."""
+    async def write(self, rows: Sequence[ListRow], best_luck: Sequence[tuple[str, str]]) -> None:
+        """Record each row once (a repeat changes nothing), then flag each (user_id, order_id)
+        received row as best luck (one not recorded yet stays unflagged); one write per database."""
         ...
 
     async def page(self, user_id: str, direction: str, start_ms: int, end_ms: int, offset: int, limit: int) -> list[ListItem]:

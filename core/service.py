@@ -7,6 +7,7 @@ embedded and production backends run the same code. Every step that moves money 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,8 +24,8 @@ from hongbao.core.events import Event, Notifier, NullNotifier
 from hongbao.core.grab_state import PacketState, SharedGrabState
 from hongbao.core.packet import Kind, Packet, Receipt, Status
 from hongbao.core.ports import (
-    Draw, Flags, GroupStore, LedgerEntry, LedgerStore, OpenResult, PacketStore, PreOrderStore, ProfileStore, Queue,
-    SequenceSource, UserListStore,
+    Draw, Flags, GroupStore, LedgerEntry, LedgerStore, ListRow, OpenResult, PacketStore, PreOrderStore, ProfileStore,
+    Queue, SequenceSource, UserListStore,
 )
 from hongbao.core.rules import Limits, validate_send
 from hongbao.core.times import business_yymmdd
@@ -107,7 +108,9 @@ class PacketService:
 
     async def open_batch(self, order_id: str, user_ids: Sequence[str]) -> list[OpenResult]:
         """The batcher's transaction: open for ``user_ids`` at the clock's current time, then queue
-        the batch's follow-ups (list rows, best luck, queued credits) in one queue write."""
+        the batch's follow-ups (list rows, best luck, queued credits) in one queue write, and
+        announce the packet finished when this batch took its last share (DESIGN.md section 6:
+        the push to the group goes with the open, not after the lists queue)."""
         results = await self.ports.packets.open_batch(order_id, user_ids, self.ports.clock.now_ms(), self.draw)
         messages: list[tuple[str, dict[str, object]]] = []
         for result in results:
@@ -123,6 +126,8 @@ class PacketService:
         await self._publish(messages)
         if self.grab_state is not None:
             await self.grab_state.opened(order_id, results)
+        if any(result.last for result in results):
+            await self._announce_finished(order_id)
         return results
 
     def _credit_in_request(self, receipt: Receipt) -> bool:
@@ -351,15 +356,17 @@ class PacketService:
         except Exception:  # push is never a reason for a money flow to fail
             log.exception("the notifier failed on event %s", event.name)
 
-    async def _notify_finished(self, order_id: str, best_luck_user_id: str) -> None:
+    async def _announce_finished(self, order_id: str) -> None:
+        """Notify ``finished`` with best luck (user and fen) for a packet whose last share went."""
         try:
+            best = await self.ports.packets.best_luck(order_id)
             packet = await self.ports.packets.get_packet(order_id)
-            receipt = await self.ports.packets.receipt(order_id, best_luck_user_id)
-        except Exception:
+            receipt = None if best is None else await self.ports.packets.receipt(order_id, best)
+        except Exception:  # the packet is finished all the same; only its push is lost
             log.exception("could not read packet %s for its finished event", order_id)
             return
         if packet is not None and receipt is not None:
-            self._notify(events.finished(packet, best_luck_user_id, receipt.amount_fen))
+            self._notify(events.finished(packet, receipt.user_id, receipt.amount_fen))
 
     async def _publish(self, messages: list[tuple[str, dict[str, object]]]) -> None:
         if not messages:
@@ -378,12 +385,24 @@ class PacketService:
         receipt = await self.ports.packets.receipt(order_id, user_id)
         if receipt is None:
             return False
-        if not receipt.credited:
-            ref = f"{order_id}:{user_id}"
-            if await self.ports.ledger.post(LedgerEntry(user_id, "credit", ref, receipt.amount_fen, self.ports.clock.now_ms())):
-                self._notify(events.credited(order_id, user_id, receipt.amount_fen))
-            await self.ports.packets.mark_credited(order_id, user_id)
+        await self._credit([receipt])
         return True
+
+    async def _credit(self, receipts: Sequence[Receipt]) -> None:
+        """Credit each receipt not marked credited: every ledger entry in one write (ref
+        ``order_id:user_id``, so an entry already there is not applied again), then every mark in
+        one. Ledger before mark: a stop between the two leaves a pending receipt whose next credit
+        finds its entry and only marks it (M-23)."""
+        due = [r for r in receipts if not r.credited]
+        if not due:
+            return
+        now = self.ports.clock.now_ms()
+        applied = await self.ports.ledger.post_many(
+            [LedgerEntry(r.user_id, "credit", f"{r.order_id}:{r.user_id}", r.amount_fen, now) for r in due])
+        for receipt, new in zip(due, applied, strict=True):
+            if new:
+                self._notify(events.credited(receipt.order_id, receipt.user_id, receipt.amount_fen))
+        await self.ports.packets.mark_credited([(r.order_id, r.user_id) for r in due])
 
     async def refund_due(self, limit: int = 500) -> int:
         """Record and pay the refund of every packet past expiry; returns how many were refunded
@@ -408,40 +427,51 @@ class PacketService:
         await self.ports.packets.mark_refunded(packet.order_id)
 
     async def drain_credits(self, max_messages: int = 100, lease_ms: int = 30_000) -> int:
-        """Credit what the queue holds (one claim of up to ``max_messages``); returns how many."""
+        """Credit what the queue holds: one claim of up to ``max_messages``, their receipts
+        credited together (see ``_credit``), then one ack of them all; returns how many messages."""
         messages = await self.ports.queue.claim(CREDIT_STREAM, max_messages, lease_ms, self.ports.clock.now_ms())
-        for message_id, body in messages:
-            message = orjson.loads(body)
-            await self.credit(message["o"], message["u"])
-            await self.ports.queue.ack(CREDIT_STREAM, message_id)
+        if not messages:
+            return 0
+        keys = dict.fromkeys((m["o"], m["u"]) for m in (orjson.loads(body) for _, body in messages))
+        found = await asyncio.gather(*(self.ports.packets.receipt(order_id, user_id) for order_id, user_id in keys))
+        await self._credit([r for r in found if r is not None])
+        await self.ports.queue.ack(CREDIT_STREAM, *(message_id for message_id, _ in messages))
         return len(messages)
 
     async def drain_lists(self, max_messages: int = 100, lease_ms: int = 30_000) -> int:
-        """Write queued sent/received/best-luck rows to the user lists (and announce a finished
-        packet with its best luck); returns how many messages."""
+        """Write queued sent/received rows and best-luck flags to the user lists: one claim of up
+        to ``max_messages``, one write of them all, one ack; returns how many messages."""
         messages = await self.ports.queue.claim(LISTS_STREAM, max_messages, lease_ms, self.ports.clock.now_ms())
-        for message_id, body in messages:
+        if not messages:
+            return 0
+        rows: list[ListRow] = []
+        flags: list[tuple[str, str]] = []
+        bests: dict[str, str | None] = {}  # order id -> best luck (None: not finished)
+        for _, body in messages:
             m = orjson.loads(body)
+            order_id = m["o"]
+            if order_id not in bests:
+                bests[order_id] = await self.ports.packets.best_luck(order_id)
+            best = bests[order_id]
             if m["t"] == "best":
-                best = await self.ports.packets.best_luck(m["o"])
                 if best is not None:
-                    await self.ports.lists.mark_best_luck(best, m["o"])
-                    await self._notify_finished(m["o"], best)
-            else:
-                await self.ports.lists.add(m["u"], m["t"], m["o"], m["a"], m["c"])
-                # Batches publish after their own transaction, so a later batch's "best" can be
-                # drained before this row exists (its mark then finds nothing): flag it here too.
-                if m["t"] == "received" and await self.ports.packets.best_luck(m["o"]) == m["u"]:
-                    await self.ports.lists.mark_best_luck(m["u"], m["o"])
-            await self.ports.queue.ack(LISTS_STREAM, message_id)
+                    flags.append((best, order_id))
+                continue
+            rows.append(ListRow(m["u"], m["t"], order_id, m["a"], m["c"]))
+            # Batches publish after their own transaction, so a later batch's "best" can be drained
+            # before this row exists (its flag then finds nothing): flag the row with itself too.
+            if m["t"] == "received" and best == m["u"]:
+                flags.append((m["u"], order_id))
+        await self.ports.lists.write(rows, flags)
+        await self.ports.queue.ack(LISTS_STREAM, *(message_id for message_id, _ in messages))
         return len(messages)
 
     async def reconcile(self, window_ms: int, limit: int = 500) -> int:
         """Credit receipts still pending ``window_ms`` after their open, and pay recorded refunds
         not yet credited; returns how many movements it completed."""
-        done = 0
-        for receipt in await self.ports.packets.uncredited(self.ports.clock.now_ms() - window_ms, limit):
-            done += await self.credit(receipt.order_id, receipt.user_id)
+        receipts = await self.ports.packets.uncredited(self.ports.clock.now_ms() - window_ms, limit)
+        await self._credit(receipts)
+        done = len(receipts)
         for packet in await self.ports.packets.unpaid_refunds(limit):
             await self.pay_refund(packet)
             done += 1

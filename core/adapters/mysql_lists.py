@@ -3,8 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+
+from asyncmy.cursors import Cursor
+
 from hongbao.core.adapters.mysql_db import MysqlShards
-from hongbao.core.ports import ListItem
+from hongbao.core.ports import ListItem, ListRow
 
 
 class MysqlUserListStore:
@@ -15,19 +21,32 @@ class MysqlUserListStore:
     def __init__(self, shards: MysqlShards) -> None:
         self._shards = shards
 
-    async def add(self, user_id: str, direction: str, order_id: str, amount_fen: int, created_at_ms: int) -> None:
-        """Record a list row once."""
-        db, t = self._shards.layout.key_shard(user_id)
-        await self._shards.execute(
-            db, f"INSERT INTO t_user_list_{t:02} (user_id, direction, order_id, amount_fen, created_at) VALUES (%s, %s, %s, %s, %s) "
-            "ON DUPLICATE KEY UPDATE order_id = order_id", (user_id, direction, order_id, amount_fen, created_at_ms))
+    async def write(self, rows: Sequence[ListRow], best_luck: Sequence[tuple[str, str]]) -> None:
+        """Record the rows once each, then flag the (user_id, order_id) received rows: per user
+        database one transaction of one multi-row INSERT and one UPDATE per list table, every
+        database at once."""
+        inserts: dict[int, dict[int, list[object]]] = defaultdict(lambda: defaultdict(list))
+        flags: dict[int, dict[int, list[object]]] = defaultdict(lambda: defaultdict(list))
+        for r in sorted(rows, key=lambda r: (r.user_id, r.direction, r.order_id)):  # one lock order for every writer
+            db, t = self._shards.layout.key_shard(r.user_id)
+            inserts[db][t] += (r.user_id, r.direction, r.order_id, r.amount_fen, r.created_at_ms)
+        for user_id, order_id in best_luck:
+            db, t = self._shards.layout.key_shard(user_id)
+            flags[db][t] += (user_id, order_id)
 
-    async def mark_best_luck(self, user_id: str, order_id: str) -> None:
-        """Flag the received row as best luck."""
-        db, t = self._shards.layout.key_shard(user_id)
-        await self._shards.execute(
-            db, f"UPDATE t_user_list_{t:02} SET best_luck = 1 WHERE user_id = %s AND direction = 'received' AND order_id = %s",
-            (user_id, order_id))
+        def body(db: int) -> Callable[[Cursor], Awaitable[None]]:
+            async def run(cur: Cursor) -> None:
+                for t, args in sorted(inserts[db].items()):
+                    await cur.execute(f"INSERT INTO t_user_list_{t:02} (user_id, direction, order_id, amount_fen, created_at) VALUES "
+                                      + ", ".join(["(%s, %s, %s, %s, %s)"] * (len(args) // 5))
+                                      + " ON DUPLICATE KEY UPDATE order_id = order_id", args)
+                for t, args in sorted(flags[db].items()):
+                    await cur.execute(f"UPDATE t_user_list_{t:02} SET best_luck = 1 WHERE direction = 'received' AND ("
+                                      + " OR ".join(["(user_id = %s AND order_id = %s)"] * (len(args) // 2)) + ")", args)
+
+            return run
+
+        await asyncio.gather(*(self._shards.transaction(db, body(db)) for db in {*inserts, *flags}))
 
     async def page(self, user_id: str, direction: str, start_ms: int, end_ms: int, offset: int, limit: int) -> list[ListItem]:
         """Rows in [start_ms, end_ms), newest first."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+from collections import defaultdict
 from collections.abc import Sequence
 
 from asyncmy.cursors import Cursor
@@ -125,11 +126,17 @@ class MysqlPacketStore:
         await self._shards.execute(db, f"UPDATE {ptable} FORCE INDEX (PRIMARY) SET status = %s WHERE order_id = %s AND status = %s",
                                    (Status.REFUNDED.value, order_id, Status.EXPIRED.value))
 
-    async def mark_credited(self, order_id: str, user_id: str) -> None:
-        """Mark the receipt credited."""
-        db, _, rtable = self._where(order_id)
-        await self._shards.execute(db, f"UPDATE {rtable} SET credit_status = 'credited' WHERE order_id = %s AND user_id = %s",
-                                   (order_id, user_id))
+    async def mark_credited(self, receipts: Sequence[tuple[str, str]]) -> None:
+        """Mark each (order_id, user_id) receipt credited: one UPDATE per receipt table (the
+        receipts' unique key, one range per receipt), every table at once."""
+        by_table: dict[tuple[int, str], list[str]] = defaultdict(list)
+        for order_id, user_id in receipts:
+            db, _, rtable = self._where(order_id)
+            by_table[(db, rtable)] += (order_id, user_id)
+        await asyncio.gather(*(
+            self._shards.execute(db, f"UPDATE {rtable} SET credit_status = 'credited' WHERE "
+                                 + " OR ".join(["(order_id = %s AND user_id = %s)"] * (len(args) // 2)), args)
+            for (db, rtable), args in by_table.items()))
 
     async def _scan(self, select: str, where: str, order: str, args: Sequence[object], limit: int, receipts: bool) -> list[Row]:
         """Run ``SELECT {select} FROM <each day table> WHERE {where} ORDER BY {order} LIMIT limit``

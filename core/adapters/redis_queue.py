@@ -10,7 +10,7 @@ are entries with one field ``b`` (the body).
 One consumer group (``hongbao``) per stream; each process claims as its own consumer. A claim is
 one script on the stream's key: XAUTOCLAIM takes over entries leased longer than ``lease_ms``
 ago (by any consumer: compensation for a worker that died holding them), then XREADGROUP adds
-new ones. An ack is XACK + XDEL, so the stream holds exactly the messages not acked yet and
+new ones. An ack (of any number of messages) is XACK + XDEL, so the stream holds exactly the messages not acked yet and
 ``depth`` is its length. Leases are measured by Redis's clock (``now_ms`` is not used).
 
 Message ids: the entry id ``ms-seq`` as one int, ``ms << 20 | seq``.
@@ -50,10 +50,11 @@ if #got < count then
 end
 return got
 """)
-#: KEYS stream. ARGV group, entry id
+#: KEYS stream. ARGV group, then entry ids -> how many were deleted
 ACK = LuaScript("""
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-return redis.call('XDEL', KEYS[1], ARGV[2])
+local ids = {unpack(ARGV, 2)}
+redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
+return redis.call('XDEL', KEYS[1], unpack(ids))
 """)
 
 
@@ -99,9 +100,10 @@ class RedisQueue:
         entries: list[Any] = await self._pipes.script(CLAIM, [queue_key(stream)], [GROUP, self._consumer, count, lease_ms])
         return sorted((message_id(eid), fields[fields.index(b"b") + 1]) for eid, fields in entries if fields)
 
-    async def ack(self, stream: str, message_id: int) -> None:
-        """Remove a handled message (idempotent)."""
-        await self._pipes.script(ACK, [queue_key(stream)], [GROUP, entry_id(message_id)])
+    async def ack(self, stream: str, *message_ids: int) -> None:
+        """Remove handled messages, all in one script (idempotent: an id gone already is skipped)."""
+        if message_ids:
+            await self._pipes.script(ACK, [queue_key(stream)], [GROUP, *(entry_id(m) for m in message_ids)])
 
     async def depth(self, stream: str) -> int:
         """Messages in ``stream`` not acked yet (leased or not)."""

@@ -7,6 +7,7 @@ The (kind, ref) unique key is the idempotency of every movement (DESIGN.md secti
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.errors import InsufficientBalance
@@ -23,28 +24,21 @@ class SqliteLedgerStore:
 
     async def post(self, entry: LedgerEntry) -> bool:
         """Apply ``entry`` once; False if already applied. Raises InsufficientBalance on overdraft."""
+        return (await self.post_many([entry]))[0]
 
-        def post() -> bool:
+    async def post_many(self, entries: Sequence[LedgerEntry]) -> list[bool]:
+        """Apply each entry once, all in one transaction; per entry, True if applied now. Raises
+        InsufficientBalance on an overdraft (and applies none of them)."""
+
+        def post() -> list[bool]:
             try:
                 with self._db.immediate() as conn:
-                    cur = conn.execute(
-                        "INSERT INTO t_ledger (user_id, kind, ref, amount_fen, created_at) VALUES (?, ?, ?, ?, ?) "
-                        "ON CONFLICT (kind, ref) DO NOTHING",
-                        (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms),
-                    )
-                    if cur.rowcount == 0:
-                        return False
-                    # UPDATE first: SQLite checks CHECK constraints on an upsert's candidate row
-                    # before the conflict, so a debit must never go through INSERT ... ON CONFLICT.
-                    cur = conn.execute("UPDATE t_account SET balance_fen = balance_fen + ? WHERE user_id = ?",
-                                       (entry.amount_fen, entry.user_id))
-                    if cur.rowcount == 0:
-                        conn.execute("INSERT INTO t_account (user_id, balance_fen) VALUES (?, ?)", (entry.user_id, entry.amount_fen))
-                    return True
+                    return [_apply(conn, entry) for entry in entries]
             except sqlite3.IntegrityError as exc:
                 if "balance_fen" not in str(exc):
                     raise
-                raise InsufficientBalance(f"balance of {entry.user_id} is below {-entry.amount_fen} fen") from None
+                raise InsufficientBalance("; ".join(f"balance of {e.user_id} is below {-e.amount_fen} fen"
+                                                    for e in entries if e.amount_fen < 0)) from None
 
         return await self._db.run(post)
 
@@ -61,3 +55,18 @@ class SqliteLedgerStore:
         """The user's entries, newest first."""
         sql = "SELECT user_id, kind, ref, amount_fen, created_at FROM t_ledger WHERE user_id = ? ORDER BY id DESC LIMIT ? OFFSET ?"
         return self._db.read(lambda: [LedgerEntry(*r) for r in self._db.reader.execute(sql, (user_id, limit, offset))])
+
+
+def _apply(conn: sqlite3.Connection, entry: LedgerEntry) -> bool:
+    """Insert the entry and move the balance, unless (kind, ref) is there already (-> False)."""
+    cur = conn.execute("INSERT INTO t_ledger (user_id, kind, ref, amount_fen, created_at) VALUES (?, ?, ?, ?, ?) "
+                       "ON CONFLICT (kind, ref) DO NOTHING",
+                       (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms))
+    if cur.rowcount == 0:
+        return False
+    # UPDATE first: SQLite checks CHECK constraints on an upsert's candidate row before the
+    # conflict, so a debit must never go through INSERT ... ON CONFLICT.
+    cur = conn.execute("UPDATE t_account SET balance_fen = balance_fen + ? WHERE user_id = ?", (entry.amount_fen, entry.user_id))
+    if cur.rowcount == 0:
+        conn.execute("INSERT INTO t_account (user_id, balance_fen) VALUES (?, ?)", (entry.user_id, entry.amount_fen))
+    return True

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.ports import ListItem
+from hongbao.core.ports import ListItem, ListRow
 
 
 class SqliteUserListStore:
@@ -14,25 +16,18 @@ class SqliteUserListStore:
     def __init__(self, db: SqliteDb) -> None:
         self._db = db
 
-    async def add(self, user_id: str, direction: str, order_id: str, amount_fen: int, created_at_ms: int) -> None:
-        """Record a list row once."""
+    async def write(self, rows: Sequence[ListRow], best_luck: Sequence[tuple[str, str]]) -> None:
+        """Record the rows once each, then flag the (user_id, order_id) received rows, in one transaction."""
+        values = [(r.user_id, r.direction, r.order_id, r.amount_fen, r.created_at_ms) for r in rows]
 
-        def add() -> None:
+        def write() -> None:
             with self._db.immediate() as conn:
-                conn.execute("INSERT OR IGNORE INTO t_user_list (user_id, direction, order_id, amount_fen, created_at) "
-                             "VALUES (?, ?, ?, ?, ?)", (user_id, direction, order_id, amount_fen, created_at_ms))
+                conn.executemany("INSERT OR IGNORE INTO t_user_list (user_id, direction, order_id, amount_fen, created_at) "
+                                 "VALUES (?, ?, ?, ?, ?)", values)
+                conn.executemany("UPDATE t_user_list SET best_luck = 1 WHERE user_id = ? AND direction = 'received' AND order_id = ?",
+                                 best_luck)
 
-        await self._db.run(add)
-
-    async def mark_best_luck(self, user_id: str, order_id: str) -> None:
-        """Flag the received row as best luck."""
-
-        def mark() -> None:
-            with self._db.immediate() as conn:
-                conn.execute("UPDATE t_user_list SET best_luck = 1 WHERE user_id = ? AND direction = 'received' AND order_id = ?",
-                             (user_id, order_id))
-
-        await self._db.run(mark)
+        await self._db.run(write)
 
     async def page(self, user_id: str, direction: str, start_ms: int, end_ms: int, offset: int, limit: int) -> list[ListItem]:
         """Rows in [start_ms, end_ms), newest first."""

@@ -175,13 +175,15 @@ class SqlitePacketStore:
 
         return await self._db.run(scan)
 
-    async def mark_credited(self, order_id: str, user_id: str) -> None:
-        """Mark the receipt credited."""
-        _, rtable = self._tables(order_id)
+    async def mark_credited(self, receipts: Sequence[tuple[str, str]]) -> None:
+        """Mark each (order_id, user_id) receipt credited, all in one transaction."""
+        rows = [(self._tables(order_id)[1], order_id, user_id) for order_id, user_id in receipts]
 
         def mark() -> None:
             with self._db.immediate() as conn:
-                conn.execute(f"UPDATE {rtable} SET credit_status = 'credited' WHERE order_id = ? AND user_id = ?", (order_id, user_id))
+                for rtable in sorted({r[0] for r in rows}):
+                    conn.executemany(f"UPDATE {rtable} SET credit_status = 'credited' WHERE order_id = ? AND user_id = ?",
+                                     [(o, u) for t, o, u in rows if t == rtable])
 
         await self._db.run(mark)
 

@@ -197,14 +197,15 @@ class SqliteQueue:
 
         return await self._db.run(claim)
 
-    async def ack(self, stream: str, message_id: int) -> None:
-        """Delete a handled message."""
+    async def ack(self, stream: str, *message_ids: int) -> None:
+        """Delete handled messages, in one transaction."""
 
         def ack() -> None:
             with self._db.immediate() as conn:
-                conn.execute("DELETE FROM t_queue WHERE id = ? AND stream = ?", (message_id, stream))
+                conn.executemany("DELETE FROM t_queue WHERE id = ? AND stream = ?", [(m, stream) for m in message_ids])
 
-        await self._db.run(ack)
+        if message_ids:
+            await self._db.run(ack)
 
     async def depth(self, stream: str) -> int:
         """Messages in ``stream`` not acked yet."""

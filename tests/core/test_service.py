@@ -8,11 +8,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from hongbao.core import errors
+from hongbao.core import errors, events
 from hongbao.core.clock import ManualClock
 from hongbao.core.embedded import Embedded
 from hongbao.core.packet import Status
-from hongbao.core.service import CreditingMode, PacketService
+from hongbao.core.ports import LedgerEntry, ListRow
+from hongbao.core.service import CREDIT_STREAM, CreditingMode, PacketService
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -310,3 +311,90 @@ async def test_pay_and_cancel_race_has_one_winner(backend: Embedded) -> None:
         else:
             assert isinstance(pay, errors.NotFound) and packet is None
     assert await svc.ports.ledger.balance("A") == 10_000 - 10 * paid
+
+
+class _Heard:
+    """A Notifier that keeps every event it is handed, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[events.Event] = []
+
+    def notify(self, event: events.Event) -> None:
+        self.events.append(event)
+
+    def named(self, name: str) -> list[events.Event]:
+        return [e for e in self.events if e.name == name]
+
+
+async def test_finished_is_announced_by_the_last_open(backend: Embedded) -> None:
+    """The open that takes the last share announces finished with best luck at once (DESIGN.md section 6), not after the lists queue; draining the lists announces nothing more."""
+    svc = backend.service
+    heard = _Heard()
+    svc.notifier = heard
+    await _group(svc, "g", ["S", "A", "B", "C"])
+    order_id = await _paid(svc, "S", {"count": 3, "total_fen": 100, "group_id": "g"}, fund=100)
+    svc.draw = _scripted([10, 50])
+    for user in ("A", "B"):
+        await svc.open(user, order_id)
+    assert heard.named("finished") == []
+    await svc.open("C", order_id)
+    packet = await svc.ports.packets.get_packet(order_id)
+    assert packet is not None and heard.named("finished") == [events.finished(packet, "B", 50)]
+    assert heard.named("finished")[0].group_id == "g"
+    while await svc.drain_lists():
+        pass
+    assert len(heard.named("finished")) == 1
+
+
+async def test_a_claimed_batch_of_credits_is_applied_once(backend: Embedded) -> None:
+    """M-23 in one batch: receipts already credited, one with only its ledger entry, one user twice: one drain credits each receipt exactly once and acks all."""
+    svc = backend.service
+    svc.crediting_mode = CreditingMode.QUEUED
+    heard = _Heard()
+    svc.notifier = heard
+    users = [f"u{i}" for i in range(6)]
+    await _group(svc, "g", ["S", *users])
+    first = await _paid(svc, "S", {"count": 6, "total_fen": 600, "group_id": "g"}, fund=600)
+    second = await _paid(svc, "S", {"count": 2, "total_fen": 30, "group_id": "g", "greeting": "2"}, fund=30)
+    amounts = {(first, u): (await svc.open(u, first))[0].amount_fen for u in users}
+    amounts |= {(second, u): (await svc.open(u, second))[0].amount_fen for u in users[:2]}
+    assert await svc.credit(first, "u0") and await svc.credit(first, "u1")  # credited, their messages still queued
+    await svc.ports.ledger.post(LedgerEntry("u2", "credit", f"{first}:u2", amounts[(first, "u2")], 0))  # ledger only
+    heard.events.clear()
+    assert await svc.drain_credits() == 8
+    assert await svc.drain_credits() == 0
+    assert await svc.ports.queue.depth(CREDIT_STREAM) == 0
+    for user in users:
+        credits = sorted((e.ref, e.amount_fen) for e in await svc.ports.ledger.entries(user, 0, 10) if e.kind == "credit")
+        mine = sorted((f"{o}:{u}", a) for (o, u), a in amounts.items() if u == user)
+        assert credits == mine and await svc.ports.ledger.balance(user) == sum(a for _, a in mine)
+    assert all(r.credited for r in [*await svc.ports.packets.receipts(first), *await svc.ports.packets.receipts(second)])
+    assert sorted((e.data["order_id"], e.user_ids) for e in heard.named("credited")) == sorted(
+        (o, (u,)) for (o, u) in amounts if u not in ("u0", "u1", "u2") or o == second)
+    assert await svc.reconcile(window_ms=0) == 0
+
+
+async def test_list_rows_of_a_batch(backend: Embedded) -> None:
+    """One drain writes the sent and received rows of two packets, flags best luck on the finished one only, and a repeat of the rows changes nothing."""
+    svc = backend.service
+    await _group(svc, "g", ["S", "A", "B", "C"])
+    done = await _paid(svc, "S", {"count": 2, "total_fen": 100, "group_id": "g"}, fund=100)
+    half = await _paid(svc, "S", {"count": 2, "total_fen": 100, "group_id": "g", "greeting": "2"}, fund=100)
+    svc.draw = _scripted([70, 60])
+    await svc.open("A", done)
+    await svc.open("B", done)
+    await svc.open("C", half)
+    assert await svc.drain_lists() == 6  # 2 sent, 3 received, 1 best luck
+    assert await svc.drain_lists() == 0
+    now = svc.ports.clock.now_ms()
+
+    async def rows(user: str, direction: str) -> list[tuple[str, int, bool]]:
+        return [(i.order_id, i.amount_fen, i.best_luck) for i in await svc.ports.lists.page(user, direction, 0, now + 1, 0, 20)]
+
+    assert sorted(await rows("S", "sent")) == sorted([(done, 100, False), (half, 100, False)])
+    assert await rows("A", "received") == [(done, 70, True)]
+    assert await rows("B", "received") == [(done, 30, False)]
+    assert await rows("C", "received") == [(half, 60, False)]
+    await svc.ports.lists.write([ListRow("A", "received", done, 70, now)], [("A", done)])
+    assert await rows("A", "received") == [(done, 70, True)]
+    assert await svc.ports.lists.summary("A", "received", 0, now + 1) == (1, 70, 1)
