@@ -110,7 +110,8 @@ def parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", parents=[common], help="run the server (master + workers)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
-    serve.add_argument("--workers", type=int)
+    serve.add_argument("--workers", type=int,
+                       help="worker processes (default: one per core with --backend production, 1 on the embedded backend)")
     serve.add_argument("--data-dir", dest="data_dir", type=Path)
     serve.add_argument("--backend", choices=["embedded", "production"],
                        help="production: money in MySQL/MariaDB (--mysql-dsn), queues in Redis (--redis-url)")

@@ -26,7 +26,7 @@ class Settings:
 
     host: str = "127.0.0.1"
     port: int = 8080
-    workers: int = 1
+    workers: int = 0  # 0: automatic, see worker_count()
     data_dir: Path = Path("var")
     backend: str = "embedded"  # embedded | production (MySQL/MariaDB money, Redis state)
     mysql_dsn: str = ""  # mysql://user:pass@host:port; comma-separated: database i lives on DSN i mod count
@@ -82,8 +82,8 @@ class Settings:
             raise ValueError("redis_cluster needs redis_url (one node of the cluster)")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
-        if self.workers < 1:
-            raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.workers < 0:
+            raise ValueError(f"workers must be at least 1 (or 0: automatic), got {self.workers}")
         if self.region not in (1, 2):
             raise ValueError(f"region must be 1 (north) or 2 (south), got {self.region}")
         for name in ("max_body_bytes", "max_header_bytes", "max_headers", "max_connections", "max_in_db", "ws_burst",
@@ -104,6 +104,14 @@ class Settings:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         return self
+
+    def worker_count(self) -> int:
+        """The worker processes to run: ``workers``, or when it is 0, one per core (os.cpu_count())
+        on the production backend and 1 on the embedded one (SQLite takes one writer at a time per
+        host, so more workers add lock waits, not throughput; ``--workers N`` is still correct there)."""
+        if self.workers:
+            return self.workers
+        return (os.cpu_count() or 1) if self.backend == "production" else 1
 
     def mysql_layout(self) -> Layout:
         """The sharded MySQL layout these settings name (mysql_dbs x mysql_tables, prefix, hot window)."""

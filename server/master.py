@@ -104,9 +104,9 @@ def serve(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    for _ in range(settings.workers):
+    for _ in range(settings.worker_count()):
         spawn()
-    log.info("master %d serving http://%s:%d with %d worker(s)", os.getpid(), settings.host, settings.port, settings.workers)
+    log.info("master %d serving http://%s:%d with %d worker(s)", os.getpid(), settings.host, settings.port, settings.worker_count())
     deadline = None
     try:
         while workers:

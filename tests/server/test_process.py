@@ -118,6 +118,17 @@ def test_settings_precedence(tmp_path: Path) -> None:
         load_settings(None, env={"HONGBAO_NO_SUCH_THING": "1"})
 
 
+def test_workers_default_to_one_per_core_on_production() -> None:
+    """No --workers: one worker per core on the production backend, one on the embedded one; a number given wins."""
+    cores = os.cpu_count() or 1
+    assert load_settings(None, env={}).worker_count() == 1
+    assert load_settings(None, env={"HONGBAO_BACKEND": "production"}).worker_count() == cores
+    assert load_settings(None, env={"HONGBAO_BACKEND": "production"}, flags={"workers": 3}).worker_count() == 3
+    assert load_settings(None, env={"HONGBAO_WORKERS": "2"}).worker_count() == 2
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        load_settings(None, env={"HONGBAO_WORKERS": "-1"})
+
+
 def test_metrics_count_requests_across_workers(make_server: Callable[..., Server]) -> None:
     """/metrics merges every worker's counters: 20 top-ups show as 20 whichever worker is scraped."""
     server = make_server(workers=2)
