@@ -156,14 +156,20 @@ def standalone(directory: Path) -> Iterator[RedisTarget]:
         _stop([process])
 
 
+def cluster_node(root: Path, port: int) -> subprocess.Popen[bytes]:
+    """A cluster-enabled redis-server on ``port``, its files and nodes.conf in ``root/<port>``: a
+    node of :func:`cluster`, or one of them started again after a stop (it rejoins with its slots,
+    empty). Not waited for (see :func:`wait_ready`)."""
+    return _start_server(root / str(port), port, "--cluster-enabled", "yes", "--cluster-config-file",
+                         str(root / str(port) / "nodes.conf"), "--cluster-node-timeout", "2000")
+
+
 @contextlib.contextmanager
 def cluster(root: Path) -> Iterator[RedisTarget]:
     """A 3-master Redis Cluster (no replicas) on free loopback ports, its files under ``root``."""
     cli = _require("redis-cli")
     ports = free_ports(3)
-    processes = [_start_server(root / str(port), port, "--cluster-enabled", "yes", "--cluster-config-file",
-                               str(root / str(port) / "nodes.conf"), "--cluster-node-timeout", "2000")
-                 for port in ports]
+    processes = [cluster_node(root, port) for port in ports]
     try:
         for port, process in zip(ports, processes):
             wait_ready(port, process, root / str(port))
@@ -172,13 +178,14 @@ def cluster(root: Path) -> Iterator[RedisTarget]:
         if create.returncode != 0:
             pytest.fail(f"redis-cli --cluster create failed:\n{create.stdout}\n{create.stderr}", pytrace=False)
         target = RedisTarget(f"redis://127.0.0.1:{ports[0]}", True, tuple(ports), tuple(p.pid for p in processes))
-        _wait_cluster_ok(target)
+        wait_cluster_ok(target)
         yield target
     finally:
         _stop(processes)
 
 
-def _wait_cluster_ok(target: RedisTarget) -> None:
+def wait_cluster_ok(target: RedisTarget) -> None:
+    """Wait until every primary of ``target`` reports cluster_state:ok (fail after READY_TIMEOUT_S)."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         states = [target.cli("cluster", "info", port=port) for port in target.ports]
