@@ -73,8 +73,8 @@ def scenario_from(args: argparse.Namespace) -> Scenario:
 
 
 def storm(opts: StormOptions, auditor: Auditor | None, out: Path, drain_timeout_s: float) -> dict[str, Any]:
-    """Play the storm, drain, audit (``auditor``: ``settle.auditor_for``; None: no audit), then
-    write ``out/report.json`` and ``out/report.png`` and print the table; returns the report.
+    """Play the storm, then drain and audit (``auditor``: ``settle.auditor_for``; None: no audit)
+    while the push clients stay connected, then write ``out/report.json`` and ``out/report.png`` and print the table; returns the report.
     Raises StormError when the storm cannot run."""
     from rich.console import Console
 
@@ -83,8 +83,7 @@ def storm(opts: StormOptions, auditor: Auditor | None, out: Path, drain_timeout_
     from hongbao.bench.storm.settle import settle
 
     console = opts.console or Console(stderr=True)
-    result = run_load(opts)
-    settlement = settle(opts.url, auditor, drain_timeout_s)
+    result, settlement = run_load(opts, lambda: settle(opts.url, auditor, drain_timeout_s))
     summary = report.build(result, settlement, opts.scenario, opts.url)
     report.write_json(summary, out / "report.json")
     plot.write_png(summary, out / "report.png")

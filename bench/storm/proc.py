@@ -1,11 +1,14 @@
 """One load process: build its share of the plan (or of a record), connect its online users'
-push clients, wait for the common start, play it, report progress to the parent, wait for the
-pushes to go quiet, and leave its samples, observations and deliveries in a JSON file.
+push clients, wait for the common start, play it, report progress to the parent, keep the push
+clients connected until the parent has settled the storm (so pushes that come late are counted,
+with their real latency), wait for the pushes to go quiet, and leave its samples, observations
+and deliveries in a JSON file.
 
 Processes are started with ``spawn`` (no state inherited from the parent's event loop or rich's
 threads). The parent hands each a ``LoadJob``; the process answers on the queue with
 ``("ready", proc, calls)``, then ``("progress", proc, done, counts)`` every ``PROGRESS_S``
-seconds, then ``("done", proc)``, or ``("error", proc, text)``.
+seconds, then ``("loaded", proc)`` when its calls are played, then (after the parent sets
+``settled``) ``("done", proc)`` once its file is written; or ``("error", proc, text)``.
 """
 
 from __future__ import annotations
@@ -62,17 +65,18 @@ def job_calls(job: LoadJob) -> list[Call]:
     return load_calls(job.scenario, populate(job.scenario, job.run), job.proc, job.procs)
 
 
-def load_main(job: LoadJob, queue: Queue[Any], start: Synchronized[float], go: Event) -> None:
+def load_main(job: LoadJob, queue: Queue[Any], start: Synchronized[float], go: Event, settled: Event) -> None:
     """The body of a load process (the ``multiprocessing`` target)."""
     try:
-        uvloop.run(_main(job, job_calls(job), queue, start, go))
+        uvloop.run(_main(job, job_calls(job), queue, start, go, settled))
         queue.put(("done", job.proc))
     except BaseException:
         queue.put(("error", job.proc, traceback.format_exc()))
         raise
 
 
-async def _main(job: LoadJob, calls: list[Call], queue: Queue[Any], start: Synchronized[float], go: Event) -> None:
+async def _main(job: LoadJob, calls: list[Call], queue: Queue[Any], start: Synchronized[float], go: Event,
+                settled: Event) -> None:
     tokens = Tokens(job.secret)
     push = PushUsers(job.url, job.online, tokens, job.scenario)
     await push.connect()
@@ -98,6 +102,8 @@ async def _main(job: LoadJob, calls: list[Call], queue: Queue[Any], start: Synch
             if recorder is not None:
                 recorder.close()
     queue.put(("progress", job.proc, executor.done, dict(executor.counts)))
+    queue.put(("loaded", job.proc))
+    await asyncio.get_running_loop().run_in_executor(None, settled.wait)
     await push.stop()
     job.samples.write_bytes(orjson.dumps({
         "samples": executor.samples, "counts": executor.counts, "packets": executor.packets,

@@ -5,8 +5,9 @@ reconnects resuming from its last offset and epoch) with probability ``drop_p``;
 load process holds the connection, follow from a hash of the user id, so a replay (which knows
 only user ids) puts the same users online. The clients are ``hongbao.server.push_client``'s
 (the ``websockets`` library underneath): acks, dedupe by offset, resume, backoff. Each process
-connects its online users before the load starts and keeps them until the pushes go quiet
-after it (``QUIET_S`` without a new message, at most ``GRACE_S``).
+connects its online users before the load starts and keeps them through the load and the
+storm's settlement (drain and audit), then until the pushes go quiet (``QUIET_S`` without a new
+message, at most ``GRACE_S``), so a late push is counted with its latency, not missed.
 
 Deliveries are kept as ``(event, order_id, user, wall time)``, once per key (after the client's
 own dedupe, a key seen again is counted in ``duplicates``).

@@ -1,5 +1,6 @@
 """Running a storm: the setup in this process, the load in ``processes`` spawned processes with a
-rich progress display, then every process's samples gathered into one ``LoadResult``.
+rich progress display, the settlement (drain and audit) while their push clients stay connected,
+then every process's samples gathered into one ``LoadResult``.
 
 The setup (top-ups, groups) runs first, as fast as the pool allows; the load processes then
 build their plans, say they are ready, and all start at one wall-clock instant, so their
@@ -15,9 +16,10 @@ import secrets
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
@@ -30,13 +32,15 @@ from rich.text import Text
 from hongbao.bench.storm.load import Executor, Sample
 from hongbao.bench.storm.plan import SETUP, Call, populate
 from hongbao.bench.storm.proc import LoadJob, load_main
-from hongbao.bench.storm.push import home, is_online
+from hongbao.bench.storm.push import GRACE_S, home, is_online
 from hongbao.bench.storm.record import Recorder, merge, read_record
 from hongbao.bench.storm.scenario import Scenario
 from hongbao.bench.storm.wire import Tokens, connector
 
 READY_TIMEOUT_S = 120.0
 START_MARGIN_S = 0.3
+DONE_TIMEOUT_S = GRACE_S + 30.0  # a process's last pushes, then its file
+T = TypeVar("T")
 
 
 class StormError(RuntimeError):
@@ -108,10 +112,13 @@ def probe(url: str) -> None:
     raise StormError(f"the target {url} answers /healthz with {response.status}")
 
 
-def run_load(opts: StormOptions) -> LoadResult:
+def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T]:
     """Check the target answers, set up the population, then play the load in
-    ``scenario.processes`` processes with a progress display; raises StormError when the
-    target does not answer, the setup fails or a process dies."""
+    ``scenario.processes`` processes with a progress display; once every process has played its
+    calls, run ``settle()`` (drain, audit) while their push clients stay connected, so a push
+    that arrives during the settlement is counted with its real latency. Returns the result and
+    what ``settle`` returned; raises StormError when the target does not answer, the setup
+    fails or a process dies."""
     probe(opts.url)
     opts.work_dir.mkdir(parents=True, exist_ok=True)
     run = secrets.token_hex(3)
@@ -132,7 +139,7 @@ def run_load(opts: StormOptions) -> LoadResult:
                     [u for u in result.online if home(u, procs) == p], opts.replay,
                     opts.work_dir / f"record-{p}.jsonl" if opts.record else None, opts.work_dir / f"samples-{p}.json")
             for p in range(procs)]
-    _spawn_and_watch(jobs, result, opts.console or Console(stderr=True))
+    settled = _spawn_and_watch(jobs, result, opts.console or Console(stderr=True), settle)
     for job in jobs:
         data: dict[str, Any] = orjson.loads(job.samples.read_bytes())
         result.samples += [tuple(s) for s in data["samples"]]
@@ -143,15 +150,15 @@ def run_load(opts: StormOptions) -> LoadResult:
         result.push.append(data["push"])
     if opts.record is not None:
         merge([opts.work_dir / "record-setup.jsonl", *(j.record for j in jobs if j.record)], opts.record)
-    return result
+    return result, settled
 
 
-def _spawn_and_watch(jobs: list[LoadJob], result: LoadResult, console: Console) -> None:
+def _spawn_and_watch(jobs: list[LoadJob], result: LoadResult, console: Console, settle: Callable[[], T]) -> T:
     ctx = multiprocessing.get_context("spawn")
     messages = ctx.Queue()
-    start, go = ctx.Value("d", 0.0), ctx.Event()
-    processes = [ctx.Process(target=load_main, args=(job, messages, start, go), daemon=True, name=f"storm-load-{job.proc}")
-                 for job in jobs]
+    start, go, settled = ctx.Value("d", 0.0), ctx.Event(), ctx.Event()
+    processes = [ctx.Process(target=load_main, args=(job, messages, start, go, settled), daemon=True,
+                             name=f"storm-load-{job.proc}") for job in jobs]
     for process in processes:
         process.start()
     try:
@@ -167,8 +174,17 @@ def _spawn_and_watch(jobs: list[LoadJob], result: LoadResult, console: Console) 
         began = time.monotonic()
         _watch(messages, processes, result.calls, console)
         result.load_s = time.monotonic() - began - START_MARGIN_S
+        outcome = settle()
+        settled.set()
+        done: set[int] = set()
+        deadline = time.monotonic() + DONE_TIMEOUT_S
+        while len(done) < len(jobs):
+            message = _next(messages, processes, deadline)
+            if message[0] == "done":
+                done.add(message[1])
         for process in processes:
             process.join(timeout=30)
+        return outcome
     finally:
         for process in processes:
             if process.is_alive():
@@ -195,17 +211,17 @@ def _watch(messages: Any, processes: list[Any], total: int, console: Console) ->
     task = progress.add_task("calls", total=total)
     done: dict[int, int] = {}
     counts: dict[int, dict[str, int]] = {}
-    finished: set[int] = set()
+    loaded: set[int] = set()
     status = Text()
     with Live(Group(progress, status), console=console, refresh_per_second=4, transient=False):
-        while len(finished) < len(processes):
+        while len(loaded) < len(processes):
             message = _next(messages, processes, float("inf"))
             if message[0] == "progress":
                 done[message[1]], counts[message[1]] = message[2], message[3]
                 progress.update(task, completed=sum(done.values()))
                 status.plain = _status_line(counts)
-            elif message[0] == "done":
-                finished.add(message[1])
+            elif message[0] == "loaded":
+                loaded.add(message[1])
 
 
 def _status_line(counts: dict[int, dict[str, int]]) -> str:
