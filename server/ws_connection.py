@@ -243,8 +243,9 @@ class WsConnection(asyncio.Protocol):
         return self.send_frame(encode_frame(OP_TEXT, body))
 
     def send_frame(self, frame: bytes) -> bool:
-        """Queue one whole pre-encoded frame (a broadcast encodes once for every subscriber); same
-        answer and cap as ``send_text``."""
+        """Queue one or more whole pre-encoded frames as one write (a broadcast encodes once for
+        every subscriber and joins the broadcasts sent together); same answer and cap as
+        ``send_text``, for all of them at once."""
         if self.close_sent or self.lost:
             return False
         # not paused: the transport holds at most WRITE_HIGH bytes, so small frames need no count
