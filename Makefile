@@ -10,7 +10,7 @@ STAMP_NATIVE := $(VENV)/.native-built
 STAMP_DEPS   := $(VENV)/.deps-installed
 BENCH_JSON   := bench-results/native.json
 
-.PHONY: demo install test test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-push clean
+.PHONY: demo install test test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-grab bench-push clean
 
 install: $(STAMP_NATIVE) $(STAMP_DEPS)
 
@@ -67,6 +67,11 @@ bench-http: install
 # the baseline in the same run: bench-results/storm-production/bench-storm.json (tests/bench/storm_production.py).
 bench-storm: install
 	$(BIN)/python -m tests.bench.storm_production --out bench-results/storm-production
+
+# Grabs/s on the production backend (MariaDB + Redis started here, 2 workers) vs the uvloop ceiling and
+# vs one redis-py round trip per request, and Redis bytes per packet: bench-results/grab.json (tests/bench/grab_production.py).
+bench-grab: install
+	$(BIN)/python -m tests.bench.grab_production --out bench-results/grab.json
 
 clean:
 	rm -rf $(VENV) native/target build bench-results *.egg-info

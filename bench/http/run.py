@@ -20,6 +20,14 @@ For each worker count (default 1 and 2), in a fresh temporary data directory:
      measured run are created after the warm-up from the warm-up's open rate; were they used up
      anyway, the script stops early and the rate stays right (opens over the actual duration).
 
+Other backends (issue 5's grab benchmark, ``make bench-grab``: tests/bench/grab_production.py starts
+MariaDB and Redis and runs this with the production backend): ``--server-config FILE`` adds TOML to
+hongbao's configuration; ``--grab-opened`` has another member open the grab packet first, so no
+grab is answered from a worker's memory alone (each reads the shared grab state: Redis in
+production); ``--redis-url URL`` adds the target ``redis_rt``: the ceiling server answering each
+request after one redis-py round trip of its own (``ceiling.py --redis-url``), reported with the
+ratio ``grab/redis_rt``; ``--targets`` picks targets, ``--floor grab=0.4`` sets a floor.
+
 Each run also records the servers' CPU time (``server_cpu_us_per_request``, and ``server_cores_busy``:
 below the worker count, other processes took CPU from the server, so the machine was not quiet)
 and the load average is kept with the result. ``--profile DIR`` records py-spy profiles of the
@@ -58,7 +66,7 @@ import httpx
 from hongbao.server.auth import embedded_secret, mint
 
 FLOORS = {"healthz": 0.70, "grab": 0.50}
-TARGETS = ("ceiling", "healthz", "grab", "open")
+TARGETS = ("ceiling", "healthz", "grab", "open", "redis_rt")
 GROUP_USERS = 499  # with the sender: the default maximum group size of 500
 SHARES = 100
 PACKET_FEN = 10_000
@@ -171,6 +179,11 @@ class Options:
     keep_dir: bool = False
     profile_dir: Path | None = None
     profile_format: str = "flamegraph"
+    server_config: str = ""  # TOML lines added to hongbao's configuration (e.g. the production backend)
+    grab_opened: bool = False  # another member opens the grab packet first: grabs read the shared state
+    redis_url: str = ""  # the redis_rt target's Redis
+    targets: tuple[str, ...] = ("ceiling", "healthz", "grab", "open")
+    floors: dict[str, float] = field(default_factory=lambda: dict(FLOORS))
 
 
 @dataclass
@@ -281,27 +294,34 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("HONGBAO_")}
 
 
-def start_ceiling(workdir: Path, workers: int) -> Process:
-    """Start the uvloop ceiling server with ``workers`` processes on a free port; wait until ready."""
+def start_ceiling(workdir: Path, workers: int, redis_url: str = "") -> Process:
+    """Start the uvloop ceiling server with ``workers`` processes on a free port (each answer after
+    one redis-py round trip to ``redis_url`` when given); wait until ready."""
     port = free_port()
-    log = workdir / f"ceiling-{workers}.log"
+    name = "redis_rt" if redis_url else "ceiling"
+    log = workdir / f"{name}-{workers}.log"
     with open(log, "wb") as stderr:
-        popen = subprocess.Popen([sys.executable, str(CEILING), "--port", str(port), "--workers", str(workers)],
+        popen = subprocess.Popen([sys.executable, str(CEILING), "--port", str(port), "--workers", str(workers),
+                                  *(["--redis-url", redis_url] if redis_url else [])],
                                  stdout=subprocess.DEVNULL, stderr=stderr, cwd=workdir, env=_clean_env())
-    proc = Process("ceiling", f"http://127.0.0.1:{port}", popen, log)
+    proc = Process(name, f"http://127.0.0.1:{port}", popen, log)
     proc.wait_ready("/")
     return proc
 
 
-def start_hongbao(data_dir: Path, workers: int) -> Process:
-    """Start ``hongbao serve`` (embedded, ``workers`` workers, data in ``data_dir``) on a free port;
-    wait until /healthz answers."""
+def start_hongbao(data_dir: Path, workers: int, config: str = "") -> Process:
+    """Start ``hongbao serve`` (``workers`` workers, data in ``data_dir``; embedded unless the TOML
+    ``config`` says otherwise) on a free port; wait until /healthz answers."""
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = data_dir / "server.log"
+    options = []
+    if config:
+        (data_dir / "hongbao.toml").write_text(config)
+        options = ["--config", str(data_dir / "hongbao.toml")]
     with open(log, "wb") as stderr:
         popen = subprocess.Popen(
-            [sys.executable, "-m", "hongbao.server.cli", "serve", "--port", str(port), "--data-dir", str(data_dir),
+            [sys.executable, "-m", "hongbao.server.cli", *options, "serve", "--port", str(port), "--data-dir", str(data_dir),
              "--workers", str(workers)],
             stdout=subprocess.DEVNULL, stderr=stderr, cwd=data_dir, env=_clean_env())
     proc = Process("hongbao", f"http://127.0.0.1:{port}", popen, log)
@@ -432,6 +452,26 @@ class Bench:
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 for pid in server.children()]
 
+    def grab_run(self, workers: int, server: Process, money: Money, grab_id: str) -> Run:
+        """The measured grab run (a member who has not opened), its answer checked afterwards."""
+        env = {"BENCH_METHOD": "POST", "BENCH_AUTHORIZATION": f"Bearer {money.tokens[0]}"}
+        grab = self.measure("grab", workers, f"{server.url}/v1/packets/{grab_id}/grab", "static.lua", env, server)
+        with money._client(money.tokens[0]) as client:  # the answer wrk counted as 2xx is the one we mean
+            answer = client.post(f"/v1/packets/{grab_id}/grab")
+        if answer.status_code != 200 or answer.json() != {"status": "ok"}:
+            grab.problems.append(f"grab answered {answer.status_code} {answer.text}")
+        return grab
+
+    def redis_rt_run(self, workers: int) -> Run:
+        """The ceiling server paying one redis-py round trip per request, measured alone."""
+        if not self.opts.redis_url:
+            raise BenchError("the redis_rt target needs --redis-url")
+        naive = start_ceiling(self.workdir, workers, self.opts.redis_url)
+        try:
+            return self.measure("redis_rt", workers, naive.url + "/", "static.lua", server=naive)
+        finally:
+            naive.stop()
+
     def open_run(self, workers: int, server: Process, money: Money) -> Run:
         """Warm-up and measured open runs, each on its own fresh packets; checks every receipt."""
         tokens = self.workdir / f"tokens-w{workers}.txt"
@@ -489,24 +529,27 @@ class Bench:
         data_dir = self.workdir / f"data-w{workers}"
         ceiling = start_ceiling(self.workdir, workers)
         try:
-            server = start_hongbao(data_dir, workers)
+            server = start_hongbao(data_dir, workers, self.opts.server_config)
         except BaseException:
             ceiling.stop()
             raise
         try:
             money = Money(server.url, data_dir)
             grab_id = money.packets(1)[0]
-            runs = [self.measure("ceiling", workers, ceiling.url + "/", "static.lua", server=ceiling),
-                    self.measure("healthz", workers, server.url + "/healthz", "static.lua", server=server)]
-            env = {"BENCH_METHOD": "POST", "BENCH_AUTHORIZATION": f"Bearer {money.tokens[0]}"}
-            grab = self.measure("grab", workers, f"{server.url}/v1/packets/{grab_id}/grab", "static.lua", env, server)
-            with money._client(money.tokens[0]) as client:  # the answer wrk counted as 2xx is the one we mean
-                answer = client.post(f"/v1/packets/{grab_id}/grab")
-            if answer.status_code != 200 or answer.json() != {"status": "ok"}:
-                grab.problems.append(f"grab answered {answer.status_code} {answer.text}")
-            runs.append(grab)
+            if self.opts.grab_opened:
+                with money._client(money.tokens[1]) as client:
+                    _ok(client.post(f"/v1/packets/{grab_id}/open"))
+            targets = self.opts.targets
+            runs = [self.measure("ceiling", workers, ceiling.url + "/", "static.lua", server=ceiling)]
+            if "healthz" in targets:
+                runs.append(self.measure("healthz", workers, server.url + "/healthz", "static.lua", server=server))
+            if "grab" in targets:
+                runs.append(self.grab_run(workers, server, money, grab_id))
+            if "redis_rt" in targets:
+                runs.append(self.redis_rt_run(workers))
             runs.append(self.measure("ceiling", workers, ceiling.url + "/", "static.lua", server=ceiling))
-            runs.append(self.open_run(workers, server, money))
+            if "open" in targets:
+                runs.append(self.open_run(workers, server, money))
         finally:
             status = server.stop()
             ceiling.stop()
@@ -529,14 +572,18 @@ def summarize(runs: list[Run], opts: Options, load_before: list[float]) -> dict[
         failures += [f"{run.target} x{run.workers}: {p}" for p in run.problems]
         if run.target != "ceiling" and ceilings.get(run.workers):
             ratios.setdefault(str(run.workers), {})[run.target] = round(run.rps / ceilings[run.workers], 4)
+    floors = opts.floors
     floor_misses = [
-        f"{target} x{workers}: {ratio:.1%} of the ceiling, floor {FLOORS[target]:.0%}"
+        f"{target} x{workers}: {ratio:.1%} of the ceiling, floor {floors[target]:.0%}"
         for workers, by_target in ratios.items() for target, ratio in by_target.items()
-        if target in FLOORS and ratio < FLOORS[target]
+        if target in floors and ratio < floors[target]
     ]
+    for by_target in ratios.values():
+        if by_target.get("redis_rt"):
+            by_target["grab/redis_rt"] = round(by_target.get("grab", 0.0) / by_target["redis_rt"], 4)
     return {
         "settings": {"wrk": f"-t{opts.threads} -c{opts.connections} -d{opts.duration_s:g}s", "warmup_s": opts.warmup_s,
-                     "workers": list(opts.workers), "cpus": os.cpu_count(), "floors": FLOORS,
+                     "workers": list(opts.workers), "cpus": os.cpu_count(), "floors": floors,
                      "loadavg_before": load_before, "loadavg_after": list(os.getloadavg())},
         "runs": [r.as_json() for r in runs],
         "ceiling_rps": {str(w): round(rps, 1) for w, rps in ceilings.items()},
@@ -553,10 +600,12 @@ def table(result: dict[str, Any]) -> str:
              f"{'cpu us/req':>10} {'cores':>6}  note"]
     for run in result["runs"]:
         ratio = result["ratios"].get(str(run["workers"]), {}).get(run["target"])
-        floor = FLOORS.get(run["target"])
-        note = "open/s (new receipts)" if run["target"] == "open" else ""
+        floor = result["settings"]["floors"].get(run["target"])
+        note = {"open": "open/s (new receipts)", "redis_rt": "one redis-py round trip per request"}.get(run["target"], "")
         if floor is not None and ratio is not None:
             note = f"floor {floor:.0%}: {'ok' if ratio >= floor else 'MISSED'}"
+        if run["target"] == "grab" and "grab/redis_rt" in result["ratios"].get(str(run["workers"]), {}):
+            note += f"; {result['ratios'][str(run['workers'])]['grab/redis_rt']:.2f}x redis_rt"
         ratio_text = f"{ratio:7.1%}" if ratio is not None else "      -"
         if run["target"] == "ceiling":
             note = f"mean of the ceiling runs: {result['ceiling_rps'][str(run['workers'])]:.0f} req/s"
@@ -602,14 +651,28 @@ def parse(argv: list[str] | None) -> Options:
                    help="record a py-spy profile of every hongbao worker during each measured run into this folder")
     p.add_argument("--profile-format", choices=["flamegraph", "raw", "speedscope"], default="flamegraph",
                    help="py-spy output format (raw: collapsed stacks, one line each)")
+    p.add_argument("--server-config", type=Path, help="TOML added to hongbao's configuration (e.g. the production backend)")
+    p.add_argument("--grab-opened", action="store_true", help="another member opens the grab packet first")
+    p.add_argument("--redis-url", default="", help="the Redis of the redis_rt target")
+    p.add_argument("--targets", default="ceiling,healthz,grab,open", help=f"comma-separated, of {','.join(TARGETS)}")
+    p.add_argument("--floor", action="append", default=[], metavar="TARGET=RATIO", help="set a floor (e.g. grab=0.4)")
     a = p.parse_args(argv)
     workers = tuple(int(w) for w in a.workers.split(",") if w.strip())
     if not workers or min(workers) < 1 or a.duration < 1 or a.connections < 1 or a.threads < 1:
         p.error("--workers, --duration, --connections and --threads must be positive")
     if a.profile_dir is not None and _py_spy() is None:
         p.error("--profile needs py-spy (pip install py-spy)")
+    targets = tuple(t for t in a.targets.split(",") if t.strip())
+    if not set(targets) <= set(TARGETS) or ("redis_rt" in targets and not a.redis_url):
+        p.error(f"--targets are of {','.join(TARGETS)}; redis_rt needs --redis-url")
+    try:
+        floors = {**FLOORS, **{t: float(r) for t, r in (f.split("=", 1) for f in a.floor)}}
+    except ValueError:
+        p.error("--floor takes TARGET=RATIO")
     return Options(a.duration, a.warmup, a.connections, a.threads, workers, a.out, a.gate, keep_dir=a.keep_dir,
-                   profile_dir=a.profile_dir, profile_format=a.profile_format)
+                   profile_dir=a.profile_dir, profile_format=a.profile_format,
+                   server_config=a.server_config.read_text() if a.server_config else "", grab_opened=a.grab_opened,
+                   redis_url=a.redis_url, targets=targets, floors=floors)
 
 
 def _py_spy() -> str | None:
