@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
 from tests.integration import redis_servers
 from tests.integration.mariadb import MariaDb
@@ -68,16 +69,16 @@ class Storm:
                 self.opened[order_id, user] = opened.json()["amount_fen"]
 
 
-async def _storm(server: Server, gid: str, redis: list[Any], redis_dir: Path, port: int) -> Storm:
-    """The storm over ``OUTAGE_S``: redis-server (``redis[0]``) SIGKILLed after the first span, started empty after the second."""
+async def _storm(server: Server, gid: str, process: list[Any], redis_dir: Path, port: int) -> Storm:
+    """The storm over ``OUTAGE_S``: redis-server (``process[0]``) SIGKILLed after the first span, started empty after the second."""
     storm = Storm(server, gid)
 
     async def chaos() -> None:
         await asyncio.sleep(OUTAGE_S[0])
-        redis[0].kill()
-        await asyncio.to_thread(redis[0].wait)
+        process[0].kill()
+        await asyncio.to_thread(process[0].wait)
         await asyncio.sleep(OUTAGE_S[1])
-        redis[0] = await asyncio.to_thread(redis_servers.start_on, redis_dir, port)
+        process[0] = await asyncio.to_thread(redis_servers.start_on, redis_dir, port)
         await asyncio.sleep(OUTAGE_S[2])
         storm.done.set()
 
@@ -107,7 +108,7 @@ def test_redis_killed_mid_storm_and_restarted_empty(mariadb: MariaDb, tmp_path: 
     """redis-server SIGKILLed under sends, grabs and opens, back empty: each open answered once is one receipt, reopens and grabs give the same amounts, all credited, audit clean."""
     (port,) = redis_servers.free_ports(1)
     redis_dir = tmp_path / "redis"
-    redis = [redis_servers.start_on(redis_dir, port)]
+    process = [redis_servers.start_on(redis_dir, port)]
     server = start_production(tmp_path / "srv", mariadb, f"redis://127.0.0.1:{port}")
     try:
         gid = group(server, "S", [*MEMBERS, "T"])
@@ -115,7 +116,7 @@ def test_redis_killed_mid_storm_and_restarted_empty(mariadb: MariaDb, tmp_path: 
             topup(server, sender, 1_000_000)
         before = paid_packet(server, "S", {**PACKET, "group_id": gid})
         early = {(before, u): open_as(server, before, u)["amount_fen"] for u in MEMBERS[:3]}
-        storm = asyncio.run(_storm(server, gid, redis, redis_dir, port))
+        storm = asyncio.run(_storm(server, gid, process, redis_dir, port))
         assert storm.answers["open", 200] > 3 * PACKET["count"], storm.answers
         assert set(storm.answers) <= {("send", 201), ("pay", 200), ("pay", 404), ("grab", 200), ("grab", 410),
                                       ("open", 200), ("open", 410)}, storm.answers
@@ -123,6 +124,11 @@ def test_redis_killed_mid_storm_and_restarted_empty(mariadb: MariaDb, tmp_path: 
         orders = [before, *storm.paid]
         assert len(set(orders)) == len(orders)
         opened = {**early, **storm.opened}
+        with server.client(MEMBERS[-1]) as client:  # has not opened `before`: its grab state comes from the DB into the empty Redis
+            assert ok(client.post(f"/v1/packets/{before}/grab")) == {"status": "ok"}
+        with redis.Redis(port=port) as fresh:
+            state = fresh.hgetall(f"grab:{{{before}}}")
+        assert state[b"n"] == str(PACKET["count"] - len(early)).encode() and b"p" in state, state  # rebuilt after opens
         receipts = asyncio.run(_receipts(server, orders))
         assert receipts == opened  # no open lost, none doubled, none the client was not told of
         reopened, grabbed = asyncio.run(_again(server, opened))
@@ -140,7 +146,7 @@ def test_redis_killed_mid_storm_and_restarted_empty(mariadb: MariaDb, tmp_path: 
         asyncio.run(eventually_async(all_credited, timeout_s=20))  # the reconciler credits what the lost stream held
     finally:
         status = stop_server(server)
-        redis_servers.stop(redis[0])
+        redis_servers.stop(process[0])
     assert status == 0 and "Traceback" not in server.log(), server.log()  # an outage is logged by the breaker, not per call
     report = audit_cli(server)
     assert f"receipts: {len(receipts)}" in report and report.endswith("audit: 0 violations\n"), report
