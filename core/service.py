@@ -440,31 +440,29 @@ class PacketService:
 
     async def drain_lists(self, max_messages: int = 100, lease_ms: int = 30_000) -> int:
         """Write queued sent/received rows and best-luck flags to the user lists: one claim of up
-        to ``max_messages``, one write of them all, one ack; returns how many messages."""
+        to ``max_messages``, one write of them all (a second only in the race below), one ack;
+        returns how many messages."""
         messages = await self.ports.queue.claim(LISTS_STREAM, max_messages, lease_ms, self.ports.clock.now_ms())
         if not messages:
             return 0
-        rows: list[ListRow] = []
-        flags: list[tuple[str, str]] = []
-        bests: dict[str, str | None] = {}  # order id -> best luck (None: not finished)
-        for _, body in messages:
-            m = orjson.loads(body)
-            order_id = m["o"]
-            if order_id not in bests:
-                bests[order_id] = await self.ports.packets.best_luck(order_id)
-            best = bests[order_id]
-            if m["t"] == "best":
-                if best is not None:
-                    flags.append((best, order_id))
-                continue
-            rows.append(ListRow(m["u"], m["t"], order_id, m["a"], m["c"]))
-            # Batches publish after their own transaction, so a later batch's "best" can be drained
-            # before this row exists (its flag then finds nothing): flag the row with itself too.
-            if m["t"] == "received" and best == m["u"]:
-                flags.append((m["u"], order_id))
-        await self.ports.lists.write(rows, flags)
+        bodies = [orjson.loads(body) for _, body in messages]
+        rows = [ListRow(m["u"], m["t"], m["o"], m["a"], m["c"]) for m in bodies if m["t"] != "best"]
+        bests = await self._best_lucks({m["o"] for m in bodies})
+        flags = [(best, m["o"]) for m in bodies if m["t"] == "best" and (best := bests[m["o"]]) is not None]
+        await self.ports.lists.write(rows, [*flags, *_best_rows(rows, bests)])
+        # Batches publish after their own transaction, so a packet still open when read above may
+        # have finished since and its "best" been drained elsewhere before these rows existed (the
+        # flag found nothing): read those packets again now that the rows are in (M-19).
+        late = _best_rows(rows, await self._best_lucks({r.order_id for r in rows if bests[r.order_id] is None}))
+        if late:
+            await self.ports.lists.write([], late)
         await self.ports.queue.ack(LISTS_STREAM, *(message_id for message_id, _ in messages))
         return len(messages)
+
+    async def _best_lucks(self, order_ids: set[str]) -> dict[str, str | None]:
+        """Each packet's best-luck user (None: not finished)."""
+        ordered = sorted(order_ids)
+        return dict(zip(ordered, await asyncio.gather(*(self.ports.packets.best_luck(o) for o in ordered)), strict=True))
 
     async def reconcile(self, window_ms: int, limit: int = 500) -> int:
         """Credit receipts still pending ``window_ms`` after their open, and pay recorded refunds
@@ -476,3 +474,8 @@ class PacketService:
             await self.pay_refund(packet)
             done += 1
         return done
+
+
+def _best_rows(rows: Sequence[ListRow], bests: dict[str, str | None]) -> list[tuple[str, str]]:
+    """(user_id, order_id) of each received row whose user is its packet's best luck in ``bests``."""
+    return [(r.user_id, r.order_id) for r in rows if r.direction == "received" and bests.get(r.order_id) == r.user_id]
