@@ -7,7 +7,8 @@ anything else, answers ``{"type": "subscribe", ...}`` with ``{"type": "subscribe
 adds the connection to the subscribers) and any other message with the same error hongbao sends.
 ``GET /broadcast?text=T`` encodes ``T`` into one text frame once and writes it to every
 subscriber's transport; ``GET /healthz`` answers 200. One ``transport.write`` per message and
-connection, as hongbao and the websockets server do: what is left is the event loop and the kernel.
+connection, as the websockets server does (and hongbao, but for broadcasts that meet: run.py):
+what is left is the event loop and the kernel.
 
 Usage: ``python -m hongbao.bench.push.ceiling_server --port N [--host 127.0.0.1]``; stops on SIGTERM.
 """

@@ -1,6 +1,7 @@
 """The processes the push benchmark measures or needs: hongbao (``hongbao serve``, embedded, one
 worker, configured through a ``hongbao.toml`` in its data directory), the ``websockets`` baseline
-(``baseline_server.py``), the ceiling (``ceiling_server.py``), a throwaway ``redis-server``; and the memory of a process tree.
+(``baseline_server.py``), the ceiling (``ceiling_server.py``), a throwaway ``redis-server``; and the memory
+and write system calls of a process tree.
 
 Processes started here inherit the benchmark's raised RLIMIT_NOFILE (``fleet.raise_nofile``).
 """
@@ -83,6 +84,19 @@ def wait_quiet(proc: Process, timeout_s: float = QUIET_TIMEOUT_S) -> bool:
         if proc.cpu_seconds() - before < QUIET_SHARE * QUIET_SPAN_S:
             return True
     return False
+
+
+def write_calls(proc: Process) -> int:
+    """Write system calls (``syscw`` of /proc/PID/io: write, writev and the like, which uvloop's
+    sends are) the process and its workers made so far."""
+    total = 0
+    for pid in {proc.popen.pid, *proc.children()}:
+        try:
+            lines = Path(f"/proc/{pid}/io").read_text().splitlines()
+        except OSError:
+            continue
+        total += sum(int(line.split()[1]) for line in lines if line.startswith("syscw:"))
+    return total
 
 
 def rss_bytes(proc: Process) -> int:

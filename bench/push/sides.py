@@ -6,7 +6,11 @@ Fan-out: ``connections`` clients subscribe to one topic; one broadcast warms the
 client must get it); then ``broadcasts`` broadcasts are sent back to back over HTTP (hongbao:
 ``POST /v1/admin/push`` with the topic; the others: ``GET /broadcast``), and the clients count
 until each has them all. Server CPU (user + system, every thread of the server's processes) over
-that span, divided by the messages the clients counted, is the cost per delivered message.
+that span, divided by the messages the clients counted, is the cost per delivered message; the
+server's write system calls over the same span per message beside it (``writes_per_message``:
+1 for a server that writes each message to each connection on its own, less for one that joins
+the messages that go to a connection together, as hongbao does with broadcasts that arrive while
+it sends).
 
 Memory: a warm-up of a few connections opened and closed, the server's RSS, then
 ``connections`` idle connections (each answered one ``hello`` and then sends nothing), the RSS
@@ -27,7 +31,7 @@ import httpx
 from hongbao.bench.http.run import Process
 from hongbao.bench.push.client import Target
 from hongbao.bench.push.fleet import Fleet
-from hongbao.bench.push.servers import rss_bytes, wait_quiet
+from hongbao.bench.push.servers import rss_bytes, wait_quiet, write_calls
 from hongbao.server.auth import mint
 from hongbao.server.push_messages import EventBody
 
@@ -131,12 +135,13 @@ def fanout(fleet: Fleet, side: Side, connections: int, broadcasts: int) -> Measu
             problems.append(f"{side.name}: the warm-up broadcast reached {warm.frames} of {connections} subscribers")
         fleet.reset()
         _quiet(side, problems)
-        cpu_before, started = side.proc.cpu_seconds(), time.perf_counter()
+        cpu_before, writes_before, started = side.proc.cpu_seconds(), write_calls(side.proc), time.perf_counter()
         for index in range(1, broadcasts + 1):
             side.broadcast(http, index)
         sent_s = time.perf_counter() - started
         counts = fleet.expect(broadcasts, EXPECT_TIMEOUT_S)
         wall_s, cpu_s = time.perf_counter() - started, side.proc.cpu_seconds() - cpu_before
+        writes = write_calls(side.proc) - writes_before
     _close(fleet, side, problems)
     expected = connections * broadcasts
     if counts.frames != expected or counts.least != broadcasts or counts.most != broadcasts:
@@ -148,6 +153,7 @@ def fanout(fleet: Fleet, side: Side, connections: int, broadcasts: int) -> Measu
         "server": side.name, "connections": connections, "broadcasts": broadcasts, "delivered": counts.frames,
         "payload_bytes_mean": round(counts.payload_bytes / max(1, counts.frames), 1),
         "server_cpu_s": round(cpu_s, 4), "cpu_us_per_message": round(cpu_s * 1e6 / max(1, counts.frames), 3),
+        "writes_per_message": round(writes / max(1, counts.frames), 3),
         "messages_per_s": round(counts.frames / wall_s, 1), "send_s": round(sent_s, 3), "wall_s": round(wall_s, 3),
         "connect_s": round(connect_s, 3)}, problems)
 

@@ -33,7 +33,7 @@ def test_floors_and_the_redis_budget_gate_the_run() -> None:
 def test_a_tiny_run_is_correct_and_reports_real_values(tmp_path: Path) -> None:
     """bench/push/run.py at tiny sizes with --no-gate exits 0; every client got every broadcast
     from the three servers, the CPU, memory, latency and Redis numbers are real, and the ratios are
-    the same run's hongbao (or ceiling) / websockets values."""
+    the same run's hongbao (or ceiling) / websockets values; no server wrote more than once per message."""
     out = tmp_path / "push.json"
     done = subprocess.run([sys.executable, str(RUN), "--idle", "300", "--fanout", "200", "--broadcasts", "20",
                            "--openers", "3", "--packets", "2", "--redis-users", "100", "--procs", "2", "--no-gate",
@@ -47,6 +47,7 @@ def test_a_tiny_run_is_correct_and_reports_real_values(tmp_path: Path) -> None:
         fan, mem = result["fanout"][side], result["memory"][side]
         assert fan["delivered"] == 200 * 20 and 99 <= fan["payload_bytes_mean"] <= 102, fan
         assert fan["server_cpu_s"] > 0 and fan["cpu_us_per_message"] == round(fan["server_cpu_s"] * 1e6 / 4000, 3), fan
+        assert 0 < fan["writes_per_message"] <= 1.1, fan  # at most one write per message (and the HTTP answers)
         assert mem["connections"] == 300 and mem["rss_after_bytes"] > 0 and mem["rss_before_bytes"] > 0, mem
     ratios = result["ratios"]
     assert ratios["fanout_cpu_per_message"] == round(result["fanout"]["hongbao"]["cpu_us_per_message"]
