@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import orjson
+
 
 @dataclass(frozen=True, slots=True)
 class Route:
@@ -99,10 +101,24 @@ class NodeDirectory(Protocol):
         ...
 
 
+def place(head: bytes, offset: int, epoch: str) -> bytes:
+    """A message body from its ``head`` (the JSON object of DESIGN.md section 7 up to, not
+    including, its offset and epoch: ``{"type":"event",...``) and its place in a stream: the head
+    followed by ``,"offset":N,"epoch":"E"}``."""
+    return b'%s,"offset":%d,"epoch":%s}' % (head, offset, orjson.dumps(epoch))
+
+
 class BodyMaker(Protocol):
     """Builds a message's encoded body once its place is known: ``(offset, epoch) -> bytes``."""
 
     def __call__(self, offset: int, epoch: str) -> bytes: ...
+
+
+class SharedBody(BodyMaker, Protocol):
+    """A BodyMaker whose body is ``place(head, offset, epoch)``: a log may keep ``head`` once for
+    every stream the message goes to (a group push) and rebuild each body with ``place``."""
+
+    head: bytes
 
 
 class MessageLog(Protocol):
@@ -112,7 +128,7 @@ class MessageLog(Protocol):
     Each stream has an epoch, a random string made when the stream is created, and offsets 1, 2,
     ... in it; a stream whose history was lost starts again under a new epoch."""
 
-    async def append(self, entries: Sequence[tuple[str, BodyMaker]], now_ms: int) -> list[Stored]:
+    async def append(self, entries: Sequence[tuple[str, SharedBody]], now_ms: int) -> list[Stored]:
         """Append one message ``make_body(offset, epoch)`` to each (uid, make_body)'s stream, in one
         round trip; the Stored messages come back in the order of ``entries`` (a uid may repeat:
         its messages take consecutive offsets in that order)."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 
-from hongbao.core.push_ports import BodyMaker, MessageLog, Stored
+from hongbao.core.push_ports import MessageLog, SharedBody, Stored
 from hongbao.server.push_messages import now_ms
 
-Entry = tuple[str, BodyMaker, asyncio.Future[Stored]]
+Entry = tuple[str, SharedBody, asyncio.Future[Stored]]
 
 
 class Appender:
@@ -27,7 +27,7 @@ class Appender:
         self._batch: list[Entry] = []
         self._writer: asyncio.Task[None] | None = None
 
-    async def append(self, uid: str, make_body: BodyMaker) -> Stored:
+    async def append(self, uid: str, make_body: SharedBody) -> Stored:
         """Append ``make_body(offset, epoch)`` to ``uid``'s stream; raises what the log raised."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Stored] = loop.create_future()

@@ -22,7 +22,7 @@ from hongbao_native import OP_TEXT, encode_frame
 
 from hongbao.core import errors
 from hongbao.core.ports import GroupStore, Queue
-from hongbao.core.push_ports import BodyMaker, Stored, TopicLog
+from hongbao.core.push_ports import SharedBody, Stored, TopicLog
 from hongbao.server.push_messages import EventBody, now_ms
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class Fanout:
         if await self.queue.depth(GROUP_STREAM) == 0:
             return 0
         claimed = await self.queue.claim(GROUP_STREAM, GROUP_BATCH, GROUP_LEASE_MS, now_ms())
-        entries: list[tuple[str, BodyMaker]] = []
+        entries: list[tuple[str, SharedBody]] = []
         for _, body in claimed:
             message = orjson.loads(body)
             make_body = EventBody(message["e"], message["d"])

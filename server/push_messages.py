@@ -14,19 +14,22 @@ from typing import Any
 
 import orjson
 
+from hongbao.core.push_ports import place
+
 
 class EventBody:
     """A BodyMaker (``(offset, epoch) -> bytes``) for ``event`` with ``data`` (and ``topic`` for
-    a broadcast): the JSON of the event and its data is encoded once and spliced per offset."""
+    a broadcast): the JSON of the event and its data is encoded once (``head``) and placed per
+    offset (hongbao.core.push_ports.place)."""
 
-    __slots__ = ("head", "topic")
+    __slots__ = ("head",)
 
     def __init__(self, event: str, data: Any, topic: str | None = None) -> None:
-        self.head = b'{"type":"event","event":' + orjson.dumps(event) + b',"data":' + orjson.dumps(data)
-        self.topic = b"" if topic is None else b',"topic":' + orjson.dumps(topic)
+        head = b'{"type":"event","event":' + orjson.dumps(event) + b',"data":' + orjson.dumps(data)
+        self.head = head if topic is None else head + b',"topic":' + orjson.dumps(topic)
 
     def __call__(self, offset: int, epoch: str) -> bytes:
-        return b'%s%s,"offset":%d,"epoch":%s}' % (self.head, self.topic, offset, orjson.dumps(epoch))
+        return place(self.head, offset, epoch)
 
 
 def reset(epoch: str) -> bytes:

@@ -16,12 +16,18 @@ import sqlite3
 import time
 from collections.abc import Sequence
 
+import orjson
+
 from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.push_ports import BodyMaker, Replay, Route, Stored
+from hongbao.core.push_ports import BodyMaker, Replay, Route, SharedBody, Stored, place
 
 BROADCAST_RETENTION_MS = 60_000  # broadcasts stay readable this long (nodes read them within ms)
 BROADCAST_POLL_S = 0.02  # how often a node looks for broadcasts published by other processes
 BROADCAST_READ_LIMIT = 1000
+TRIM_EVERY = 64  # a stream's messages past ``max_messages`` are deleted once every this many offsets
+_STREAMS = "SELECT uid, epoch, last_offset FROM t_push_stream WHERE uid IN (SELECT value FROM json_each(?))"
+_HELD = ("SELECT m.offset, h.head FROM t_push_message m JOIN t_push_head h ON h.id = m.head_id "
+         "WHERE m.uid = ? AND m.offset > ? AND h.created_at >= ? ORDER BY m.offset")
 _LIVE_SESSION = ("SELECT s.node, s.sid FROM t_push_session s JOIN t_push_node n ON n.node = s.node "
                  "WHERE s.uid = ? AND n.expires_at > ? AND s.active_at > ?")
 
@@ -147,39 +153,58 @@ class SqliteNodeDirectory:
 
 
 class SqliteMessageLog:
-    """MessageLog on t_push_stream (epoch, last offset, acked offset per user) and t_push_message,
-    keeping at most ``max_messages`` per user, none older than ``max_age_s`` seconds."""
+    """MessageLog on t_push_stream (epoch, last offset, acked offset per user), t_push_message (a
+    message's place: user, offset, head id) and t_push_head (a message's head, kept once for every
+    stream it goes to, and its time), keeping at most ``max_messages`` per user, none older than
+    ``max_age_s`` seconds. Replays read within those bounds; the rows past them are deleted as
+    appends go (a stream's oldest every ``TRIM_EVERY`` offsets, old and unused heads each time)."""
 
     __slots__ = ("_db", "_max_messages", "_max_age_ms")
 
     def __init__(self, db: SqliteDb, max_messages: int, max_age_s: float) -> None:
         self._db, self._max_messages, self._max_age_ms = db, max_messages, int(max_age_s * 1000)
 
-    async def append(self, entries: Sequence[tuple[str, BodyMaker]], now_ms: int) -> list[Stored]:
-        """Append every entry in one transaction, then trim the streams to their bounds."""
+    async def append(self, entries: Sequence[tuple[str, SharedBody]], now_ms: int) -> list[Stored]:
+        """Append every entry in one transaction (one head row per distinct BodyMaker, the
+        streams' heads read at once, the rows written with executemany), then trim."""
+        return await self._db.run(lambda: self._append(entries, now_ms))
 
-        def append() -> list[Stored]:
-            heads: dict[str, tuple[str, int]] = {}
+    def _append(self, entries: Sequence[tuple[str, SharedBody]], now_ms: int) -> list[Stored]:
+        uids = list(dict.fromkeys(uid for uid, _ in entries))
+        with self._db.immediate() as conn:
+            found = conn.execute(_STREAMS, (orjson.dumps(uids).decode(),)).fetchall()
+            heads = {str(uid): (str(epoch), int(last)) for uid, epoch, last in found}
+            created = [(uid, new_epoch()) for uid in uids if uid not in heads]
+            conn.executemany("INSERT INTO t_push_stream (uid, epoch, last_offset, acked) VALUES (?, ?, 0, 0)", created)
+            heads.update((uid, (epoch, 0)) for uid, epoch in created)
+            firsts = {uid: last for uid, (_, last) in heads.items()}
+            head_ids: dict[int, int] = {}
+            rows: list[tuple[str, int, int]] = []
             stored: list[Stored] = []
-            with self._db.immediate() as conn:
-                for uid, make_body in entries:
-                    head = heads.get(uid)
-                    if head is None:
-                        row = conn.execute("SELECT epoch, last_offset FROM t_push_stream WHERE uid = ?", (uid,)).fetchone()
-                        head = (str(row[0]), int(row[1])) if row is not None else _create_stream(conn, uid)
-                    epoch, offset = head[0], head[1] + 1
-                    body = make_body(offset, epoch)
-                    conn.execute("INSERT INTO t_push_message (uid, offset, created_at, body) VALUES (?, ?, ?, ?)",
-                                 (uid, offset, now_ms, body))
-                    heads[uid] = (epoch, offset)
-                    stored.append(Stored(offset, epoch, body))
-                for uid, (_, last) in heads.items():
-                    conn.execute("UPDATE t_push_stream SET last_offset = ? WHERE uid = ?", (last, uid))
-                    conn.execute("DELETE FROM t_push_message WHERE uid = ? AND offset <= ?", (uid, last - self._max_messages))
-                conn.execute("DELETE FROM t_push_message WHERE created_at < ?", (now_ms - self._max_age_ms,))
-            return stored
+            for uid, make_body in entries:
+                head_id = head_ids.get(id(make_body))
+                if head_id is None:
+                    cursor = conn.execute("INSERT INTO t_push_head (created_at, head) VALUES (?, ?)", (now_ms, make_body.head))
+                    head_id = head_ids[id(make_body)] = int(cursor.lastrowid or 0)
+                epoch, offset = heads[uid][0], heads[uid][1] + 1
+                heads[uid] = (epoch, offset)
+                rows.append((uid, offset, head_id))
+                stored.append(Stored(offset, epoch, make_body(offset, epoch)))
+            conn.executemany("INSERT INTO t_push_message (uid, offset, head_id) VALUES (?, ?, ?)", rows)
+            conn.executemany("UPDATE t_push_stream SET last_offset = ? WHERE uid = ?", [(last, uid) for uid, (_, last) in heads.items()])
+            conn.executemany("DELETE FROM t_push_message WHERE uid = ? AND offset <= ?", [
+                (uid, last - self._max_messages) for uid, (_, last) in heads.items()
+                if last > self._max_messages and last // TRIM_EVERY != firsts[uid] // TRIM_EVERY])
+            self._drop_old(conn, now_ms)
+        return stored
 
-        return await self._db.run(append)
+    def _drop_old(self, conn: sqlite3.Connection, now_ms: int) -> None:
+        """Delete the messages past the age limit, then the heads no message names any more."""
+        aged = conn.execute("SELECT MAX(id) FROM t_push_head INDEXED BY t_push_head_age WHERE created_at < ?", (now_ms - self._max_age_ms,)).fetchone()[0]
+        if aged is not None:
+            conn.execute("DELETE FROM t_push_message WHERE head_id <= ?", (aged,))
+        conn.execute("DELETE FROM t_push_head WHERE id < COALESCE((SELECT MIN(head_id) FROM t_push_message), "
+                     "(SELECT MAX(id) + 1 FROM t_push_head))")
 
     async def ack(self, acks: Sequence[tuple[str, int]]) -> None:
         """Drop each user's messages up to the acked offset (capped at the stream's last)."""
@@ -200,8 +225,7 @@ class SqliteMessageLog:
             reader.execute("BEGIN")
             try:
                 head = reader.execute("SELECT epoch, last_offset, acked FROM t_push_stream WHERE uid = ?", (uid,)).fetchone()
-                rows = reader.execute("SELECT offset, body FROM t_push_message WHERE uid = ? AND created_at >= ? ORDER BY offset",
-                                      (uid, now_ms - self._max_age_ms)).fetchall()
+                rows = [] if head is None else reader.execute(_HELD, (uid, int(head[1]) - self._max_messages, now_ms - self._max_age_ms)).fetchall()
             finally:
                 reader.execute("COMMIT")
             return (None if head is None else (str(head[0]), int(head[1]), int(head[2]))), [(int(o), bytes(b)) for o, b in rows]
@@ -213,20 +237,15 @@ class SqliteMessageLog:
         stream_epoch, last, acked = head
         base = acked if after is None else after
         same = (epoch is None or epoch == stream_epoch) and base <= last
-        held = [Stored(o, stream_epoch, b) for o, b in rows if o > base] if same else [Stored(o, stream_epoch, b) for o, b in rows]
+        kept = [(o, b) for o, b in rows if o > base] if same else rows
+        held = [Stored(o, stream_epoch, place(b, o, stream_epoch)) for o, b in kept]
         complete = same and len(held) == last - base and (not held or held[0].offset == base + 1)
         return Replay(stream_epoch, held, complete, last)
 
     def _create_in_transaction(self, uid: str) -> None:
         with self._db.immediate() as conn:
             if conn.execute("SELECT 1 FROM t_push_stream WHERE uid = ?", (uid,)).fetchone() is None:
-                _create_stream(conn, uid)
-
-
-def _create_stream(conn: sqlite3.Connection, uid: str) -> tuple[str, int]:
-    epoch = new_epoch()
-    conn.execute("INSERT INTO t_push_stream (uid, epoch, last_offset, acked) VALUES (?, ?, 0, 0)", (uid, epoch))
-    return epoch, 0
+                conn.execute("INSERT INTO t_push_stream (uid, epoch, last_offset, acked) VALUES (?, ?, 0, 0)", (uid, new_epoch()))
 
 
 class SqliteTopicLog:

@@ -15,7 +15,8 @@ lost (DESIGN.md section 7), never money.
 
 Tables (times are wall-clock ms): ``t_push_session`` (a row is at once the user's session, route
 and online entry), ``t_push_node`` (liveness and internal address), ``t_push_stream`` and
-``t_push_message`` (each user's log), ``t_push_topic`` and ``t_push_broadcast`` (broadcasts), and
+``t_push_message`` (each user's log: its
+messages' places, each naming its head in ``t_push_head``, kept once for every stream it went to), ``t_push_topic`` and ``t_push_broadcast`` (broadcasts), and
 ``t_queue`` for the group-push stream (hongbao.core.adapters.sqlite_state.SqliteQueue).
 """
 
@@ -28,7 +29,13 @@ from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_schema import QUEUE_TABLE, record_version, schema_version
 
 PUSH_DB_FILE = "push.db"
-PUSH_SCHEMA_VERSION = 1
+PUSH_SCHEMA_VERSION = 2
+CACHE_KIB = 32_768  # page cache of the write connection: every stream's last pages stay in memory
+WAL_PAGES = 8_000  # checkpoint (and sync, in NORMAL mode) once the WAL holds this many pages (~32 MiB)
+# Version 1 kept a whole body in every stream's row; version 2 keeps a message's head once
+# (t_push_head) for every stream it goes to. The old rows go: the streams restart under new
+# epochs, so their clients are told to reload (DESIGN.md section 7).
+_FROM_1 = ("DROP TABLE IF EXISTS t_push_message", "DELETE FROM t_push_stream")
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS t_push_session (
@@ -40,10 +47,13 @@ _TABLES = (
         node TEXT PRIMARY KEY, address TEXT NOT NULL, expires_at INTEGER NOT NULL) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_push_stream (
         uid TEXT PRIMARY KEY, epoch TEXT NOT NULL, last_offset INTEGER NOT NULL, acked INTEGER NOT NULL) STRICT""",
+    """CREATE TABLE IF NOT EXISTS t_push_head (
+        id INTEGER PRIMARY KEY, created_at INTEGER NOT NULL, head BLOB NOT NULL) STRICT""",
+    "CREATE INDEX IF NOT EXISTS t_push_head_age ON t_push_head (created_at)",
     """CREATE TABLE IF NOT EXISTS t_push_message (
-        uid TEXT NOT NULL, offset INTEGER NOT NULL, created_at INTEGER NOT NULL, body BLOB NOT NULL,
+        uid TEXT NOT NULL, offset INTEGER NOT NULL, head_id INTEGER NOT NULL,
         PRIMARY KEY (uid, offset)) STRICT, WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS t_push_message_age ON t_push_message (created_at)",
+    "CREATE INDEX IF NOT EXISTS t_push_message_head ON t_push_message (head_id)",
     """CREATE TABLE IF NOT EXISTS t_push_topic (
         topic TEXT PRIMARY KEY, epoch TEXT NOT NULL, last_offset INTEGER NOT NULL) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_push_broadcast (
@@ -59,7 +69,9 @@ def migrate_push(conn: sqlite3.Connection) -> None:
     version. Raises RuntimeError when the file holds a newer version than this code knows."""
     with conn:  # commits the transaction begun here, or rolls it back on an exception
         conn.execute("BEGIN IMMEDIATE")
-        schema_version(conn, PUSH_SCHEMA_VERSION)
+        if schema_version(conn, PUSH_SCHEMA_VERSION) == 1:
+            for statement in _FROM_1:
+                conn.execute(statement)
         for statement in _TABLES:
             conn.execute(statement)
         record_version(conn, PUSH_SCHEMA_VERSION)
@@ -69,4 +81,8 @@ def open_push_db(data_dir: Path) -> SqliteDb:
     """Open (creating if needed) ``data_dir/push.db`` with its own write thread. Open it once
     before forking workers, as the money file is: two processes switching a new file to WAL at
     the same moment may fail with "database is locked"."""
-    return SqliteDb(data_dir / PUSH_DB_FILE, schema=migrate_push, synchronous="NORMAL")
+    db = SqliteDb(data_dir / PUSH_DB_FILE, schema=migrate_push, synchronous="NORMAL")
+    db.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+    db.conn.execute("PRAGMA temp_store=MEMORY")  # a group commit's savepoints journal in memory, not a temp file
+    db.conn.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+    return db

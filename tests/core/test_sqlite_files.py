@@ -35,7 +35,7 @@ def test_new_files_each_hold_their_own_tables(tmp_path: Path) -> None:
     money, push = SqliteDb(tmp_path / MONEY_FILE), open_push_db(tmp_path)
     try:
         assert not any(name.startswith("t_push_") for name in tables(money.path))
-        assert set(MOVED_OUT_V4) | {"t_meta", "t_queue"} == tables(push.path)
+        assert set(MOVED_OUT_V4) | {"t_meta", "t_queue", "t_push_head"} == tables(push.path)
         assert (meta(money.path, "schema_version"), meta(push.path, "schema_version")) == (str(SCHEMA_VERSION), str(PUSH_SCHEMA_VERSION))
         synchronous = [int(db.conn.execute("PRAGMA synchronous").fetchone()[0]) for db in (money, push)]
         assert synchronous == [2, 1]  # FULL, NORMAL
@@ -62,12 +62,32 @@ def test_version_3_money_file_drops_the_push_tables(tmp_path: Path) -> None:
     assert meta(tmp_path / MONEY_FILE, "schema_version") == str(SCHEMA_VERSION) == "4"
 
 
+def test_version_1_push_file_restarts_its_streams(tmp_path: Path) -> None:
+    """A version 1 push file upgrades in place: its whole-body rows and streams go (new epochs), sessions stay."""
+    with sqlite3.connect(tmp_path / PUSH_DB_FILE) as conn:
+        conn.execute("CREATE TABLE t_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO t_meta VALUES ('schema_version', '1')")
+        conn.execute("CREATE TABLE t_push_message (uid TEXT, offset INTEGER, created_at INTEGER, body BLOB)")
+        conn.execute("CREATE INDEX t_push_message_age ON t_push_message (created_at)")
+        conn.execute("CREATE TABLE t_push_stream (uid TEXT PRIMARY KEY, epoch TEXT, last_offset INTEGER, acked INTEGER)")
+        conn.execute("CREATE TABLE t_push_session (uid TEXT PRIMARY KEY, sid TEXT, node TEXT, login_at INTEGER, active_at INTEGER)")
+        conn.execute("INSERT INTO t_push_message VALUES ('u1', 1, 0, x'00')")
+        conn.execute("INSERT INTO t_push_stream VALUES ('u1', 'old', 1, 0)")
+        conn.execute("INSERT INTO t_push_session VALUES ('u1', 's1', 'n/1', 0, 0)")
+    open_push_db(tmp_path).close()
+    with sqlite3.connect(tmp_path / PUSH_DB_FILE) as conn:
+        columns = [str(row[1]) for row in conn.execute("PRAGMA table_info(t_push_message)")]
+        counts = [conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("t_push_message", "t_push_stream", "t_push_session")]
+    assert (columns, counts) == (["uid", "offset", "head_id"], [0, 0, 1])
+    assert meta(tmp_path / PUSH_DB_FILE, "schema_version") == str(PUSH_SCHEMA_VERSION) == "2"
+
+
 def test_newer_push_schema_is_refused(tmp_path: Path) -> None:
     """A push file written by a newer hongbao is refused with RuntimeError naming the file."""
     open_push_db(tmp_path).close()
     with sqlite3.connect(tmp_path / PUSH_DB_FILE) as conn:
         conn.execute("UPDATE t_meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(RuntimeError, match=r"push\.db has schema 99, newer than this hongbao \(1\)"):
+    with pytest.raises(RuntimeError, match=r"push\.db has schema 99, newer than this hongbao \(2\)"):
         open_push_db(tmp_path)
 
 

@@ -15,8 +15,9 @@ import pytest
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
 from hongbao.core.adapters.sqlite_push_db import open_push_db
-from hongbao.core.push_ports import BodyMaker, Route, Stored
+from hongbao.core.push_ports import Route, SharedBody, Stored
 from hongbao.server.push_appender import Appender
+from hongbao.server.push_messages import EventBody
 
 T0 = 1_800_000_000_000
 
@@ -30,14 +31,14 @@ def dbs(tmp_path: Path) -> Iterator[tuple[SqliteDb, SqliteDb]]:
     b.close()
 
 
-def body(text: str) -> BodyMaker:
+def body(text: str) -> SharedBody:
     """A BodyMaker writing ``text`` with its offset and epoch."""
-    return lambda offset, epoch: orjson.dumps({"offset": offset, "epoch": epoch, "text": text})
+    return EventBody("note", text)
 
 
 def texts(messages: list[Stored]) -> list[str]:
     """The texts of ``messages``, in order."""
-    return [orjson.loads(m.body)["text"] for m in messages]
+    return [orjson.loads(m.body)["data"] for m in messages]
 
 
 async def test_login_replaces_and_logout_compares(dbs: tuple[SqliteDb, SqliteDb]) -> None:
@@ -101,7 +102,7 @@ async def test_append_offsets_epoch_and_replay(dbs: tuple[SqliteDb, SqliteDb]) -
     second = await log_b.append([("u1", body("m3"))], T0)
     e1, e2 = first[0].epoch, first[1].epoch
     assert [(m.offset, m.epoch) for m in first + second] == [(1, e1), (1, e2), (2, e1), (3, e1)]
-    assert orjson.loads(second[0].body) == {"offset": 3, "epoch": first[0].epoch, "text": "m3"}
+    assert orjson.loads(second[0].body) == {"type": "event", "event": "note", "data": "m3", "offset": 3, "epoch": first[0].epoch}
     replay = await log_b.replay("u1", 1, first[0].epoch, T0)
     assert (replay.epoch, texts(replay.messages), replay.complete, replay.last) == (first[0].epoch, ["m2", "m3"], True, 3)
     assert (await log_a.replay("u1", 3, first[0].epoch, T0)).messages == []
@@ -187,7 +188,7 @@ class CountingLog(SqliteMessageLog):
         super().__init__(db, 100, 60)
         self.calls: list[int] = []
 
-    async def append(self, entries: Sequence[tuple[str, BodyMaker]], now_ms: int) -> list[Stored]:
+    async def append(self, entries: Sequence[tuple[str, SharedBody]], now_ms: int) -> list[Stored]:
         self.calls.append(len(entries))
         return await super().append(entries, now_ms)
 
