@@ -35,6 +35,25 @@ GROUP_LEASE_MS = 30_000
 GROUP_POLL_S = 0.05  # how often a worker looks for group messages published by other workers
 BROADCAST_WAIT_S = 1.0
 BROADCAST_CHUNK = 200  # subscribers written to between two turns of the event loop (~2 ms here)
+JOIN_MAX_BYTES = 16 * 1024  # broadcasts joined into one write: at most this many bytes (a larger one alone)
+
+
+def joined(frames: list[bytes]) -> list[bytes]:
+    """``frames`` (whole encoded frames) joined in order into writes of at most ``JOIN_MAX_BYTES``
+    (a larger frame is a write alone), so that a burst of broadcasts meets the output cap as the
+    frames would one by one."""
+    pieces: list[bytes] = []
+    current: list[bytes] = []
+    size = 0
+    for frame in frames:
+        if current and size + len(frame) > JOIN_MAX_BYTES:
+            pieces.append(b"".join(current))
+            current, size = [], 0
+        current.append(frame)
+        size += len(frame)
+    if current:
+        pieces.append(b"".join(current))
+    return pieces
 
 
 class Fanout:
@@ -114,21 +133,26 @@ class Fanout:
         Each message is encoded once; a topic's messages are joined, in order (offsets are per topic:
         the order between topics is not kept, DESIGN.md section 7), into one write per
         subscriber (one send(2), one TCP segment and one wake-up of the client instead of one per
-        message: on loopback the kernel's share of a write is most of the cost). After every
+        message: on loopback the kernel's share of a write is most of the cost), or several of at
+        most ``JOIN_MAX_BYTES`` (``joined``). After every
         ``BROADCAST_CHUNK`` subscribers the event loop gets a turn, so a long fan-out does not stall
         requests, and broadcasts published meanwhile go out joined in the next batch. A subscriber
-        that unsubscribed or closed during a turn gets nothing more; the cap (1013) applies to the
-        joined frames as to one frame (``WsConnection.send_frame``)."""
+        that unsubscribed or closed during a turn gets nothing more; the cap (1013) applies to each
+        write as to one frame (``WsConnection.send_frame``)."""
         frames: dict[str, list[bytes]] = {}
         for topic, message in items:
             frames.setdefault(topic, []).append(encode_frame(OP_TEXT, message.body))
         for topic, encoded in frames.items():
             conns = list(self.hub.topics.get(topic, ()))
-            joined, sent = b"".join(encoded), 0
+            pieces, sent = joined(encoded), 0
             for start in range(0, len(conns), BROADCAST_CHUNK):
                 if start:
                     await asyncio.sleep(0)
                 for conn in conns[start:start + BROADCAST_CHUNK]:
-                    if topic in conn.subscriptions and conn.send_frame(joined):
-                        sent += 1
+                    if topic in conn.subscriptions:
+                        for piece in pieces:
+                            if not conn.send_frame(piece):
+                                break
+                        else:
+                            sent += 1
             self.hub.metrics.events["push_broadcast_sends"] += sent * len(encoded)

@@ -13,14 +13,16 @@ from typing import Any
 
 import orjson
 import pytest
-from hongbao_native import OP_TEXT, FrameDecoder
+from hongbao_native import OP_TEXT, FrameDecoder, encode_frame
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push_db import open_push_db
 from hongbao.core.adapters.sqlite_state import SqliteGroupStore
 from hongbao.server.config import Settings
 from hongbao.server.metrics import WorkerMetrics
-from hongbao.server.push_fanout import BROADCAST_CHUNK
+from hongbao.server.push_fanout import BROADCAST_CHUNK, JOIN_MAX_BYTES, joined
 from hongbao.server.push_hub import PushHub
 from hongbao.server.push_stores import open_push_stores
 from tests.push.conftest import Nodes, admin, connect, eventually, metric, push
@@ -85,7 +87,7 @@ def subscribed(hub: PushHub, uid: str, *topics: str) -> Socket:
     return conn
 
 
-async def publish_and_send(hub: PushHub, published: list[tuple[str, int]], during: Awaitable[None] | None = None) -> None:
+async def publish_and_send(hub: PushHub, published: list[tuple[str, Any]], during: Awaitable[None] | None = None) -> None:
     """Publish (topic, data) in order, read them in one read of the topic log, send them (with
     ``during`` running as a concurrent task)."""
     await hub.fanout.start()
@@ -135,6 +137,29 @@ async def test_a_long_fanout_gives_the_loop_turns(hub: PushHub) -> None:
     assert len(written) == len(conns) - 2
     assert all(c.topics() == [[("T", 1), ("T", 2)]] for c in written)
     assert hub.metrics.events["push_broadcast_sends"] - sends == 2 * len(written)
+
+
+async def test_large_broadcasts_are_joined_up_to_the_write_size(hub: PushHub) -> None:
+    """Broadcasts of 6 KiB read together go out in writes of at most JOIN_MAX_BYTES, in order."""
+    conn = subscribed(hub, "big", "L")
+    await publish_and_send(hub, [("L", "x" * 6 * 1024) for _ in range(5)])
+    assert conn.topics() == [[("L", 1), ("L", 2)], [("L", 3), ("L", 4)], [("L", 5)]]
+
+
+@given(st.lists(st.integers(0, 2 * JOIN_MAX_BYTES), max_size=40))
+def test_joined_keeps_the_bytes_in_order_within_the_write_size(sizes: list[int]) -> None:
+    """joined(frames): the same bytes in the same order; a piece is at most JOIN_MAX_BYTES or one
+    larger frame; two neighbouring pieces would not fit in one."""
+    frames = [encode_frame(OP_TEXT, bytes([65 + i % 26]) * size) for i, size in enumerate(sizes)]
+    pieces = joined(frames)
+    assert b"".join(pieces) == b"".join(frames)
+    bounds = iter(frames)
+    for piece in pieces:  # each piece is a run of whole frames
+        run = next(bounds)
+        while len(run) < len(piece):
+            run += next(bounds)
+        assert run == piece and (len(piece) <= JOIN_MAX_BYTES or piece in frames)
+    assert all(len(a) + len(b) > JOIN_MAX_BYTES for a, b in zip(pieces, pieces[1:]))
 
 
 @pytest.fixture(scope="module")
