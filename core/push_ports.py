@@ -75,6 +75,10 @@ class SessionStore(Protocol):
         """The route of ``uid``'s current session, or None when offline (or its node is dead)."""
         ...
 
+    async def lookup_many(self, uids: Sequence[str]) -> dict[str, Route]:
+        """``lookup`` of each of ``uids`` in one round trip: the routes of those online."""
+        ...
+
     async def online_count(self) -> int:
         """Users in the online sets."""
         ...

@@ -111,6 +111,7 @@ class PushHub:
         self.topics: dict[str, set[Conn]] = {}
         self._touched: set[tuple[str, str]] = set()
         self._acks: dict[str, int] = {}
+        self._outbox: list[tuple[str, Stored]] = []  # the events' messages logged this loop turn, sent together
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listener: asyncio.AbstractServer | None = None
 
@@ -340,14 +341,30 @@ class PushHub:
         self.spawn(self._notify(event))
 
     async def _notify(self, event: Event) -> None:
+        """Queue ``event`` for its group, append it to its users' streams, and post the messages
+        to the outbox: the events appended together are sent together (one route lookup)."""
         try:
             if event.group_id is not None:
                 await self.push_to_group(event.group_id, event.name, event.data)
             for uid in event.user_ids:
-                await self.push_to_user(uid, event.name, event.data)
+                message = await self.appender.append(uid, EventBody(event.name, event.data))
+                if not self._outbox:
+                    asyncio.get_running_loop().call_soon(self._send_outbox)
+                self._outbox.append((uid, message))
         except Exception as exc:
             self.metrics.events["push_failures"] += 1
             log.warning("push of event %s failed: %s", event.name, exc)
+
+    def _send_outbox(self) -> None:
+        items, self._outbox = self._outbox, []
+        self.spawn(self._send_logged(items))
+
+    async def _send_logged(self, items: list[tuple[str, Stored]]) -> None:
+        try:
+            await self.send(items)
+        except Exception as exc:  # they stay queued in the log
+            self.metrics.events["push_failures"] += 1
+            log.warning("sending %d logged push(es) failed: %s", len(items), exc)
 
     # --- housekeeping ---------------------------------------------------------------------------------
 

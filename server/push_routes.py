@@ -80,9 +80,8 @@ class RemoteDelivery:
                 routes[uid] = cached[0]
             else:
                 missing.append(uid)
-        found = await asyncio.gather(*(self.sessions.lookup(uid) for uid in missing))
-        for uid, route in zip(missing, found, strict=True):
-            if route is not None:
-                routes[uid] = route
-                self._routes[uid] = (route, now + ROUTE_CACHE_S)
+        found = await self.sessions.lookup_many(missing) if missing else {}
+        for uid, route in found.items():
+            routes[uid] = route
+            self._routes[uid] = (route, now + ROUTE_CACHE_S)
         return routes

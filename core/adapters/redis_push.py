@@ -23,6 +23,7 @@ that does not parse is logged and treated as "no usable session", and the key is
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -169,6 +170,11 @@ class RedisSessionStore:
             return None
         route = Route(text(node), text(sid))
         return route if await self._node_alive(route.node) else None
+
+    async def lookup_many(self, uids: Sequence[str]) -> dict[str, Route]:
+        """``lookup`` of each of ``uids`` (their commands share the pipelines of this loop tick)."""
+        routes = await asyncio.gather(*(self.lookup(uid) for uid in uids))
+        return {uid: route for uid, route in zip(uids, routes, strict=True) if route is not None}
 
     async def online_count(self) -> int:
         """Members of the 16 online sets (one pipeline of SCARD)."""

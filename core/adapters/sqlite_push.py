@@ -28,8 +28,8 @@ TRIM_EVERY = 64  # a stream's messages past ``max_messages`` are deleted once ev
 _STREAMS = "SELECT uid, epoch, last_offset FROM t_push_stream WHERE uid IN (SELECT value FROM json_each(?))"
 _HELD = ("SELECT m.offset, h.head FROM t_push_message m JOIN t_push_head h ON h.id = m.head_id "
          "WHERE m.uid = ? AND m.offset > ? AND h.created_at >= ? ORDER BY m.offset")
-_LIVE_SESSION = ("SELECT s.node, s.sid FROM t_push_session s JOIN t_push_node n ON n.node = s.node "
-                 "WHERE s.uid = ? AND n.expires_at > ? AND s.active_at > ?")
+_LIVE_SESSIONS = ("SELECT s.uid, s.node, s.sid FROM t_push_session s JOIN t_push_node n ON n.node = s.node "
+                  "WHERE s.uid IN (SELECT value FROM json_each(?)) AND n.expires_at > ? AND s.active_at > ?")
 
 
 def _now_ms() -> int:
@@ -82,9 +82,14 @@ class SqliteSessionStore:
 
     async def lookup(self, uid: str) -> Route | None:
         """The live session's Route (its node alive, refreshed within the TTL), or None."""
+        return (await self.lookup_many([uid])).get(uid)
+
+    async def lookup_many(self, uids: Sequence[str]) -> dict[str, Route]:
+        """The live sessions' Routes of ``uids`` (one query), keyed by user id."""
         now = _now_ms()
-        row = self._db.read(lambda: self._db.reader.execute(_LIVE_SESSION, (uid, now, now - self._ttl_ms)).fetchone())
-        return None if row is None else Route(str(row[0]), str(row[1]))
+        args = (orjson.dumps(uids).decode(), now, now - self._ttl_ms)
+        rows = self._db.read(lambda: self._db.reader.execute(_LIVE_SESSIONS, args).fetchall())
+        return {str(uid): Route(str(node), str(sid)) for uid, node, sid in rows}
 
     async def online_count(self) -> int:
         """Users whose session is live."""

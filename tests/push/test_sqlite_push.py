@@ -57,7 +57,7 @@ async def test_login_replaces_and_logout_compares(dbs: tuple[SqliteDb, SqliteDb]
 
 
 async def test_dead_node_reads_offline_and_is_swept(dbs: tuple[SqliteDb, SqliteDb]) -> None:
-    """A node whose liveness lapsed: its users read offline at once, and a sweep removes them."""
+    """A node whose liveness lapsed: its users read offline at once (one by one or together), and a sweep removes them."""
     a, b = dbs
     nodes, sessions = SqliteNodeDirectory(a), SqliteSessionStore(b)
     await nodes.heartbeat("h/dead", "127.0.0.1:9", 0.2)
@@ -68,6 +68,7 @@ async def test_dead_node_reads_offline_and_is_swept(dbs: tuple[SqliteDb, SqliteD
     await asyncio.sleep(0.3)
     assert await nodes.address("h/dead") is None
     assert await sessions.lookup("u1") is None
+    assert await sessions.lookup_many(["u1", "u2", "nobody", "u2"]) == {"u2": Route("h/live", "s2")}
     assert await sessions.online_count() == 1
     assert await SqliteNodeDirectory(b).sweep("h/live") == 1
     assert await nodes.sweep("h/live") == 0
