@@ -21,6 +21,7 @@ from hongbao.core.adapters.mysql_state import MysqlFlags, MysqlGroupStore, Mysql
 from hongbao.core.adapters.redis_client import Pipelines, RedisClient
 from hongbao.core.adapters.redis_grab import DB_RATE_PER_S, RedisGrabState
 from hongbao.core.adapters.redis_money import RedisPreOrderStore, RedisSequenceSource, redis_breaker
+from hongbao.core.breaker import Breaker
 from hongbao.core.clock import Clock, SystemClock
 from hongbao.core.ports import Draw, PreOrderStore, Queue, SequenceSource
 from hongbao.core.rules import Limits
@@ -29,12 +30,14 @@ from hongbao.core.service import PacketService, Ports
 
 @dataclass(frozen=True, slots=True)
 class Production:
-    """A running production backend for one worker: the service and the MySQL pools."""
+    """A running production backend for one worker: the service and the MySQL pools; ``breaker``:
+    the circuit breaker of its Redis (None without Redis), which the push stores share."""
 
     service: PacketService
     shards: MysqlShards
     admission: hongbao_native.AdmissionTable
     redis: RedisClient | None = None
+    breaker: Breaker | None = None
 
     async def aclose(self) -> None:
         """Close the MySQL pools and the Redis client (the admission table is unlinked by its creator)."""
@@ -44,18 +47,19 @@ class Production:
 
 
 def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: RedisClient | None = None,
-                counts: dict[str, int] | None = None, grab_db_rate_per_s: float = DB_RATE_PER_S) -> tuple[Ports, RedisGrabState | None]:
+                counts: dict[str, int] | None = None, grab_db_rate_per_s: float = DB_RATE_PER_S,
+                breaker: Breaker | None = None) -> tuple[Ports, RedisGrabState | None]:
     """Every port on MySQL/MariaDB except the queue (``queue``: Redis Streams in production); with
     ``redis``, the sequence and pre-orders on Redis first, MySQL while it is down, and the grab
     filter's shared level, and ``queue`` (on that Redis) behind the same breaker (fallbacks and breaker
     openings counted in ``counts``; while Redis is down, at most ``grab_db_rate_per_s`` grab checks a
-    second go to the DB)."""
+    second go to the DB; ``breaker``: Redis's, a new one when None)."""
     preorders: PreOrderStore = MysqlPreOrderStore(shards)
     sequence: SequenceSource = MysqlSequenceSource(shards)
     grab_state = None
     if redis is not None:
         counts = {} if counts is None else counts
-        pipes, breaker = Pipelines(redis), redis_breaker(counts)
+        pipes, breaker = Pipelines(redis), breaker or redis_breaker(counts)
         queue = GuardedQueue(queue, breaker, counts)  # queue down at open: no retries per call, the reconciler credits
         preorders = RedisPreOrderStore(pipes, breaker, preorders, counts)
         sequence = RedisSequenceSource(pipes, breaker, shards, sequence, counts)
@@ -75,6 +79,8 @@ def open_mysql(shards: MysqlShards, admission: hongbao_native.AdmissionTable, qu
     section 6); ``redis``: the client behind ``queue``, the send path and grab (see :func:`mysql_ports`;
     ``counts``: where its fallbacks are counted, the worker's metrics events; ``grab_db_rate_per_s``),
     closed with the backend."""
-    ports, grab_state = mysql_ports(shards, queue, clock or SystemClock(), redis, counts, grab_db_rate_per_s)
+    counts = {} if counts is None else counts
+    breaker = None if redis is None else redis_breaker(counts)
+    ports, grab_state = mysql_ports(shards, queue, clock or SystemClock(), redis, counts, grab_db_rate_per_s, breaker)
     service = PacketService(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw, grab_state=grab_state)
-    return Production(service, shards, admission, redis)
+    return Production(service, shards, admission, redis, breaker)

@@ -20,6 +20,7 @@ from hongbao.core import errors
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import OffsetFileClock
 from hongbao.core.embedded import Embedded
+from hongbao.core.production import Production
 from hongbao.core.service import CREDIT_STREAM
 from hongbao.server.auth import Identity, TokenVerifier
 from hongbao.server.backends import Backend
@@ -45,8 +46,9 @@ class App:
                  ws_limiter: RateLimiter) -> None:
         """``ws_limiter``: the host-wide admission rate of new WebSocket connections (made by the master)."""
         self.settings, self.backend, self.verifier, self.metrics = settings, backend, verifier, metrics
-        self.ws_gate = Gate(settings, verifier, ws_limiter)
-        stores = open_push_stores(settings, backend.push_db if isinstance(backend, Embedded) else None)
+        stores = open_push_stores(settings, backend.push_db if isinstance(backend, Embedded) else None, metrics.events,
+                                  backend.breaker if isinstance(backend, Production) else None)
+        self.ws_gate = Gate(settings, verifier, ws_limiter, stores.down)
         self.push = PushHub(settings, stores, metrics, stores.queue, backend.service.ports.groups)
         backend.service.notifier = self.push
         h = Handlers(backend.service)

@@ -14,6 +14,7 @@ import os
 import socket
 from collections.abc import Callable
 
+from hongbao.core.breaker import BreakerOpen
 from hongbao.core.push_ports import NodeDirectory
 
 log = logging.getLogger("hongbao.push.node")
@@ -48,15 +49,17 @@ class Node:
             await asyncio.sleep(HEARTBEAT_S)
             try:
                 await self._nodes.heartbeat(self.id, self.address, self._ttl_s)
-            except Exception as exc:
-                log.warning("push node %s: heartbeat failed: %s", self.id, exc)
+            except Exception as exc:  # BreakerOpen: Redis down, its breaker logged that once
+                if not isinstance(exc, BreakerOpen):
+                    log.warning("push node %s: heartbeat failed: %s", self.id, exc)
                 self._report(False)
                 continue
             self._report(True)
             try:
                 removed = await self._nodes.sweep(self.id)
             except Exception as exc:
-                log.warning("push node %s: sweep failed: %s", self.id, exc)
+                if not isinstance(exc, BreakerOpen):
+                    log.warning("push node %s: sweep failed: %s", self.id, exc)
                 continue
             if removed:
                 log.info("push node %s swept %d session(s) of dead nodes", self.id, removed)

@@ -21,6 +21,7 @@ import orjson
 from hongbao_native import OP_TEXT, encode_frame
 
 from hongbao.core import errors
+from hongbao.core.breaker import BreakerOpen
 from hongbao.core.ports import GroupStore, Queue
 from hongbao.core.push_ports import SharedBody, Stored, TopicLog
 from hongbao.server.push_messages import EventBody, now_ms
@@ -109,7 +110,8 @@ class Fanout:
                 while await self.drain_groups():
                     pass
             except Exception as exc:  # the claimed messages come back after their lease
-                log.warning("group push failed; retried after the lease: %s", exc)
+                if not isinstance(exc, BreakerOpen):  # Redis down: its breaker logged that once
+                    log.warning("group push failed; retried after the lease: %s", exc)
 
     async def broadcast(self, topic: str, event: str, data: Any) -> Stored:
         """Publish ``event`` to ``topic``'s subscribers on every node; the topic's Stored message."""
@@ -121,7 +123,8 @@ class Fanout:
             try:
                 self._cursor, items = await self.topics.read(self._cursor, BROADCAST_WAIT_S)
             except Exception as exc:
-                log.warning("reading broadcasts failed: %s", exc)
+                if not isinstance(exc, BreakerOpen):
+                    log.warning("reading broadcasts failed: %s", exc)
                 await asyncio.sleep(BROADCAST_WAIT_S)
                 continue
             if items:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hongbao.core.breaker import BreakerOpen
 from hongbao.core.events import Event
 from hongbao.core.ports import GroupStore, Queue
 from hongbao.core.push_ports import Replay, Route, Stored
@@ -206,12 +207,14 @@ class PushHub:
             try:
                 await self.stores.log.ack([(uid, ack)])
             except Exception as exc:  # written at the next tick instead
-                log.warning("push ack of a closed session failed: %s", exc)
+                if not isinstance(exc, BreakerOpen):
+                    log.warning("push ack of a closed session failed: %s", exc)
                 self._acks[uid] = max(ack, self._acks.get(uid, -1))
         try:
             await self.stores.sessions.logout(uid, sid, self.node.id)
         except Exception as exc:  # the session reads offline after its TTL; the sweep removes it
-            log.warning("push logout of a session failed: %s", exc)
+            if not isinstance(exc, BreakerOpen):
+                log.warning("push logout of a session failed: %s", exc)
 
     async def _kick(self, old: Route, uid: str) -> None:
         address = await self.stores.nodes.address(old.node)
@@ -353,7 +356,8 @@ class PushHub:
                 self._outbox.append((uid, message))
         except Exception as exc:
             self.metrics.events["push_failures"] += 1
-            log.warning("push of event %s failed: %s", event.name, exc)
+            if not isinstance(exc, BreakerOpen):  # Redis down: its breaker logged that once
+                log.warning("push of event %s failed: %s", event.name, exc)
 
     def _send_outbox(self) -> None:
         items, self._outbox = self._outbox, []
@@ -381,7 +385,8 @@ class PushHub:
             return
         self.failures += 1
         if self.failures >= self.max_failures:
-            log.error("push store failed %d times in a row: closing %d connection(s)", self.failures, len(self.sessions))
+            if self.sessions:  # once per outage: none are left to close after that
+                log.error("push store failed %d times in a row: closing %d connection(s)", self.failures, len(self.sessions))
             self.failures = 0
             for session in list(self.sessions.values()):
                 session.conn.close(1011, "push store unavailable")
@@ -403,7 +408,8 @@ class PushHub:
             if acks:
                 await self.stores.log.ack(sorted(acks.items()))
         except Exception as exc:
-            log.warning("push store refresh failed: %s", exc)
+            if not isinstance(exc, BreakerOpen):
+                log.warning("push store refresh failed: %s", exc)
             for uid, offset in acks.items():
                 self._acks[uid] = max(offset, self._acks.get(uid, -1))
             self.store_result(False)

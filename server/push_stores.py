@@ -5,6 +5,11 @@ apart from the money's, with its own write thread; shared by the workers of one 
 pushes on that file's queue. With ``redis_url`` (``redis_cluster`` for a Redis Cluster): the
 Redis adapters of core/adapters/redis_push*.py and the group queue on Redis Streams, so nodes on
 several hosts share sessions, logs, topics and group pushes. This is the one place a deployment's push storage is picked.
+
+On Redis every push store and the group queue go through the circuit breaker of the worker's
+Redis (core/adapters/redis_push_guard.py: the production backend's breaker when there is one --
+the same server at the same ``redis_url`` -- else one of their own), so while Redis is down pushes
+and logins are refused in microseconds and the outage is logged once.
 """
 
 from __future__ import annotations
@@ -12,14 +17,18 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from hongbao.core.adapters.guarded_queue import GuardedQueue
 from hongbao.core.adapters.redis_client import Pipelines, RedisClient, redis_client
+from hongbao.core.adapters.redis_money import redis_breaker
 from hongbao.core.adapters.redis_push import RedisSessionStore
+from hongbao.core.adapters.redis_push_guard import GuardedMessageLog, GuardedNodeDirectory, GuardedSessionStore, GuardedTopicLog
 from hongbao.core.adapters.redis_push_logs import RedisMessageLog, RedisTopicLog
 from hongbao.core.adapters.redis_push_nodes import RedisNodeDirectory
 from hongbao.core.adapters.redis_queue import RedisQueue
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
 from hongbao.core.adapters.sqlite_state import SqliteQueue
+from hongbao.core.breaker import Breaker
 from hongbao.core.ports import Queue
 from hongbao.core.push_ports import MessageLog, NodeDirectory, SessionStore, TopicLog
 from hongbao.server.config import Settings
@@ -33,8 +42,8 @@ READY_TIMEOUT_S = 2.0
 
 @dataclass(frozen=True, slots=True)
 class PushStores:
-    """The four push ports one hub runs on, the group-push ``queue``, and ``redis``: the client
-    they share (None when embedded)."""
+    """The four push ports one hub runs on, the group-push ``queue``, ``redis``: the client
+    they share, and ``breaker``: the one they go through (both None when embedded)."""
 
     sessions: SessionStore
     nodes: NodeDirectory
@@ -42,30 +51,44 @@ class PushStores:
     topics: TopicLog
     queue: Queue
     redis: RedisClient | None = None
+    breaker: Breaker | None = None
+
+    def down(self) -> bool:
+        """True while the push store's Redis is considered down (its breaker is open): new
+        logins are refused before the upgrade. Never True when embedded."""
+        return self.breaker is not None and self.breaker.is_open
 
     async def check(self) -> None:
         """Raise when the push store cannot be reached: Redis must answer a PING within
-        ``READY_TIMEOUT_S`` (a dropped connection is retried first, so a blip passes); the
+        ``READY_TIMEOUT_S`` (a dropped connection is retried first, so a blip passes), through
+        the breaker (BreakerOpen at once while it is open, a trial call once per cooldown); the
         embedded push file is local and open."""
-        if self.redis is not None:
-            await asyncio.wait_for(self.redis.ping(), READY_TIMEOUT_S)
+        if self.redis is not None and self.breaker is not None:
+            redis = self.redis
+            await asyncio.wait_for(self.breaker.call(redis.ping), READY_TIMEOUT_S)
 
 
-def open_push_stores(settings: Settings, db: SqliteDb | None) -> PushStores:
+def open_push_stores(settings: Settings, db: SqliteDb | None, counts: dict[str, int],
+                     breaker: Breaker | None = None) -> PushStores:
     """The push stores of ``settings`` (``db``: the embedded backend's push file,
     ``Embedded.push_db``; None on the production backend, which requires ``redis_url``): sessions with
     ``push_session_ttl_s``, per-user logs bounded by ``push_log_max_messages`` and
     ``push_log_max_age_s``; on Redis when ``redis_url`` is set (no I/O here: the hub's start
-    issues the first command, the node's heartbeat, alone)."""
+    issues the first command, the node's heartbeat, alone), behind ``breaker`` (the production
+    backend's Redis breaker; None: a new one counting in ``counts``, the worker's metrics events,
+    where refused appends are counted too)."""
     if settings.redis_url:
         pipes = Pipelines(redis_client(settings.redis_url, cluster=settings.redis_cluster))
+        breaker = breaker or redis_breaker(counts)
+        node = node_id(settings.node_name)
         return PushStores(
-            RedisSessionStore(pipes, settings.push_session_ttl_s, node_id(settings.node_name)),
-            RedisNodeDirectory(pipes),
-            RedisMessageLog(pipes, settings.push_log_max_messages, settings.push_log_max_age_s),
-            RedisTopicLog(pipes, TOPIC_MAX_LEN),
-            RedisQueue(pipes, node_id(settings.node_name)),
+            GuardedSessionStore(RedisSessionStore(pipes, settings.push_session_ttl_s, node), breaker),
+            GuardedNodeDirectory(RedisNodeDirectory(pipes), breaker),
+            GuardedMessageLog(RedisMessageLog(pipes, settings.push_log_max_messages, settings.push_log_max_age_s), breaker, counts),
+            GuardedTopicLog(RedisTopicLog(pipes, TOPIC_MAX_LEN), breaker),
+            GuardedQueue(RedisQueue(pipes, node), breaker, counts),
             pipes.client,
+            breaker,
         )
     if db is None:
         raise ValueError("the push stores need redis_url when the backend has no embedded database")

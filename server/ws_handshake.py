@@ -11,14 +11,17 @@ Checks, in this order (cheapest first, so a storm is shed before any costly work
    (item 6, section 4.4).
 3. ``Origin`` (section 10.2) against ``ws_allowed_origins`` (empty: any; no Origin, as non-browser
    clients send, passes): 403.
-4. the host-wide admission rate (native ``RateLimiter``, shared by every worker of the host):
+4. the push store (DESIGN.md section 10): while its Redis is down (breaker open) a login could
+   not be recorded, so it is refused with 503 degraded and ``Retry-After: 1`` before taking an admission
+   token, in microseconds and without a log line (server/push_stores.py).
+5. the host-wide admission rate (native ``RateLimiter``, shared by every worker of the host):
    no token left is a 503 with ``Retry-After`` in whole seconds, rounded up (a prebuilt answer).
    It comes before the rest because they cost more (an uncached JWT check ~55 us of CPU, DESIGN.md
    section 8); every attempt that got this far counts, whether the rest is good or not.
-5. ``Sec-WebSocket-Key``: canonical base64 of 16 bytes, else 400 (item 5); the query's reconnect
+6. ``Sec-WebSocket-Key``: canonical base64 of 16 bytes, else 400 (item 5); the query's reconnect
    cursor: ``offset`` (decimal digits, at most 18; empty means none) and ``epoch`` (1..64 of RFC
    3986 unreserved characters), else 400.
-6. the bearer token, from ``Sec-WebSocket-Protocol: bearer, <jwt>`` (what a browser can send:
+7. the bearer token, from ``Sec-WebSocket-Protocol: bearer, <jwt>`` (what a browser can send:
    ``new WebSocket(url, ["bearer", jwt])``) or else ``?token=``: missing or invalid is a bare 401
    (a JSON error body, no upgrade).
 
@@ -33,6 +36,7 @@ from __future__ import annotations
 import math
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
@@ -43,12 +47,13 @@ from hongbao.core import errors
 from hongbao.server.auth import Identity, TokenVerifier
 from hongbao.server.config import Settings
 from hongbao.server.context import Context
-from hongbao.server.responses import Response, from_error, json_response
+from hongbao.server.responses import Response, error_response, from_error, json_response
 
 WS_PATH = "/v1/ws"
 PROTOCOL = "bearer"
 _EPOCH = re.compile(r"[A-Za-z0-9._~-]{1,64}")
 _READY = json_response(200, {"status": "ok"})
+_STORE_DOWN = error_response(503, "degraded", "the session store is unreachable; retry later", [("retry-after", "1")])
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +70,14 @@ class Accepted:
 
 
 class Gate:
-    """The handshake checks of one worker, over its token verifier and the host's rate limiter."""
+    """The handshake checks of one worker, over its token verifier, the host's rate limiter and
+    ``store_down`` (True while the push store cannot record a login)."""
 
-    __slots__ = ("verifier", "limiter", "origins", "busy_answers")
+    __slots__ = ("verifier", "limiter", "store_down", "origins", "busy_answers")
 
-    def __init__(self, settings: Settings, verifier: TokenVerifier, limiter: RateLimiter) -> None:
-        self.verifier, self.limiter = verifier, limiter
+    def __init__(self, settings: Settings, verifier: TokenVerifier, limiter: RateLimiter,
+                 store_down: Callable[[], bool] = lambda: False) -> None:
+        self.verifier, self.limiter, self.store_down = verifier, limiter, store_down
         self.origins = frozenset(origin.lower() for origin in settings.ws_allowed_origins)
         self.busy_answers: dict[int, Response] = {}
 
@@ -88,6 +95,8 @@ class Gate:
             if version != "13":
                 raise errors.UpgradeRequired("this server speaks WebSocket version 13 only (RFC 6455 section 4.4)")
             self._check_origin(request)
+            if self.store_down():
+                return _STORE_DOWN
             if not self.limiter.try_acquire():
                 return self._busy()
             return self._admit(request)
@@ -113,12 +122,15 @@ class Gate:
     async def preflight(self, ctx: Context) -> Response:
         """GET /v1/ws/preflight: what a handshake would meet now, for a browser that cannot read a
         failed handshake's status (DESIGN.md section 7). The app has already checked the bearer
-        header (401); then 403 for a refused Origin, 503 + Retry-After while the admission rate has
-        no token left, else 200 ``{"status": "ok"}``. Takes no admission token: it only reads the limiter."""
+        header (401); then 403 for a refused Origin, 503 + Retry-After while the push store is down
+        or the admission rate has no token left, else 200 ``{"status": "ok"}``. Takes no admission
+        token: it only reads the limiter."""
         try:
             self._check_origin(ctx.request)
         except errors.Forbidden as exc:
             return from_error(exc)
+        if self.store_down():
+            return _STORE_DOWN
         # answered, not raised: the app counts raised "busy" errors as refused opens
         return self._busy() if self.limiter.retry_after() > 0 else _READY
 
