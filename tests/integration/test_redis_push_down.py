@@ -118,8 +118,10 @@ def test_push_while_redis_is_down(tmp_path: Path, private_redis: PrivateRedis) -
                 assert len(warnings) <= opens, warnings  # the breaker's own line, not one per push or per tick
 
                 await asyncio.to_thread(private_redis.start)
-                await eventually(lambda: _ready(a) and _ready(b), 15, "both nodes ready again")
+                await eventually(lambda: _ready(a) and _ready(b) and len(nodes.keys("node:*")) == 2, 15,
+                                 "both nodes ready and alive again (Redis came back empty)")
                 async with await connect(b, "u2") as again:
+                    await eventually(lambda: nodes.session_node("u2") is not None, 10, "u2 logged in again")
                     pushed = await push(pusher, user_id="u2", event="back", data=1)
                     assert pushed["result"] == "delivered_to_socket"
                     assert [(m["event"], m["data"]) for m in await receive(again, 1)] == [("back", 1)]
