@@ -25,7 +25,10 @@ BROADCAST_RETENTION_MS = 60_000  # broadcasts stay readable this long (nodes rea
 BROADCAST_POLL_S = 0.02  # how often a node looks for broadcasts published by other processes
 BROADCAST_READ_LIMIT = 1000
 TRIM_EVERY = 64  # a stream's messages past ``max_messages`` are deleted once every this many offsets
+DROP_EVERY_MS = 1000  # old messages and unused heads are deleted at most this often per log
 _STREAMS = "SELECT uid, epoch, last_offset FROM t_push_stream WHERE uid IN (SELECT value FROM json_each(?))"
+_STREAM_LAST = ("INSERT INTO t_push_stream (uid, epoch, last_offset, acked) VALUES (?, ?, ?, 0) "
+                "ON CONFLICT (uid) DO UPDATE SET last_offset = excluded.last_offset")
 _HELD = ("SELECT m.offset, h.head FROM t_push_message m JOIN t_push_head h ON h.id = m.head_id "
          "WHERE m.uid = ? AND m.offset > ? AND h.created_at >= ? ORDER BY m.offset")
 _LIVE_SESSIONS = ("SELECT s.uid, s.node, s.sid FROM t_push_session s JOIN t_push_node n ON n.node = s.node "
@@ -162,50 +165,57 @@ class SqliteMessageLog:
     message's place: user, offset, head id) and t_push_head (a message's head, kept once for every
     stream it goes to, and its time), keeping at most ``max_messages`` per user, none older than
     ``max_age_s`` seconds. Replays read within those bounds; the rows past them are deleted as
-    appends go (a stream's oldest every ``TRIM_EVERY`` offsets, old and unused heads each time)."""
+    appends go (a stream's oldest every ``TRIM_EVERY`` offsets; old messages and unused heads at
+    most every ``DROP_EVERY_MS``)."""
 
-    __slots__ = ("_db", "_max_messages", "_max_age_ms")
+    __slots__ = ("_db", "_max_messages", "_max_age_ms", "_dropped_at")
 
     def __init__(self, db: SqliteDb, max_messages: int, max_age_s: float) -> None:
         self._db, self._max_messages, self._max_age_ms = db, max_messages, int(max_age_s * 1000)
+        self._dropped_at = 0  # when this log last deleted old messages and unused heads (ms)
 
     async def append(self, entries: Sequence[tuple[str, SharedBody]], now_ms: int) -> list[Stored]:
-        """Append every entry in one transaction (one head row per distinct BodyMaker, the
-        streams' heads read at once, the rows written with executemany), then trim."""
+        """Append every entry in one transaction (one head row per distinct BodyMaker; the streams
+        read at once; heads, rows and streams each written with one executemany), then trim."""
         return await self._db.run(lambda: self._append(entries, now_ms))
 
     def _append(self, entries: Sequence[tuple[str, SharedBody]], now_ms: int) -> list[Stored]:
         uids = list(dict.fromkeys(uid for uid, _ in entries))
         with self._db.immediate() as conn:
             found = conn.execute(_STREAMS, (orjson.dumps(uids).decode(),)).fetchall()
-            heads = {str(uid): (str(epoch), int(last)) for uid, epoch, last in found}
-            created = [(uid, new_epoch()) for uid in uids if uid not in heads]
-            conn.executemany("INSERT INTO t_push_stream (uid, epoch, last_offset, acked) VALUES (?, ?, 0, 0)", created)
-            heads.update((uid, (epoch, 0)) for uid, epoch in created)
-            firsts = {uid: last for uid, (_, last) in heads.items()}
-            head_ids: dict[int, int] = {}
+            streams = {str(uid): (str(epoch), int(last)) for uid, epoch, last in found}
+            streams.update((uid, (new_epoch(), 0)) for uid in uids if uid not in streams)
+            firsts = {uid: last for uid, (_, last) in streams.items()}
+            next_head = int(conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM t_push_head").fetchone()[0])
+            head_ids: dict[int, int] = {}  # id(make_body) -> its t_push_head id (the write lock is ours)
+            heads: list[tuple[int, int, bytes]] = []
             rows: list[tuple[str, int, int]] = []
             stored: list[Stored] = []
             for uid, make_body in entries:
                 head_id = head_ids.get(id(make_body))
                 if head_id is None:
-                    cursor = conn.execute("INSERT INTO t_push_head (created_at, head) VALUES (?, ?)", (now_ms, make_body.head))
-                    head_id = head_ids[id(make_body)] = int(cursor.lastrowid or 0)
-                epoch, offset = heads[uid][0], heads[uid][1] + 1
-                heads[uid] = (epoch, offset)
+                    head_id = head_ids[id(make_body)] = next_head + len(heads)
+                    heads.append((head_id, now_ms, make_body.head))
+                epoch, offset = streams[uid][0], streams[uid][1] + 1
+                streams[uid] = (epoch, offset)
                 rows.append((uid, offset, head_id))
                 stored.append(Stored(offset, epoch, make_body(offset, epoch)))
+            conn.executemany("INSERT INTO t_push_head (id, created_at, head) VALUES (?, ?, ?)", heads)
             conn.executemany("INSERT INTO t_push_message (uid, offset, head_id) VALUES (?, ?, ?)", rows)
-            conn.executemany("UPDATE t_push_stream SET last_offset = ? WHERE uid = ?", [(last, uid) for uid, (_, last) in heads.items()])
+            conn.executemany(_STREAM_LAST, [(uid, epoch, last) for uid, (epoch, last) in streams.items()])
             conn.executemany("DELETE FROM t_push_message WHERE uid = ? AND offset <= ?", [
-                (uid, last - self._max_messages) for uid, (_, last) in heads.items()
+                (uid, last - self._max_messages) for uid, (_, last) in streams.items()
                 if last > self._max_messages and last // TRIM_EVERY != firsts[uid] // TRIM_EVERY])
-            self._drop_old(conn, now_ms)
+            if now_ms >= self._dropped_at + DROP_EVERY_MS:
+                self._drop_old(conn, now_ms)
+        if now_ms >= self._dropped_at + DROP_EVERY_MS:  # committed
+            self._dropped_at = now_ms
         return stored
 
     def _drop_old(self, conn: sqlite3.Connection, now_ms: int) -> None:
         """Delete the messages past the age limit, then the heads no message names any more."""
-        aged = conn.execute("SELECT MAX(id) FROM t_push_head INDEXED BY t_push_head_age WHERE created_at < ?", (now_ms - self._max_age_ms,)).fetchone()[0]
+        aged = conn.execute("SELECT MAX(id) FROM t_push_head INDEXED BY t_push_head_age WHERE created_at < ?",
+                            (now_ms - self._max_age_ms,)).fetchone()[0]
         if aged is not None:
             conn.execute("DELETE FROM t_push_message WHERE head_id <= ?", (aged,))
         conn.execute("DELETE FROM t_push_head WHERE id < COALESCE((SELECT MIN(head_id) FROM t_push_message), "
