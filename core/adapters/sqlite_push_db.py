@@ -30,7 +30,6 @@ from hongbao.core.adapters.sqlite_schema import QUEUE_TABLE, record_version, sch
 
 PUSH_DB_FILE = "push.db"
 PUSH_SCHEMA_VERSION = 2
-CACHE_KIB = 32_768  # page cache of the write connection: every stream's last pages stay in memory
 WAL_PAGES = 8_000  # checkpoint (and sync, in NORMAL mode) once the WAL holds this many pages (~32 MiB)
 # Version 1 kept a whole body in every stream's row; version 2 keeps a message's head once
 # (t_push_head) for every stream it goes to. The old rows go: the streams restart under new
@@ -82,7 +81,6 @@ def open_push_db(data_dir: Path) -> SqliteDb:
     before forking workers, as the money file is: two processes switching a new file to WAL at
     the same moment may fail with "database is locked"."""
     db = SqliteDb(data_dir / PUSH_DB_FILE, schema=migrate_push, synchronous="NORMAL")
-    db.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
     db.conn.execute("PRAGMA temp_store=MEMORY")  # a group commit's savepoints journal in memory, not a temp file
     db.conn.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
     return db
