@@ -257,6 +257,24 @@ class UserListStore(Protocol):
         """(count, total fen, best-luck count) of the rows in [start_ms, end_ms)."""
         ...
 
+    async def recorded(self, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], bool]:
+        """Of the (user_id, direction, order_id) ``keys``, those recorded, each with its best-luck
+        flag (the reconciler's check of what the lists queue lost)."""
+        ...
+
+
+class ListScans(Protocol):
+    """The reconciler's scans for the list rows a lost lists queue would have carried (DESIGN.md
+    section 10: queue down at open); times in ms since the epoch (UTC), oldest first."""
+
+    async def opened_between(self, start_ms: int, end_ms: int, limit: int) -> list[Receipt]:
+        """Receipts opened in [start_ms, end_ms), at most ``limit``."""
+        ...
+
+    async def paid_between(self, start_ms: int, end_ms: int, expiry_ms: int, limit: int) -> list[Packet]:
+        """Packets paid in [start_ms, end_ms) (paid at expires_at - ``expiry_ms``), at most ``limit``."""
+        ...
+
 
 class ProfileStore(Protocol):
     """The non-critical store: greetings, nicknames, avatars; callers fall back to defaults."""

@@ -21,11 +21,13 @@ from hongbao.core.adapters.mysql_state import MysqlFlags, MysqlGroupStore, Mysql
 from hongbao.core.adapters.redis_client import Pipelines, RedisClient
 from hongbao.core.adapters.redis_grab import DB_RATE_PER_S, RedisGrabState
 from hongbao.core.adapters.redis_money import RedisPreOrderStore, RedisSequenceSource, redis_breaker
+from hongbao.core.adapters.redis_views import RedisViews
 from hongbao.core.breaker import Breaker
 from hongbao.core.clock import Clock, SystemClock
 from hongbao.core.ports import Draw, PreOrderStore, Queue, SequenceSource
 from hongbao.core.rules import Limits
 from hongbao.core.service import PacketService, Ports
+from hongbao.core.view_cache import ViewCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +80,14 @@ def open_mysql(shards: MysqlShards, admission: hongbao_native.AdmissionTable, qu
     ``max_in_db``: open transactions per packet in the database at once (K of DESIGN.md
     section 6); ``redis``: the client behind ``queue``, the send path and grab (see :func:`mysql_ports`;
     ``counts``: where its fallbacks are counted, the worker's metrics events; ``grab_db_rate_per_s``),
-    closed with the backend."""
+    closed with the backend, and the read caches of details and lists (memory, then that Redis); the
+    reconciler repairs the user lists from MySQL."""
     counts = {} if counts is None else counts
     breaker = None if redis is None else redis_breaker(counts)
     ports, grab_state = mysql_ports(shards, queue, clock or SystemClock(), redis, counts, grab_db_rate_per_s, breaker)
-    service = PacketService(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw, grab_state=grab_state)
+    views = None if redis is None or breaker is None else ViewCache(RedisViews(Pipelines(redis), breaker, counts), counts)
+    packets = ports.packets
+    assert isinstance(packets, MysqlPacketStore)
+    service = PacketService(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw, grab_state=grab_state,
+                            views=views, list_scans=packets)
     return Production(service, shards, admission, redis, breaker)

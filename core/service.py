@@ -24,12 +24,13 @@ from hongbao.core.events import Event, Notifier, NullNotifier
 from hongbao.core.grab_state import PacketState, SharedGrabState
 from hongbao.core.packet import Kind, Packet, Receipt, Status
 from hongbao.core.ports import (
-    Draw, Flags, GroupStore, LedgerEntry, LedgerStore, ListRow, OpenResult, PacketStore, PreOrderStore, ProfileStore,
-    Queue, SequenceSource, UserListStore,
+    Draw, Flags, GroupStore, LedgerEntry, LedgerStore, ListRow, ListScans, OpenResult, PacketStore, PreOrderStore,
+    ProfileStore, Queue, SequenceSource, UserListStore,
 )
 from hongbao.core.rules import Limits, validate_send
 from hongbao.core.times import business_yymmdd
 from hongbao.core.ttl_cache import TtlCache
+from hongbao.core.view_cache import ViewCache, details_entry, lists_entry
 
 log = logging.getLogger("hongbao.service")
 
@@ -37,6 +38,8 @@ CREDIT_STREAM = "credit"
 LISTS_STREAM = "lists"
 GRAB_CACHE_TTL_MS = 1000
 OPENED_CACHE_TTL_MS = 600_000
+LISTS_CURSOR = "lists_repaired_until"  # the flag: list rows are repaired up to this time (ms)
+LISTS_LOOKBACK_MS = 3600_000  # how far back the first (or a long-stalled) list repair looks
 GRAB_OK: dict[str, object] = {"status": "ok"}  # grab's common answer, shared: never mutate it
 _REFUSALS: dict[str, type[errors.HongbaoError]] = {
     "finished": errors.Finished, "expired": errors.Expired, "not_found": errors.NotFound,
@@ -86,17 +89,22 @@ class PacketService:
     realtime_large crediting mode. ``notifier`` hears the red-packet events (hongbao.core.events;
     nobody by default): handing an event over never fails or slows a money flow. ``grab_state``:
     the grab filter's shared level (hongbao.core.grab_state; Redis in production), kept up to date
-    after every pay, open batch and refund; None: memory, then the database.
+    after every pay, open batch and refund; None: memory, then the database. ``views``: the read
+    caches of details and lists (hongbao.core.view_cache; None: every read from the database),
+    told after every write they show; ``list_scans``: lets the reconciler write the list rows a
+    lost lists queue carried (None: not needed, the queue cannot be lost).
     """
 
     __slots__ = ("ports", "limits", "batcher", "draw", "region", "crediting_mode", "realtime_threshold_fen", "notifier",
-                 "grab_state", "_packets", "_members", "_opened")
+                 "grab_state", "views", "list_scans", "_packets", "_members", "_opened")
 
     def __init__(self, ports: Ports, limits: Limits, admission: hongbao_native.AdmissionTable, *, max_in_db: int = 2,
                  draw: Draw = hongbao_native.split_lucky, region: int = 1,
                  crediting_mode: CreditingMode = CreditingMode.REALTIME_LARGE, realtime_threshold_fen: int = 2000,
-                 grab_state: SharedGrabState | None = None) -> None:
+                 grab_state: SharedGrabState | None = None, views: ViewCache | None = None,
+                 list_scans: ListScans | None = None) -> None:
         self.ports, self.limits, self.draw, self.grab_state = ports, limits, draw, grab_state
+        self.views, self.list_scans = views, list_scans
         self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
         self.region, self.crediting_mode, self.realtime_threshold_fen = region, crediting_mode, realtime_threshold_fen
         self.notifier: Notifier = NullNotifier()
@@ -124,8 +132,10 @@ class PacketService:
             if not self._credit_in_request(receipt) and self.crediting_mode is not CreditingMode.DEFERRED:
                 messages.append((CREDIT_STREAM, {"t": "receipt", "o": order_id, "u": receipt.user_id}))
         await self._publish(messages)
-        if self.grab_state is not None:
-            await self.grab_state.opened(order_id, results)
+        updates = [self.grab_state.opened(order_id, results)] if self.grab_state is not None else []
+        if any(r.refusal is not None or not r.repeat for r in results):  # the details show the batch
+            updates.append(self._changed([details_entry(order_id)]))
+        await asyncio.gather(*updates)  # one Redis pipeline
         if any(result.last for result in results):
             await self._announce_finished(order_id)
         return results
@@ -414,6 +424,7 @@ class PacketService:
             if packet is not None:
                 if self.grab_state is not None:
                     await self.grab_state.ended(order_id, packet.status)
+                await self._changed([details_entry(order_id)])
                 self._notify(events.expired(packet))
                 await self.pay_refund(packet)
                 done += 1
@@ -425,6 +436,7 @@ class PacketService:
         if await self.ports.ledger.post(entry):
             self._notify(events.refunded(packet))
         await self.ports.packets.mark_refunded(packet.order_id)
+        await self._changed([details_entry(packet.order_id)])
 
     async def drain_credits(self, max_messages: int = 100, lease_ms: int = 30_000) -> int:
         """Credit what the queue holds: one claim of up to ``max_messages``, their receipts
@@ -456,6 +468,7 @@ class PacketService:
         late = _best_rows(rows, await self._best_lucks({r.order_id for r in rows if bests[r.order_id] is None}))
         if late:
             await self.ports.lists.write([], late)
+        await self._changed([lists_entry(u) for u in {*(r.user_id for r in rows), *(u for u, _ in flags)}])
         await self.ports.queue.ack(LISTS_STREAM, *(message_id for message_id, _ in messages))
         return len(messages)
 
@@ -465,15 +478,55 @@ class PacketService:
         return dict(zip(ordered, await asyncio.gather(*(self.ports.packets.best_luck(o) for o in ordered)), strict=True))
 
     async def reconcile(self, window_ms: int, limit: int = 500) -> int:
-        """Credit receipts still pending ``window_ms`` after their open, and pay recorded refunds
-        not yet credited; returns how many movements it completed."""
+        """Credit receipts still pending ``window_ms`` after their open, pay recorded refunds not
+        yet credited, and repair the user lists (``repair_lists``); returns how many money
+        movements it completed."""
         receipts = await self.ports.packets.uncredited(self.ports.clock.now_ms() - window_ms, limit)
         await self._credit(receipts)
         done = len(receipts)
         for packet in await self.ports.packets.unpaid_refunds(limit):
             await self.pay_refund(packet)
             done += 1
+        await self.repair_lists(window_ms, 4 * limit)
         return done
+
+    async def repair_lists(self, window_ms: int, limit: int = 2000) -> int:
+        """Write the list rows and best-luck flags the lists queue lost (it was down at a pay or an
+        open, DESIGN.md section 10) for the receipts opened and packets paid since the last repair
+        (the LISTS_CURSOR flag; at most LISTS_LOOKBACK_MS back) until ``window_ms`` ago, at most
+        ``limit`` of each; returns how many rows and flags it wrote. Idempotent, on any number of
+        workers at once; nothing to do without ``list_scans``."""
+        scans = self.list_scans
+        if scans is None:
+            return 0
+        end = self.ports.clock.now_ms() - window_ms
+        cursor = int(await self.ports.flags.get(LISTS_CURSOR) or 0)
+        start = cursor if end - LISTS_LOOKBACK_MS <= cursor <= end else end - LISTS_LOOKBACK_MS  # a clock moved back: look back
+        if start >= end:
+            return 0
+        opened = await scans.opened_between(start, end, limit)
+        paid = await scans.paid_between(start, end, self.limits.expiry_ms, limit)
+        rows = [ListRow(r.user_id, "received", r.order_id, r.amount_fen, r.opened_at_ms) for r in opened]
+        rows += [ListRow(p.sender_id, "sent", p.order_id, p.total_fen, p.expires_at_ms - self.limits.expiry_ms) for p in paid]
+        bests = {o: b for o, b in (await self._best_lucks({r.order_id for r in opened})).items() if b is not None}
+        keys = [(r.user_id, r.direction, r.order_id) for r in rows]
+        recorded = await self.ports.lists.recorded([*keys, *((b, "received", o) for o, b in bests.items())])
+        missing = [r for r, k in zip(rows, keys, strict=True) if k not in recorded]
+        flags = [(b, o) for o, b in bests.items() if not recorded.get((b, "received", o), False)]
+        if missing or flags:
+            await self.ports.lists.write(missing, flags)
+            await self._changed([lists_entry(u) for u in {*(r.user_id for r in missing), *(u for u, _ in flags)}])
+        if len(opened) == limit:  # more to do: the next run goes on from the oldest point left
+            end = min(end, opened[-1].opened_at_ms)
+        if len(paid) == limit:
+            end = min(end, paid[-1].expires_at_ms - self.limits.expiry_ms)
+        await self.ports.flags.set(LISTS_CURSOR, str(end))
+        return len(missing) + len(flags)
+
+    async def _changed(self, entries: list[str]) -> None:
+        """Tell the read caches that ``entries`` changed in the database (never raises)."""
+        if self.views is not None and entries:
+            await self.views.changed(entries)
 
 
 def _best_rows(rows: Sequence[ListRow], bests: dict[str, str | None]) -> list[tuple[str, str]]:

@@ -66,6 +66,18 @@ class MysqlUserListStore:
         assert row is not None  # an aggregate always returns its row
         return int(row[0]), int(row[1]), int(row[2])
 
+    async def recorded(self, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], bool]:
+        """Of the (user_id, direction, order_id) keys, those recorded, with their best-luck flags:
+        one SELECT by primary key per list table, every database at once."""
+        by_table: dict[tuple[int, int], list[object]] = defaultdict(list)
+        for k in dict.fromkeys(keys):
+            by_table[self._shards.layout.key_shard(k[0])] += k
+        found = await asyncio.gather(*(
+            self._shards.fetchall(db, f"SELECT user_id, direction, order_id, best_luck FROM t_user_list_{t:02} WHERE "
+                                  + " OR ".join(["(user_id = %s AND direction = %s AND order_id = %s)"] * (len(args) // 3)), args)
+            for (db, t), args in by_table.items()))
+        return {(str(u), str(d), str(o)): bool(b) for rows in found for u, d, o, b in rows}
+
 
 class MysqlProfileStore:
     """The production ProfileStore (hongbao.core.ports.ProfileStore), for a deployment that keeps

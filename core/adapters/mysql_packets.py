@@ -165,3 +165,19 @@ class MysqlPacketStore:
         rows = await self._scan(f"opened_at AS sort_key, {RECEIPT_COLUMNS}", "credit_status = 'pending' AND opened_at < %s",
                                 "sort_key", (opened_before_ms,), limit, receipts=True)
         return [receipt_from_row(r[1:]) for r in rows]
+
+    async def opened_between(self, start_ms: int, end_ms: int, limit: int) -> list[Receipt]:
+        """Receipts opened in [start_ms, end_ms), oldest first (ListScans; the ``pending`` index)."""
+        rows = await self._scan(f"opened_at AS sort_key, {RECEIPT_COLUMNS}",
+                                "credit_status IN ('pending', 'credited') AND opened_at >= %s AND opened_at < %s",
+                                "sort_key", (start_ms, end_ms), limit, receipts=True)
+        return [receipt_from_row(r[1:]) for r in rows]
+
+    async def paid_between(self, start_ms: int, end_ms: int, expiry_ms: int, limit: int) -> list[Packet]:
+        """Packets paid in [start_ms, end_ms), i.e. expiring ``expiry_ms`` later, oldest first
+        (ListScans; the ``expiry`` index)."""
+        paid = (Status.ACTIVE.value, Status.FINISHED.value, Status.EXPIRED.value, Status.REFUNDED.value)
+        rows = await self._scan(f"expires_at AS sort_key, {PACKET_COLUMNS}",
+                                "status IN (%s, %s, %s, %s) AND expires_at >= %s AND expires_at < %s", "sort_key",
+                                (*paid, start_ms + expiry_ms, end_ms + expiry_ms), limit, receipts=False)
+        return [packet_from_row(r[1:]) for r in rows]

@@ -47,6 +47,16 @@ class SqliteUserListStore:
 
         return self._db.read(get)
 
+    async def recorded(self, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], bool]:
+        """Of the (user_id, direction, order_id) keys, those recorded, with their best-luck flags."""
+        sql = "SELECT best_luck FROM t_user_list WHERE user_id = ? AND direction = ? AND order_id = ?"
+
+        def get() -> dict[tuple[str, str, str], bool]:
+            found = ((k, self._db.reader.execute(sql, k).fetchone()) for k in dict.fromkeys(keys))
+            return {k: bool(row[0]) for k, row in found if row is not None}
+
+        return self._db.read(get)
+
 
 class SqliteProfileStore:
     """The embedded ProfileStore (hongbao.core.ports.ProfileStore)."""

@@ -1,0 +1,115 @@
+"""The two cache levels of the read side (DESIGN.md section 6: "details / lists: two cache levels
+(per-worker memory with a short TTL, then Redis), then the DB"), and the port of the shared level
+(Redis in production, hongbao.core.adapters.redis_views).
+
+A view is a JSON-ready dict (details of one packet, one page of a user's list) stored under an
+``entry`` (a shared-level key with its hash tag: ``details:{<order_id>}``, ``lists:{<user_id>}``)
+and a ``field`` within it. Writes go to the database first; then the writer *bumps* the entry:
+a fresh generation token that makes every view stored under it before the write invisible.
+A reader takes the entry's token in the same round trip as the view, and stores what it read
+from the database under that token, so a view read before a write and stored after it is never
+served (no stale details after an open, no stale list after a drain). Final views (a finished or
+refunded packet's details never change) live long; the others briefly (TTLs below).
+
+Memory: this worker's bumps drop its own copies at once; another worker's memory copy of a
+changing view lives at most MEMORY_TTL_MS (a client's keep-alive connection stays on one worker,
+so it reads its own writes). Shared level down: reads go to the database (counted as
+``redis_fallback_<kind>`` in ``counts``, the worker's metrics events) and nothing is stored there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import orjson
+
+from hongbao.core.breaker import BreakerOpen
+from hongbao.core.ttl_cache import TtlCache
+
+View = dict[str, object]
+MEMORY_TTL_MS = 1000  # a changing view in one worker's memory
+FINAL_MEMORY_TTL_MS = 600_000  # a view that never changes, in memory
+SHARED_TTL_MS = 60_000  # a changing view on the shared level (bumps hide it earlier; this bounds a lost bump)
+FINAL_SHARED_TTL_MS = 86_400_000  # a final view on the shared level
+
+
+class SharedViews(Protocol):
+    """The shared level: views under generation tokens. ``get`` and ``put`` raise
+    ``hongbao.core.breaker.BreakerOpen`` while it is down; ``bump`` never raises (a lost bump is
+    retried before this worker's next read and counted)."""
+
+    async def get(self, entry: str, field: str) -> tuple[str, bytes | None]:
+        """(the entry's current token, the view stored under ``field`` with that token or None)."""
+        ...
+
+    async def put(self, entry: str, field: str, token: str, body: bytes, ttl_ms: int) -> None:
+        """Store ``body`` under ``field`` with ``token``; the entry lives ``ttl_ms`` at least."""
+        ...
+
+    async def bump(self, entries: Sequence[str]) -> None:
+        """Give each entry a fresh token, hiding every view stored before."""
+        ...
+
+
+def details_entry(order_id: str) -> str:
+    """The entry of a packet's details."""
+    return f"details:{{{order_id}}}"
+
+
+def lists_entry(user_id: str) -> str:
+    """The entry of a user's sent and received lists (every page and year)."""
+    return f"lists:{{{user_id}}}"
+
+
+class ViewCache:
+    """Memory, then ``shared``, then the loader (the database). ``counts``: the worker's metrics
+    events. Holds this worker's group memberships too (``members``, MEMORY_TTL_MS), which cached
+    details are checked against."""
+
+    __slots__ = ("_shared", "_counts", "_memory", "members")
+
+    def __init__(self, shared: SharedViews, counts: dict[str, int]) -> None:
+        self._shared, self._counts = shared, counts
+        # entry -> {field: (expires at ms, view)}: one drop forgets every field of an entry
+        self._memory: TtlCache[str, dict[str, tuple[int, View]]] = TtlCache(FINAL_MEMORY_TTL_MS)
+        self.members: TtlCache[tuple[str, str], bool] = TtlCache(MEMORY_TTL_MS)
+
+    def _remember(self, entry: str, field: str, view: View, final: bool, now_ms: int) -> None:
+        fields = self._memory.get(entry, now_ms) or {}
+        fields[field] = (now_ms + (FINAL_MEMORY_TTL_MS if final else MEMORY_TTL_MS), view)
+        self._memory.put(entry, fields, now_ms)
+
+    async def read(self, entry: str, field: str, now_ms: int, load: Callable[[], Awaitable[tuple[View, bool]]], kind: str) -> View:
+        """The view from the first level holding it; else ``load()`` -> (view, final), kept on
+        both levels. Raises what ``load`` raises (nothing is kept then)."""
+        held = (self._memory.get(entry, now_ms) or {}).get(field)
+        if held is not None and held[0] > now_ms:
+            return held[1]
+        token: str | None
+        try:
+            token, raw = await self._shared.get(entry, field)
+        except BreakerOpen:
+            self._counts[f"redis_fallback_{kind}"] = self._counts.get(f"redis_fallback_{kind}", 0) + 1
+            token, raw = None, None
+        if raw is not None:
+            view: View = orjson.loads(raw[1:])  # the first byte says whether it is final
+            self._remember(entry, field, view, raw[:1] == b"1", now_ms)
+            return view
+        view, final = await load()  # raises: nothing kept
+        self._remember(entry, field, view, final, now_ms)
+        if token is not None:
+            try:
+                body = (b"1" if final else b"0") + orjson.dumps(view)
+                await self._shared.put(entry, field, token, body, FINAL_SHARED_TTL_MS if final else SHARED_TTL_MS)
+            except BreakerOpen:
+                pass  # went down meanwhile: the next reader fills it
+        return view
+
+    async def changed(self, entries: Sequence[str]) -> None:
+        """After a database write: drop this worker's copies and bump ``entries`` on the shared level."""
+        if not entries:
+            return
+        for entry in entries:
+            self._memory.drop(entry)
+        await self._shared.bump(entries)

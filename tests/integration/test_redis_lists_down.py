@@ -1,0 +1,54 @@
+""""Queue down at open" for the user lists (DESIGN.md sections 5, 10): with the lists stream's
+redis-server stopped for real, the sent and received rows (and the best-luck flag) that pay and
+open could not queue are written by the periodic reconciler from the database, once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from hongbao.core.clock import ManualClock
+from hongbao.core.service import PacketService
+from tests.core import test_service as suite
+from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
+from tests.integration import redis_servers
+from tests.integration.test_redis_money import Open, open_on  # noqa: F401  (fixture)
+
+
+async def _rows(svc: PacketService, user: str, direction: str) -> list[tuple[str, int, bool]]:
+    now = svc.ports.clock.now_ms()
+    return sorted((i.order_id, i.amount_fen, i.best_luck) for i in await svc.ports.lists.page(user, direction, 0, now + 1, 0, 20))
+
+
+async def test_reconciler_writes_the_list_rows_a_dead_queue_lost(open_on: Open, clock: ManualClock, tmp_path: Path,  # noqa: F811
+                                                                 loop_cleanups: list[Callable[[], Awaitable[None]]]) -> None:
+    """Redis stopped at pay and open: no list row is written then; the reconciler writes the sent row, every received row and the best-luck flag, and a second run writes nothing."""
+    (port,) = redis_servers.free_ports(1)
+    process = redis_servers.start_on(tmp_path, port)
+    loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
+    backend, counts = await open_on(f"redis://127.0.0.1:{port}", False)
+    svc = backend.service
+    await suite._group(svc, "g", ["S", "A", "B", "C"])
+    before = await suite._paid(svc, "S", {"count": 3, "total_fen": 300, "group_id": "g"}, fund=1000)
+    await svc.open("A", before)  # queued while Redis is up
+    await svc.drain_lists()
+    await asyncio.to_thread(redis_servers.stop, process)
+
+    during = await suite._paid(svc, "S", {"count": 2, "total_fen": 200, "group_id": "g"})
+    draw, svc.draw = svc.draw, suite._scripted([150, 50])
+    amounts = {u: (await svc.open(u, during))[0].amount_fen for u in ("A", "B")}
+    svc.draw = draw
+    late = (await svc.open("B", before))[0].amount_fen
+    assert amounts == {"A": 150, "B": 50} and counts["redis_fallback_queue"] >= 3
+    assert await _rows(svc, "S", "sent") == [(before, 300, False)]
+    assert await _rows(svc, "B", "received") == []
+
+    clock.advance_ms(1)
+    await svc.reconcile(window_ms=0)
+    assert await _rows(svc, "S", "sent") == sorted([(before, 300, False), (during, 200, False)])
+    a_first = (await svc.ports.packets.receipt(before, "A"))
+    assert a_first is not None
+    assert await _rows(svc, "A", "received") == sorted([(before, a_first.amount_fen, False), (during, 150, True)])
+    assert await _rows(svc, "B", "received") == sorted([(before, late, False), (during, 50, False)])
+    assert await svc.repair_lists(window_ms=0) == 0
