@@ -39,6 +39,9 @@ _COUNTERS = {
     "redis_fallback_grab": "Grab checks served by the DB because Redis was down (behind a rate limiter)",
     "redis_grab_shed": "Grabs answered 503 degraded: Redis down and the DB checks at their rate limit",
     "redis_grab_lost_writes": "Grab state writes lost to a Redis outage (the key is deleted on the next read)",
+    "redis_fallback_details": "Packet details read from the DB because Redis was down (not cached there)",
+    "redis_fallback_lists": "Sent/received list pages read from the DB because Redis was down (not cached there)",
+    "redis_views_lost_bumps": "Details/list cache invalidations lost to a Redis outage (sent again with the next read)",
 }
 
 
