@@ -8,8 +8,8 @@ Cluster never answers CROSSSLOT), holding its state and the users who opened it:
 - ``u:<user_id>`` the fen that user opened.
 
 Reads are one HMGET; writes are one Lua script each (EVALSHA), all through
-:class:`~hongbao.core.adapters.redis_client.Pipelines`, so the commands of every request of one
-loop tick go out in one pipeline (auto-pipelining). The key lives until ``KEEP_MS`` after the
+:class:`~hongbao.core.adapters.redis_client.Pipelines` on its lean path, so the commands of every
+request of one loop tick go out in one write per server (auto-pipelining). The key lives until ``KEEP_MS`` after the
 packet's expiry; a missing key is rebuilt from the database by the service.
 
 Staleness goes one way only: writes come after the database's, so ``n`` is at worst too high ("ok"
@@ -29,9 +29,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from hongbao.core import errors
-from hongbao.core.adapters.redis_client import LuaScript, Pipelines, RedisPipeline, text
+from hongbao.core.adapters.redis_client import LuaScript, Pipelines, text
 from hongbao.core.breaker import Breaker, BreakerOpen
 from hongbao.core.grab_state import Lookup, PacketState
 from hongbao.core.packet import Kind, Packet, Status
@@ -106,13 +107,14 @@ class RedisGrabState:
         name = key(order_id)
         stale, self._stale = self._stale, set()
 
-        def build(pipe: RedisPipeline) -> None:
+        async def read() -> list[Any]:
             for old in stale:
-                pipe.delete(old)
-            pipe.hmget(name, *_FIELDS, f"u:{user_id}")
+                await self._pipes.command(old, "DEL", old)
+            reply: list[Any] = await self._pipes.command(name, "HMGET", name, *_FIELDS, f"u:{user_id}")
+            return reply
 
         try:
-            replies = await self._breaker.call(lambda: self._pipes.run(build))
+            k, c, n, s, g, r, e, p, amount = await self._breaker.call(read)
         except BreakerOpen:
             self._stale |= stale
             if not self._bucket.take():
@@ -120,7 +122,6 @@ class RedisGrabState:
                 raise errors.Degraded("Redis is down and the database checks of grab are at their limit") from None
             self._count("redis_fallback_grab")
             raise
-        k, c, n, s, g, r, e, p, amount = replies[-1]
         if k is None:
             return None
         state = PacketState(order_id, Kind(text(k)), int(c), int(n), Status(text(s)), text(g) or None, text(r) or None, int(e))
