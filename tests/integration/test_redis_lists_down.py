@@ -4,15 +4,12 @@ open could not queue are written by the periodic reconciler from the database, o
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-
 from hongbao.core.clock import ManualClock
 from hongbao.core.service import PacketService
+
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
-from tests.integration import redis_servers
+from tests.integration.private_redis import PrivateRedis, private_redis  # noqa: F401  (fixture)
 from tests.integration.test_redis_money import Open, open_on  # noqa: F401  (fixture)
 
 
@@ -21,19 +18,15 @@ async def _rows(svc: PacketService, user: str, direction: str) -> list[tuple[str
     return sorted((i.order_id, i.amount_fen, i.best_luck) for i in await svc.ports.lists.page(user, direction, 0, now + 1, 0, 20))
 
 
-async def test_reconciler_writes_the_list_rows_a_dead_queue_lost(open_on: Open, clock: ManualClock, tmp_path: Path,  # noqa: F811
-                                                                 loop_cleanups: list[Callable[[], Awaitable[None]]]) -> None:
+async def test_reconciler_writes_the_list_rows_a_dead_queue_lost(open_on: Open, clock: ManualClock, private_redis: PrivateRedis) -> None:  # noqa: F811
     """Redis stopped at pay and open: no list row is written then; the reconciler writes the sent row, every received row and the best-luck flag, and a second run writes nothing."""
-    (port,) = redis_servers.free_ports(1)
-    process = redis_servers.start_on(tmp_path, port)
-    loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
-    backend, counts = await open_on(f"redis://127.0.0.1:{port}", False)
+    backend, counts = await open_on(private_redis.url, False)
     svc = backend.service
     await suite._group(svc, "g", ["S", "A", "B", "C"])
     before = await suite._paid(svc, "S", {"count": 3, "total_fen": 300, "group_id": "g"}, fund=1000)
     await svc.open("A", before)  # queued while Redis is up
     await svc.drain_lists()
-    await asyncio.to_thread(redis_servers.stop, process)
+    await private_redis.stop()
 
     during = await suite._paid(svc, "S", {"count": 2, "total_fen": 200, "group_id": "g"})
     draw, svc.draw = svc.draw, suite._scripted([150, 50])
