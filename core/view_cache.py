@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import orjson
+
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.ttl_cache import TtlCache
 
