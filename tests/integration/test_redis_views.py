@@ -11,6 +11,7 @@ import time
 
 import pytest
 import redis
+
 from hongbao.core import errors
 from hongbao.core.clock import ManualClock
 from hongbao.core.service import PacketService
