@@ -187,10 +187,14 @@ class LeanRedis:
     server(s), credentials and database; made by :func:`lean_for`. Bound to the event loop of its
     first command."""
 
-    __slots__ = ("_client", "_handshake", "_timeout_s", "_single", "_by_node")
+    __slots__ = ("_nodes", "_address", "_handshake", "_timeout_s", "_single", "_by_node")
 
     def __init__(self, client: Redis | RedisCluster, kwargs: dict[str, Any]) -> None:
-        self._client, self._timeout_s = client, float(kwargs.get("socket_timeout") or 5.0)
+        self._timeout_s = float(kwargs.get("socket_timeout") or 5.0)
+        self._nodes = client.nodes_manager if isinstance(client, RedisCluster) else None  # its slot map, refreshed on MOVED
+        self._address: tuple[str, int] | str | None = None  # a single server's
+        if self._nodes is None:
+            self._address = kwargs["path"] if "path" in kwargs else (kwargs["host"], int(kwargs["port"]))
         password, username, db = kwargs.get("password"), kwargs.get("username"), int(kwargs.get("db") or 0)
         auth = [] if password is None else [encode(("AUTH", password) if username is None else ("AUTH", username, password))]
         self._handshake = auth + ([encode(("SELECT", db))] if db else [])
@@ -200,8 +204,8 @@ class LeanRedis:
     def send(self, key: str, args: Sequence[Arg]) -> asyncio.Future[Any] | None:
         """Send the command ``args`` whose (first) key is ``key``; its reply arrives in the returned
         future. None when there is no lean route (a cluster slot redis-py has not mapped yet)."""
-        if isinstance(self._client, RedisCluster):
-            nodes = self._client.nodes_manager.slots_cache.get(key_slot(key.encode()))
+        if self._nodes is not None:
+            nodes = self._nodes.slots_cache.get(key_slot(key.encode()))
             if not nodes:
                 return None
             connection = self._by_node.get(nodes[0].name)
@@ -210,9 +214,8 @@ class LeanRedis:
         else:
             connection = self._single
             if connection is None:
-                kwargs = self._client.connection_pool.connection_kwargs
-                address = kwargs["path"] if "path" in kwargs else (kwargs["host"], int(kwargs["port"]))
-                connection = self._single = LeanConnection(address, self._handshake, self._timeout_s)
+                assert self._address is not None
+                connection = self._single = LeanConnection(self._address, self._handshake, self._timeout_s)
         return connection.send(encode(args))
 
     def close(self) -> None:
