@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -54,6 +55,15 @@ class RedisTarget:
             yield client
         finally:
             await client.aclose()
+
+    def connected_clients(self) -> int:
+        """The client connections open on all primaries together (INFO clients)."""
+        total = 0
+        for port in self.ports:
+            with self.sync_client(port) as client:
+                info: Any = client.info("clients")
+                total += int(info["connected_clients"])
+        return total
 
     def flush(self) -> None:
         """Delete every key on every primary."""

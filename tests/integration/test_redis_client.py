@@ -30,13 +30,13 @@ async def test_concurrent_callers_share_one_pipeline(redis_target: RedisTarget) 
     async with redis_target.connect() as client:
         pipes = Pipelines(client)
         assert await pipes.one(lambda pipe: pipe.set("{k}warm", 1))
-        before = _connected(redis_target)
+        before = redis_target.connected_clients()
         def build(i: int) -> Build:
             return lambda pipe: (pipe.incr("{k}n"), pipe.set(f"{{k}}{i}", i))
 
         replies = await asyncio.gather(*(pipes.run(build(i)) for i in range(1000)))
         assert sorted(int(counter) for counter, _ in replies) == list(range(1, 1001))
-        assert _connected(redis_target) - before <= 2 * len(redis_target.ports)
+        assert redis_target.connected_clients() - before <= 2 * len(redis_target.ports)
 
 
 async def test_a_callers_error_stays_its_own(redis_target: RedisTarget) -> None:
@@ -51,11 +51,3 @@ async def test_a_callers_error_stays_its_own(redis_target: RedisTarget) -> None:
         with pytest.raises(ResponseError):
             await pipes.one(lambda pipe: pipe.lpush("{k}s", 1))
 
-
-def _connected(target: RedisTarget) -> int:
-    total = 0
-    for port in target.ports:
-        with target.sync_client(port) as client:
-            info: Any = client.info("clients")
-            total += int(info["connected_clients"])
-    return total

@@ -56,13 +56,13 @@ async def test_one_tick_is_one_write_in_order(redis_target: RedisTarget) -> None
     """1000 commands of one tick get their own replies in order over one new connection per server."""
     async with redis_target.connect() as client:
         lean = _lean(client)
-        before = _connected(redis_target)
+        before = redis_target.connected_clients()
         replies = await asyncio.gather(*(_send(lean, "{n}c", "INCR", "{n}c") for _ in range(1000)))
         assert replies == list(range(1, 1001))
         keys = [f"k{i}" for i in range(60)]  # spread over every primary of a cluster
         assert await asyncio.gather(*(_send(lean, k, "SET", k, k) for k in keys)) == [b"OK"] * 60
         assert await asyncio.gather(*(_send(lean, k, "GET", k) for k in keys)) == [k.encode() for k in keys]
-        assert _connected(redis_target) - before == len(redis_target.ports)
+        assert redis_target.connected_clients() - before == len(redis_target.ports)
         lean.close()
 
 
@@ -164,11 +164,3 @@ def _migrate(cluster: RedisTarget, slot: int, name: str, source: int, target: in
     for port in cluster.ports:
         cluster.cli("cluster", "setslot", str(slot), "node", ids[target], port=port)
 
-
-def _connected(target: RedisTarget) -> int:
-    total = 0
-    for port in target.ports:
-        with target.sync_client(port) as client:
-            info: Any = client.info("clients")
-            total += int(info["connected_clients"])
-    return total
