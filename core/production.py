@@ -1,6 +1,7 @@
 """The production backend: money (packets, receipts, accounts, ledger, lists) in sharded
 MySQL/MariaDB (DESIGN.md section 5) through one asyncmy pool per database, a queue (Redis Streams
-when served), with a Redis client: the order-id sequence and pre-orders on Redis in front of their
+when served), with one Redis client (its :class:`Pipelines`, shared by every Redis user of the
+worker, push included, so the commands of one loop tick go out together): the order-id sequence and pre-orders on Redis in front of their
 MySQL adapters (hongbao.core.adapters.redis_money) and the grab filter's shared level
 (hongbao.core.adapters.redis_grab), all behind one circuit breaker, the service of
 hongbao.core.service on top, and the host-wide admission table of the embedded backend.
@@ -18,7 +19,7 @@ from hongbao.core.adapters.mysql_ledger import MysqlLedgerStore
 from hongbao.core.adapters.mysql_lists import MysqlProfileStore, MysqlUserListStore
 from hongbao.core.adapters.mysql_packets import MysqlPacketStore
 from hongbao.core.adapters.mysql_state import MysqlFlags, MysqlGroupStore, MysqlPreOrderStore, MysqlSequenceSource
-from hongbao.core.adapters.redis_client import Pipelines, RedisClient
+from hongbao.core.adapters.redis_client import Pipelines
 from hongbao.core.adapters.redis_grab import DB_RATE_PER_S, RedisGrabState
 from hongbao.core.adapters.redis_money import RedisPreOrderStore, RedisSequenceSource, redis_breaker
 from hongbao.core.adapters.redis_views import RedisViews
@@ -32,23 +33,26 @@ from hongbao.core.view_cache import ViewCache
 
 @dataclass(frozen=True, slots=True)
 class Production:
-    """A running production backend for one worker: the service and the MySQL pools; ``breaker``:
-    the circuit breaker of its Redis (None without Redis), which the push stores share."""
+    """A running production backend for one worker: the service and the MySQL pools; ``redis``:
+    the worker's Redis commands (None without Redis) and ``breaker``: that Redis's circuit breaker,
+    both shared with the push stores."""
 
     service: PacketService
     shards: MysqlShards
     admission: hongbao_native.AdmissionTable
-    redis: RedisClient | None = None
+    redis: Pipelines | None = None
     breaker: Breaker | None = None
 
     async def aclose(self) -> None:
-        """Close the MySQL pools and the Redis client (the admission table is unlinked by its creator)."""
+        """Close the MySQL pools, the lean Redis connections and the Redis client (the admission
+        table is unlinked by its creator)."""
         await self.shards.close()
         if self.redis is not None:
-            await self.redis.aclose()
+            self.redis.close()
+            await self.redis.client.aclose()
 
 
-def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: RedisClient | None = None,
+def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: Pipelines | None = None,
                 counts: dict[str, int] | None = None, grab_db_rate_per_s: float = DB_RATE_PER_S,
                 breaker: Breaker | None = None) -> tuple[Ports, RedisGrabState | None]:
     """Every port on MySQL/MariaDB except the queue (``queue``: Redis Streams in production); with
@@ -61,7 +65,7 @@ def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: RedisCli
     grab_state = None
     if redis is not None:
         counts = {} if counts is None else counts
-        pipes, breaker = Pipelines(redis), breaker or redis_breaker(counts)
+        pipes, breaker = redis, breaker or redis_breaker(counts)
         queue = GuardedQueue(queue, breaker, counts)  # queue down at open: no retries per call, the reconciler credits
         preorders = RedisPreOrderStore(pipes, breaker, preorders, counts)
         sequence = RedisSequenceSource(pipes, breaker, shards, sequence, counts)
@@ -73,7 +77,7 @@ def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: RedisCli
 
 def open_mysql(shards: MysqlShards, admission: hongbao_native.AdmissionTable, queue: Queue, *, clock: Clock | None = None,
                limits: Limits | None = None, draw: Draw = hongbao_native.split_lucky, max_in_db: int = 2,
-               redis: RedisClient | None = None, counts: dict[str, int] | None = None,
+               redis: Pipelines | None = None, counts: dict[str, int] | None = None,
                grab_db_rate_per_s: float = DB_RATE_PER_S) -> Production:
     """The service over ``shards`` (pools open on first use) and ``queue`` for one worker.
 
@@ -85,7 +89,7 @@ def open_mysql(shards: MysqlShards, admission: hongbao_native.AdmissionTable, qu
     counts = {} if counts is None else counts
     breaker = None if redis is None else redis_breaker(counts)
     ports, grab_state = mysql_ports(shards, queue, clock or SystemClock(), redis, counts, grab_db_rate_per_s, breaker)
-    views = None if redis is None or breaker is None else ViewCache(RedisViews(Pipelines(redis), breaker, counts), counts)
+    views = None if redis is None or breaker is None else ViewCache(RedisViews(redis, breaker, counts), counts)
     packets = ports.packets
     assert isinstance(packets, MysqlPacketStore)
     service = PacketService(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw, grab_state=grab_state,

@@ -47,7 +47,7 @@ class App:
         """``ws_limiter``: the host-wide admission rate of new WebSocket connections (made by the master)."""
         self.settings, self.backend, self.verifier, self.metrics = settings, backend, verifier, metrics
         stores = open_push_stores(settings, backend.push_db if isinstance(backend, Embedded) else None, metrics.events,
-                                  backend.breaker if isinstance(backend, Production) else None)
+                                  *((backend.breaker, backend.redis) if isinstance(backend, Production) else ()))
         self.ws_gate = Gate(settings, verifier, ws_limiter, stores.down)
         self.push = PushHub(settings, stores, metrics, stores.queue, backend.service.ports.groups)
         backend.service.notifier = self.push

@@ -41,9 +41,10 @@ async def open_backend(settings: Settings, admission: hongbao_native.AdmissionTa
     if settings.backend == "production":
         shards = MysqlShards(settings.mysql_dsn, settings.mysql_layout(), pool_size=settings.mysql_pool_size)
         await shards.connect()
-        redis = redis_client(settings.redis_url, cluster=settings.redis_cluster)
-        await redis.initialize()  # a cluster's topology, alone, before concurrent use
-        queue = RedisQueue(Pipelines(redis), node_id(settings.node_name))
+        client = redis_client(settings.redis_url, cluster=settings.redis_cluster)
+        await client.initialize()  # a cluster's topology, alone, before concurrent use
+        redis = Pipelines(client)  # the worker's one: money, caches, queues and push share its ticks
+        queue = RedisQueue(redis, node_id(settings.node_name))
         backend = open_mysql(shards, admission, queue, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db,
                              redis=redis, counts=counts)
     else:

@@ -69,16 +69,17 @@ class PushStores:
 
 
 def open_push_stores(settings: Settings, db: SqliteDb | None, counts: dict[str, int],
-                     breaker: Breaker | None = None) -> PushStores:
+                     breaker: Breaker | None = None, redis: Pipelines | None = None) -> PushStores:
     """The push stores of ``settings`` (``db``: the embedded backend's push file,
     ``Embedded.push_db``; None on the production backend, which requires ``redis_url``): sessions with
     ``push_session_ttl_s``, per-user logs bounded by ``push_log_max_messages`` and
     ``push_log_max_age_s``; on Redis when ``redis_url`` is set (no I/O here: the hub's start
     issues the first command, the node's heartbeat, alone), behind ``breaker`` (the production
     backend's Redis breaker; None: a new one counting in ``counts``, the worker's metrics events,
-    where refused appends are counted too)."""
+    where refused appends are counted too) and through ``redis`` (the production backend's
+    commands; None: a client of their own)."""
     if settings.redis_url:
-        pipes = Pipelines(redis_client(settings.redis_url, cluster=settings.redis_cluster))
+        pipes = redis or Pipelines(redis_client(settings.redis_url, cluster=settings.redis_cluster))
         breaker = breaker or redis_breaker(counts)
         node = node_id(settings.node_name)
         return PushStores(

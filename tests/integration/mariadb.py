@@ -169,8 +169,8 @@ def make_backend(mariadb: MariaDb, service_redis: RedisTarget, clock: ManualCloc
     made = count()
 
     def make(**kwargs: Any) -> Production:
-        redis = redis_client(service_redis.url, cluster=service_redis.cluster)
-        queue = RedisQueue(Pipelines(redis), f"worker-{next(made)}")
+        redis = Pipelines(redis_client(service_redis.url, cluster=service_redis.cluster))
+        queue = RedisQueue(redis, f"worker-{next(made)}")
         backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, queue, clock=clock, redis=redis, **kwargs)
         loop_cleanups.append(backend.aclose)
         return backend

@@ -42,10 +42,10 @@ def open_on(mariadb: MariaDb, clock: ManualClock, admission: hongbao_native.Admi
     layout = migrated(mariadb, SERVICE_LAYOUT)
 
     async def make(url: str, cluster: bool) -> tuple[Production, dict[str, int]]:
-        redis = redis_client(url, cluster=cluster)
-        await redis.initialize()
-        counts: dict[str, int] = {}
-        backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, RedisQueue(Pipelines(redis), "w"),
+        client = redis_client(url, cluster=cluster)
+        await client.initialize()
+        redis, counts = Pipelines(client), {}
+        backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, RedisQueue(redis, "w"),
                              clock=clock, redis=redis, counts=counts)
         loop_cleanups.append(backend.aclose)
         return backend, counts
