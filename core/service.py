@@ -240,13 +240,13 @@ class PacketService:
     def grab_cached(self, user_id: str, order_id: str) -> dict[str, object] | None:
         """grab's answer from this worker's caches alone, with no I/O; None when the answer needs
         the database (then await ``grab``). Raises as ``grab`` does."""
-        check_order_id(order_id)
         now_ms = self.ports.clock.now_ms()  # one reading for every cache (a request takes microseconds)
         amount = self._opened.get((order_id, user_id), now_ms)
         if amount is not None:
             return {"status": "opened", "amount_fen": amount}
         packet = self._packets.get(order_id, now_ms)
-        if packet is None:
+        if packet is None:  # the caches hold checked order ids only: check this one before the database
+            check_order_id(order_id)
             return None
         if packet.group_id is not None:
             member = self._members.get((packet.group_id, user_id), now_ms)

@@ -32,7 +32,7 @@ from hongbao.server.push_admin import AdminPush
 from hongbao.server.push_assets import asset_routes
 from hongbao.server.push_hub import PushHub
 from hongbao.server.push_stores import open_push_stores
-from hongbao.server.responses import Response, error_response, from_error, json_response
+from hongbao.server.responses import Response, error_response, from_error, json_response, prebuilt
 from hongbao.server.router import Route, Router
 from hongbao.server.ws_handshake import Gate
 
@@ -135,10 +135,7 @@ class App:
     def _authenticate(self, route: Route, request: Request) -> Identity | None:
         if route.auth == "none":
             return None
-        header = request.header("authorization")
-        if header is None or header[:7].lower() != "bearer ":  # the scheme is case-insensitive (RFC 9110 11.1)
-            raise errors.Unauthorized("missing bearer token")
-        identity = self.verifier.verify(header[7:].strip())
+        identity = self.verifier.bearer(request.header("authorization"))
         if route.auth == "admin" and not identity.admin:
             raise errors.Forbidden("this route needs an admin token")
         return identity
@@ -223,7 +220,7 @@ class App:
 
 
 CLOCK_RANGE_MS = (946_684_800_000, 4_102_444_799_999)  # 2000-01-01T00:00:00Z .. 2099-12-31T23:59:59.999Z
-_HEALTHY = json_response(200, {"status": "ok"})
+_HEALTHY = prebuilt(json_response(200, {"status": "ok"}))
 
 
 def _every(interval_s: float, job: Callable[[], Awaitable[Any]], stopping: asyncio.Event) -> Callable[[], Coroutine[Any, Any, None]]:

@@ -50,11 +50,32 @@ class TokenVerifier:
     """Verify bearer tokens: ``key`` is the HS256 secret or a PEM public key, ``algorithms`` the
     accepted algorithms, ``leeway_s`` the allowed clock skew in seconds."""
 
-    __slots__ = ("_key", "_algorithms", "_leeway_s", "_cache")
+    __slots__ = ("_key", "_algorithms", "_leeway_s", "_cache", "_headers")
 
     def __init__(self, key: str, algorithms: list[str], leeway_s: float = 5.0) -> None:
         self._key, self._algorithms, self._leeway_s = key, algorithms, leeway_s
         self._cache: dict[str, Identity] = {}  # insertion order: the oldest goes first
+        self._headers: dict[str, tuple[float, Identity]] = {}  # header value -> (exp + leeway, identity)
+
+    def bearer(self, header: str | None) -> Identity:
+        """The identity of an ``Authorization`` header value ``Bearer <token>`` (the scheme in any
+        case, RFC 9110 section 11.1, RFC 6750 section 2.1); raises Unauthorized for a missing
+        header or another scheme, and as ``verify``. A header value seen before costs one lookup
+        and the expiry check (the per-request path of every authenticated route)."""
+        if header is None:
+            raise Unauthorized("missing bearer token")
+        cached = self._headers.get(header)
+        if cached is not None:
+            if cached[0] > time.time():
+                return cached[1]
+            del self._headers[header]
+        if header[:7].lower() != "bearer ":
+            raise Unauthorized("missing bearer token")
+        identity = self.verify(header[7:].strip())
+        self._headers[header] = (identity.exp + self._leeway_s, identity)
+        if len(self._headers) > CACHE_SIZE:
+            del self._headers[next(iter(self._headers))]
+        return identity
 
     def verify(self, token: str) -> Identity:
         """The token's identity; raises Unauthorized (bad signature, expired, no exp, bad sub)."""

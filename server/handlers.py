@@ -17,11 +17,11 @@ from hongbao.core.service import GRAB_OK, CreditingMode, PacketService
 from hongbao.core.times import business_year, rfc3339
 from hongbao.core.views import bill, details, user_list
 from hongbao.server.context import Context
-from hongbao.server.responses import Response, json_response
+from hongbao.server.responses import Response, json_response, prebuilt
 
 MAX_PAGE = 10_000
 _IDEMPOTENCY_KEY = re.compile(r"[!-~]{1,128}")
-_GRAB_OK = json_response(200, GRAB_OK)
+_GRAB_OK = prebuilt(json_response(200, GRAB_OK))
 MAX_TOPUP_FEN = 100_000_000_000  # 1e9 yuan a top-up: keeps every balance far from the int64 limit of its column
 
 

@@ -288,10 +288,13 @@ class HttpProtocol(asyncio.Protocol):
         if not request.keep_alive:
             self._finish(response)
             return False
-        headers = response.headers
-        if request.version == "1.0":  # HTTP/1.0 keeps the connection only when told so (RFC 9112 9.3)
-            headers = [*headers, ("connection", "keep-alive")]
-        self.send(hongbao_native.encode_response(response.status, headers, response.body))
+        wire = response.wire  # a constant answer's bytes, encoded once (responses.prebuilt)
+        if not wire or request.version == "1.0":
+            headers = response.headers
+            if request.version == "1.0":  # HTTP/1.0 keeps the connection only when told so (RFC 9112 9.3)
+                headers = [*headers, ("connection", "keep-alive")]
+            wire = hongbao_native.encode_response(response.status, headers, response.body)
+        self.send(wire)
         if self.paused and len(self.pending) < MAX_PIPELINED // 2:
             transport.resume_reading()
             self.paused = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import orjson
+from hongbao_native import encode_response
 
 from hongbao.core.errors import HongbaoError
 
@@ -13,11 +14,20 @@ JSON = ("content-type", "application/json")
 
 @dataclass(frozen=True, slots=True)
 class Response:
-    """An HTTP answer: ``status``, extra ``headers`` (lower-case names), ``body`` bytes."""
+    """An HTTP answer: ``status``, extra ``headers`` (lower-case names), ``body`` bytes; ``wire``:
+    the whole HTTP/1.1 answer already encoded (``prebuilt``), else empty (encoded when sent)."""
 
     status: int
     body: bytes
     headers: list[tuple[str, str]] = field(default_factory=list)
+    wire: bytes = field(default=b"", compare=False, repr=False)
+
+
+def prebuilt(response: Response) -> Response:
+    """``response`` with its HTTP/1.1 bytes encoded once (``wire``): for the constant answers of
+    hot routes, sent as they are to every keep-alive HTTP/1.1 request."""
+    return Response(response.status, response.body, response.headers,
+                    encode_response(response.status, response.headers, response.body))
 
 
 def json_response(status: int, payload: object, headers: list[tuple[str, str]] | None = None) -> Response:
