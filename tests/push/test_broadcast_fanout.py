@@ -71,7 +71,7 @@ def hub(tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]) -> I
     """A hub (not started: no listener) on the embedded stores of a fresh data directory."""
     settings = Settings(data_dir=tmp_path, internal_secret="test")
     money, push_db = SqliteDb(tmp_path / "hongbao.db"), open_push_db(tmp_path)
-    stores = open_push_stores(settings, push_db)
+    stores = open_push_stores(settings, push_db, {})
     made = PushHub(settings, stores, WorkerMetrics(tmp_path / "metrics"), stores.queue, SqliteGroupStore(money))
     loop_cleanups.append(made.stop)
     yield made

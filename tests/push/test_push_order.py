@@ -83,7 +83,7 @@ def worker(tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]) -
     loop), and the user logs as a second worker opens them."""
     settings = Settings(data_dir=tmp_path, internal_secret="test")
     money, push, other = SqliteDb(tmp_path / "hongbao.db"), open_push_db(tmp_path), open_push_db(tmp_path)
-    stores = open_push_stores(settings, push)
+    stores = open_push_stores(settings, push, {})
     hub = PushHub(settings, stores, WorkerMetrics(tmp_path / "metrics"), stores.queue, SqliteGroupStore(money))
     loop_cleanups.append(hub.stop)
     yield Worker(hub, SqliteMessageLog(other, settings.push_log_max_messages, settings.push_log_max_age_s))
