@@ -10,20 +10,23 @@ one user keep their order: batches are written one after the other, in arrival o
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from hongbao.core.push_ports import MessageLog, SharedBody, Stored
 from hongbao.server.push_messages import now_ms
 
-Entry = tuple[str, SharedBody, asyncio.Future[Stored]]
+Entry = tuple[str, SharedBody, asyncio.Future[Stored] | None]  # no future: posted
+Logged = Callable[[list[tuple[str, Stored]]], None]
+Failed = Callable[[int, Exception], None]
 
 
 class Appender:
     """Batch ``log.append`` calls (group commit): at most one write in flight per worker."""
 
-    __slots__ = ("log", "_batch", "_writer")
+    __slots__ = ("log", "on_logged", "on_failed", "_batch", "_writer")
 
-    def __init__(self, log: MessageLog) -> None:
-        self.log = log
+    def __init__(self, log: MessageLog, on_logged: Logged | None = None, on_failed: Failed | None = None) -> None:
+        self.log, self.on_logged, self.on_failed = log, on_logged, on_failed
         self._batch: list[Entry] = []
         self._writer: asyncio.Task[None] | None = None
 
@@ -35,6 +38,13 @@ class Appender:
         if self._writer is None:
             self._writer = loop.create_task(self._write_all())
         return await future
+
+    def post(self, uid: str, make_body: SharedBody) -> None:
+        """Append ``make_body(offset, epoch)`` to ``uid``'s stream in the next write and return at
+        once: the logged message goes to ``on_logged``, a failure to ``on_failed`` (never raised)."""
+        self._batch.append((uid, make_body, None))
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_all())
 
     async def _write_all(self) -> None:
         """Write the gathered batches one after the other until none is left."""
@@ -49,10 +59,20 @@ class Appender:
         try:
             stored = await self.log.append([(uid, make_body) for uid, make_body, _ in batch], now_ms())
         except Exception as exc:
+            posted = 0
             for _, _, future in batch:
-                if not future.done():
+                if future is None:
+                    posted += 1
+                elif not future.done():
                     future.set_exception(exc)
+            if posted and self.on_failed is not None:
+                self.on_failed(posted, exc)
             return
-        for (_, _, future), message in zip(batch, stored, strict=True):
-            if not future.done():
+        logged: list[tuple[str, Stored]] = []
+        for (uid, _, future), message in zip(batch, stored, strict=True):
+            if future is None:
+                logged.append((uid, message))
+            elif not future.done():
                 future.set_result(message)
+        if logged and self.on_logged is not None:
+            self.on_logged(logged)

@@ -91,8 +91,8 @@ class Fanout:
             make_body = EventBody(message["e"], message["d"])
             entries.extend((uid, make_body) for uid in await self.groups.members(message["g"]))
         stored: list[Stored] = await self.hub.stores.log.append(entries, now_ms()) if entries else []
-        for message_id, _ in claimed:  # in every member's log now: the queue's job is done
-            await self.queue.ack(GROUP_STREAM, message_id)
+        # in every member's log now: the queue's job is done
+        await self.queue.ack(GROUP_STREAM, *(message_id for message_id, _ in claimed))
         await self.hub.send([(uid, message) for (uid, _), message in zip(entries, stored, strict=True)])
         return len(claimed)
 

@@ -103,7 +103,7 @@ class PushHub:
         self.settings, self.stores, self.metrics = settings, stores, metrics
         self.node = Node(node_id(settings.node_name), stores.nodes, settings.push_node_ttl_s, self.store_result)
         self.forwarder = Forwarder(internal_secret(settings), settings.push_forward_timeout_s)
-        self.appender = Appender(stores.log)
+        self.appender = Appender(stores.log, self._send_posted, self._posts_failed)
         self.remote = RemoteDelivery(self.node.id, stores.sessions, stores.nodes, self.forwarder)
         self.fanout = Fanout(self, queue, groups, stores.topics)
         self.max_failures, self.failures = settings.push_store_failures, 0
@@ -112,7 +112,6 @@ class PushHub:
         self.topics: dict[str, set[Conn]] = {}
         self._touched: set[tuple[str, str]] = set()
         self._acks: dict[str, int] = {}
-        self._outbox: list[tuple[str, Stored]] = []  # the events' messages logged this loop turn, sent together
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listener: asyncio.AbstractServer | None = None
 
@@ -339,29 +338,36 @@ class PushHub:
         return results
 
     def notify(self, event: Event) -> None:
-        """The services' Notifier: deliver ``event`` in the background; failures are logged and
-        counted (``push_failures``), never raised."""
-        self.spawn(self._notify(event))
-
-    async def _notify(self, event: Event) -> None:
-        """Queue ``event`` for its group, append it to its users' streams, and post the messages
-        to the outbox: the events appended together are sent together (one route lookup)."""
+        """The services' Notifier: queue ``event`` for its group (in the background) and post it
+        to its users' streams (the appender's next write; the messages it logs are sent together,
+        one route lookup). Failures are logged and counted (``push_failures``), never raised."""
         try:
             if event.group_id is not None:
-                await self.push_to_group(event.group_id, event.name, event.data)
-            for uid in event.user_ids:
-                message = await self.appender.append(uid, EventBody(event.name, event.data))
-                if not self._outbox:
-                    asyncio.get_running_loop().call_soon(self._send_outbox)
-                self._outbox.append((uid, message))
+                self.spawn(self._notify_group(event))
+            if event.user_ids:
+                body = EventBody(event.name, event.data)
+                for uid in event.user_ids:
+                    self.appender.post(uid, body)
+        except Exception as exc:
+            self.metrics.events["push_failures"] += 1
+            log.warning("push of event %s failed: %s", event.name, exc)
+
+    async def _notify_group(self, event: Event) -> None:
+        assert event.group_id is not None
+        try:
+            await self.push_to_group(event.group_id, event.name, event.data)
         except Exception as exc:
             self.metrics.events["push_failures"] += 1
             if not isinstance(exc, BreakerOpen):  # Redis down: its breaker logged that once
                 log.warning("push of event %s failed: %s", event.name, exc)
 
-    def _send_outbox(self) -> None:
-        items, self._outbox = self._outbox, []
+    def _send_posted(self, items: list[tuple[str, Stored]]) -> None:
         self.spawn(self._send_logged(items))
+
+    def _posts_failed(self, count: int, exc: Exception) -> None:
+        self.metrics.events["push_failures"] += count
+        if not isinstance(exc, BreakerOpen):
+            log.warning("appending %d event push(es) failed: %s", count, exc)
 
     async def _send_logged(self, items: list[tuple[str, Stored]]) -> None:
         try:

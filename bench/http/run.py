@@ -52,18 +52,22 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from hongbao.core.adapters.sqlite_push_db import PUSH_DB_FILE
 from hongbao.server.auth import embedded_secret, mint
+from hongbao.server.push_fanout import GROUP_STREAM
 
 FLOORS = {"healthz": 0.70, "grab": 0.50}
 TARGETS = ("ceiling", "healthz", "grab", "open", "redis_rt")
@@ -73,6 +77,7 @@ PACKET_FEN = 10_000
 CEILING = Path(__file__).with_name("ceiling.py")
 MAX_OPEN_PACKETS = 5_000
 SETTLE_S = 1.0
+PUSH_DRAIN_TIMEOUT_S = 300.0
 
 # done() of every script: one JSON line with wrk's counters and latency percentiles (microseconds),
 # plus the per-status counts of scripts that keep them in a global table ``statuses``.
@@ -333,7 +338,7 @@ class Money:
     """The packets, group and tokens of one hongbao server, made through its HTTP API."""
 
     def __init__(self, url: str, data_dir: Path) -> None:
-        self.url = url
+        self.url, self.data_dir = url, data_dir
         secret = embedded_secret(data_dir)
         self.admin = mint(secret, "admin", admin=True)
         self.sender = "bench_sender"
@@ -367,6 +372,22 @@ class Money:
         chunks = [n // parallel + (1 if i < n % parallel else 0) for i in range(parallel)]
         with ThreadPoolExecutor(parallel) as pool:
             return [order_id for ids in pool.map(make, [c for c in chunks if c]) for order_id in ids]
+
+    def push_drained(self, timeout_s: float = PUSH_DRAIN_TIMEOUT_S) -> float:
+        """Wait until the group pushes queued so far (each paid packet's ``packet_received`` to
+        its 499 members) are handled, so that their fan-out does not load the run that follows;
+        seconds waited. Embedded backend only (its ``push.db``; no wait without it). Raises
+        TimeoutError after ``timeout_s`` seconds."""
+        path = self.data_dir / PUSH_DB_FILE
+        if not path.exists():
+            return 0.0
+        started = time.monotonic()
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            while conn.execute("SELECT COUNT(*) FROM t_queue WHERE stream = ?", (GROUP_STREAM,)).fetchone()[0]:
+                if time.monotonic() - started > timeout_s:
+                    raise TimeoutError(f"group pushes still queued after {timeout_s} s")
+                time.sleep(0.1)
+        return time.monotonic() - started
 
     def opened(self, order_ids: list[str]) -> tuple[int, int]:
         """(receipts, packets whose opened fen differ from their total although finished) over ``order_ids``."""
@@ -499,10 +520,11 @@ class Bench:
         started = time.monotonic()
         packets = money.packets(needed)
         made_s = time.monotonic() - started
+        drain_s = money.push_drained()
         result, used = one(packets, "open", self.opts.duration_s, True)
         run = Run("open", workers, result, extra={**_cpu(result["server_cpu_s"], result), "sent_opens": result.get("sent_opens", 0),
                                                    "packets_made": needed, "packets_used": len(used),
-                                                   "packet_setup_s": round(made_s, 2)})
+                                                   "packet_setup_s": round(made_s, 2), "push_drain_s": round(drain_s, 2)})
         run.problems += _socket_problems(result)
         time.sleep(SETTLE_S)  # the opens in flight when wrk stopped finish on the server
         for name, res, listed in (("warm-up", warm, warm_used), ("measured", result, used)):
