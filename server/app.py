@@ -96,7 +96,8 @@ class App:
                     raise errors.MethodNotAllowed(f"{request.method} is not allowed on {request.path}",
                                                   self.router.allowed(request.path))
                 raise errors.NotFound(f"no route {request.method} {request.path}")
-            result = route.handler(Context(self._authenticate(route, request), params, request))
+            identity = None if route.auth == "none" else self._authenticate(route, request)
+            result = route.handler(Context(identity, params, request))
         except Exception as exc:
             return self._done(request, route, self._failed(exc, request, route), started)
         if isinstance(result, Response):
@@ -123,18 +124,17 @@ class App:
     def _done(self, request: Request, route: Route | None, response: Response, started: float) -> Response:
         """Count ``response`` in the metrics (and the debug log) and return it."""
         elapsed = time.perf_counter() - started
-        name = route.template if route is not None else "unmatched"
-        self.metrics.observe(name, response.status, elapsed)
+        name, event = ("unmatched", None) if route is None else (route.template, route.event)
+        status = response.status
+        self.metrics.observe(name, status, elapsed)
         if self.debug_log:  # one structured line per request; never headers, so never a token
-            log.debug("request method=%s route=%s status=%d ms=%.3f", request.method, name, response.status, elapsed * 1000)
-        event = route.event if route is not None else None
-        if event is not None and (event != "opens" or response.status == 200):
+            log.debug("request method=%s route=%s status=%d ms=%.3f", request.method, name, status, elapsed * 1000)
+        if event is not None and (event != "opens" or status == 200):
             self.metrics.events[event] += 1
         return response
 
-    def _authenticate(self, route: Route, request: Request) -> Identity | None:
-        if route.auth == "none":
-            return None
+    def _authenticate(self, route: Route, request: Request) -> Identity:
+        """The caller of a route with auth "user" or "admin" (Unauthorized, Forbidden)."""
         identity = self.verifier.bearer(request.header("authorization"))
         if route.auth == "admin" and not identity.admin:
             raise errors.Forbidden("this route needs an admin token")
