@@ -8,10 +8,9 @@ refuses connections past ``max_connections`` with 503. Limits answer 413 / 431 /
 Answers start eagerly: a connection's serving coroutine runs at once inside ``data_received`` and
 only becomes a Task if it has to wait (a database call), so an answer that needs no I/O costs no
 Task and no extra turn of the loop (what Python 3.12's eager tasks do, kept here for 3.11).
-Answers made inside ``data_received`` (no I/O) are written when it returns, one write for all of
-them, as the uvloop ceiling server does. Answers that waited for I/O are written together once
-per turn of the loop (``Connections.flush``), in order per connection: a burst of them wakes the
-client once, not once per answer, which on a busy machine costs more than building the answer.
+Answers are written together once per turn of the loop (``Connections.flush``), in order per
+connection: a burst of answers wakes the client once, not once per answer, which on a busy
+machine costs more than building the answer.
 
 A WebSocket upgrade request is checked by the app's ``ws_gate`` (server/ws_handshake.py) when its
 turn comes (answers to earlier pipelined requests are written first); on success the 101 is
@@ -136,7 +135,7 @@ class HttpProtocol(asyncio.Protocol):
     """One client connection: parse, dispatch to ``app``, write answers in order."""
 
     __slots__ = ("app", "conns", "loop", "timeouts", "transport", "parser", "pending", "task", "deadline", "timer_state",
-                 "paused", "out", "direct")
+                 "paused", "out")
 
     def __init__(self, app: App, conns: Connections) -> None:
         s = app.settings
@@ -151,7 +150,6 @@ class HttpProtocol(asyncio.Protocol):
         self.timer_state = ""
         self.paused = False
         self.out: list[bytes] = []  # answers not written yet (see Connections.flush)
-        self.direct = False  # inside _serve_now with nothing waiting: answers are written when it returns
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
@@ -209,9 +207,8 @@ class HttpProtocol(asyncio.Protocol):
         self._finish(error_response(408, "request_timeout", f"the request {state} took too long to arrive"))
 
     def send(self, data: bytes) -> None:
-        """Queue ``data`` to be written at the end of this turn of the loop (or of ``_serve_now``),
-        after what is queued."""
-        if not self.out and not self.direct:
+        """Queue ``data`` to be written at the end of this turn of the loop, after what is queued."""
+        if not self.out:
             if not self.conns.unsent:
                 self.loop.call_soon(self.conns.flush)
             self.conns.unsent.append(self)
@@ -260,11 +257,8 @@ class HttpProtocol(asyncio.Protocol):
 
     def _serve_now(self) -> None:
         """Answer the pending requests that need no I/O right here, with no coroutine at all;
-        from the first one that must wait (or an upgrade) on, the serving coroutine takes over.
-        The answers made here are written when it returns (one write), unless answers of earlier
-        work already wait for this turn's flush: then they all go out then, in order."""
+        from the first one that must wait (or an upgrade) on, the serving coroutine takes over."""
         pending = self.pending
-        self.direct = not self.out
         try:
             while pending and not pending[0].websocket:
                 request = pending.popleft()
@@ -274,15 +268,12 @@ class HttpProtocol(asyncio.Protocol):
                     return
                 if not self._reply(request, result):
                     return
-            if pending:
-                self._start_serving(self._serve())
         except Exception:
             log.exception("connection handler failed")
             self._finish(error_response(500, "internal", "internal error"))
-        finally:
-            if self.direct:
-                self.direct = False
-                self.flush()
+            return
+        if pending:
+            self._start_serving(self._serve())
 
     def _start_serving(self, serve: Coroutine[Any, Any, None]) -> None:
         self._cancel_timer("busy")  # no read timeout while answering; idle starts again after
