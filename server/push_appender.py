@@ -46,6 +46,11 @@ class Appender:
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._write_all())
 
+    async def drained(self) -> None:
+        """Wait until every append made so far is written (or has failed)."""
+        while self._writer is not None:
+            await asyncio.wait([self._writer])
+
     async def _write_all(self) -> None:
         """Write the gathered batches one after the other until none is left."""
         try:

@@ -127,8 +127,10 @@ class PushHub:
         return [self.node.beat_forever, self._flush_forever, self.fanout.groups_forever, self.fanout.broadcasts_forever]
 
     async def stop(self) -> None:
-        """After the connections have closed: write the last acks, log out, leave, close the listener."""
+        """After the connections have closed: write the last acks and the events posted, log out,
+        leave, close the listener."""
         await self.flush()
+        await self.appender.drained()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.node.leave()
         await self.forwarder.close()

@@ -216,3 +216,31 @@ async def test_appends_during_a_write_share_the_next_one(dbs: tuple[SqliteDb, Sq
     assert log.calls == [1, 40]
     assert [m.offset for m in stored[1::2]] == list(range(2, 22)) and [m.offset for m in stored[2::2]] == list(range(1, 21))
     assert texts((await log.replay("u1", None, None, int(time.time() * 1000))).messages) == [f"m{i}" for i in (0, *range(1, 41, 2))]
+
+
+async def test_posted_appends_share_a_write_and_reach_the_sender_in_one_call(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """Appender.post: no future per message; a write's posted messages go to on_logged in one call, in order."""
+    a, _ = dbs
+    log = CountingLog(a)
+    handed: list[list[tuple[str, Stored]]] = []
+    appender = Appender(log, handed.append)
+    for i in range(30):
+        appender.post("u1" if i % 3 else "u2", body(f"p{i}"))
+    mixed = await appender.append("u2", body("awaited"))
+    await appender.drained()
+    assert log.calls == [31] and mixed.offset == 11
+    assert [(uid, m.offset) for uid, m in handed[0]] == [("u2" if i % 3 == 0 else "u1", i // 3 + 1 if i % 3 == 0 else i - i // 3)
+                                                         for i in range(30)] and len(handed) == 1
+    assert texts((await log.replay("u1", None, None, int(time.time() * 1000))).messages) == [f"p{i}" for i in range(30) if i % 3]
+
+
+async def test_a_failed_write_reports_its_posted_appends_once(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """Appender.post: a write that fails calls on_failed once with the count of posted messages lost."""
+    a, _ = dbs
+    failed: list[tuple[int, str]] = []
+    appender = Appender(SqliteMessageLog(a, 100, 60), lambda items: None, lambda n, exc: failed.append((n, type(exc).__name__)))
+    a.conn.execute("DROP TABLE t_push_stream")
+    for i in range(5):
+        appender.post("u1", body(f"p{i}"))
+    await appender.drained()
+    assert failed == [(5, "OperationalError")]
