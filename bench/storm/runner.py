@@ -83,7 +83,9 @@ class LoadResult:
 
 
 async def _setup(opts: StormOptions, calls: list[Call], recorder: Recorder | None) -> dict[str, str]:
-    timeout = aiohttp.ClientTimeout(total=opts.scenario.timeout_s)
+    # Every setup call starts at once and waits for one of ``connections`` client connections: the
+    # timeout bounds the connect and each read, not that wait (a slower target still gets set up).
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.scenario.timeout_s, sock_read=opts.scenario.timeout_s)
     async with aiohttp.ClientSession(connector=connector(opts.scenario.connections), timeout=timeout) as session:
         executor = Executor(session, opts.url, Tokens(opts.secret), time.monotonic(), opts.scenario.busy_retries, recorder)
         await executor.play(calls)
