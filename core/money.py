@@ -24,12 +24,22 @@ def parse_fen(value: object, field: str = "amount_fen") -> int:
     values beyond int64, naming ``field``.
     """
     if type(value) is not int:
-        raise InvalidAmount(f"{field} must be an integer number of fen, got {type(value).__name__}")
+        raise InvalidAmount(f"{field} must be an integer number of fen in 1..2**63-1, got {_json_kind(value)}")
     if value <= 0:
         raise InvalidAmount(f"{field} must be positive, got {value}")
     if value > _INT64_MAX:
         raise InvalidAmount(f"{field} is out of range")
     return value
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, in JSON's words (a number past int64 arrives as a float)."""
+    if value is None:
+        return "null or nothing"
+    if isinstance(value, float):
+        return "a number with a fraction or out of range"
+    kinds = {bool: "a boolean", str: "a string", list: "an array", dict: "an object"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def parse_yuan(value: object, field: str = "amount_yuan") -> int:

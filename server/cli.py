@@ -91,9 +91,13 @@ def _migrate(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     settings = _settings(args)
     from hongbao.bench.audit import audit_mysql, audit_sqlite
+    from hongbao.core.embedded import DB_FILE
 
     if settings.backend == "production":
         report = asyncio.run(audit_mysql(_mysql_dsn(settings, "hongbao audit"), settings.mysql_layout(), drained=not args.not_drained))
+    elif not (settings.data_dir / DB_FILE).is_file():
+        print(f"hongbao audit: no database at {settings.data_dir / DB_FILE} (serve there first, or give --data-dir)", file=sys.stderr)
+        return 2
     else:
         report = audit_sqlite(settings.data_dir, drained=not args.not_drained)
     print("\n".join(report.lines()))
@@ -133,7 +137,8 @@ def parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=float, default=24 * 3600, help="lifetime in seconds (default: 86400)")
     token.add_argument("--data-dir", dest="data_dir", type=Path)
     token.set_defaults(run=_token)
-    audit = sub.add_parser("audit", parents=[common, mysql], help="check the money invariants of DESIGN.md section 11; exit 1 on any violation")
+    audit = sub.add_parser("audit", parents=[common, mysql],
+                           help="check the money invariants of DESIGN.md section 11; exit 1 on any violation, 2 without a database")
     audit.add_argument("--data-dir", dest="data_dir", type=Path)
     audit.add_argument("--backend", choices=["embedded", "production"], help="production: audit the MySQL shards of --mysql-dsn")
     audit.add_argument("--not-drained", action="store_true",

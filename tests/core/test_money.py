@@ -48,6 +48,14 @@ def test_fen_must_be_a_positive_int64(bad: object) -> None:
         parse_fen(bad)
 
 
+@pytest.mark.parametrize(("bad", "named"), [(None, "null or nothing"), (1e32, "a number with a fraction or out of range"),
+                                            ("100", "a string"), (True, "a boolean"), ([100], "an array")])
+def test_a_refused_fen_is_named_in_json_words(bad: object, named: str) -> None:
+    """The message says what the JSON value was (no Python type names: a 32-digit integer arrives as a float)."""
+    with pytest.raises(InvalidAmount, match=f"amount_fen must be an integer number of fen in 1..2\\*\\*63-1, got {named}"):
+        parse_fen(bad)
+
+
 def test_fen_accepts_positive_integers() -> None:
     """Positive integers up to 2**63-1 pass through unchanged."""
     assert parse_fen(1) == 1

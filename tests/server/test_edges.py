@@ -67,6 +67,7 @@ def test_http10_keep_alive_is_answered_with_keep_alive(server: Server) -> None:
         (["serve", "--port", "70000"], {}, "port must be in 0..65535"),
         (["serve"], {"HONGBAO_WORKERS": "abc"}, "environment variable HONGBAO_WORKERS"),
         (["token", "--user", "a", "--ttl", "-5"], {}, "must be positive"),
+        (["audit", "--data-dir", "nowhere"], {}, "no database at nowhere/hongbao.db"),
     ],
 )
 def test_bad_command_line_values_are_named(tmp_path: Path, argv: list[str], env: dict[str, str], message: str) -> None:
