@@ -21,6 +21,12 @@ log = logging.getLogger("hongbao.breaker")
 T = TypeVar("T")
 
 
+def tally(counts: dict[str, int], name: str, n: int = 1) -> None:
+    """Add ``n`` to event counter ``name`` of ``counts`` (a worker's metrics events: the fallbacks
+    and breaker openings of every adapter, exported by hongbao.server.metrics)."""
+    counts[name] = counts.get(name, 0) + n
+
+
 class BreakerOpen(Exception):
     """The dependency is considered down: the call was skipped, or it failed with a down error
     (then chained as ``__cause__``). Callers catch it and take their fallback."""
@@ -71,8 +77,7 @@ class Breaker:
         self._failures += 1
         if self._open_until is None and self._failures >= self.threshold:
             self._open_until = self._now() + self.cooldown_s
-            key = f"{self.name}_breaker_opens"
-            self.counts[key] = self.counts.get(key, 0) + 1
+            tally(self.counts, f"{self.name}_breaker_opens")
             log.warning("%s is down (%r): breaker open, fallbacks for %.1f s before a trial", self.name, exc, self.cooldown_s)
         elif self._open_until is not None:
             self._open_until = self._now() + self.cooldown_s

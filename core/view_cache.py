@@ -24,7 +24,7 @@ from typing import Protocol
 
 import orjson
 
-from hongbao.core.breaker import BreakerOpen
+from hongbao.core.breaker import BreakerOpen, tally
 from hongbao.core.ttl_cache import TtlCache
 
 View = dict[str, object]
@@ -90,7 +90,7 @@ class ViewCache:
         try:
             token, raw = await self._shared.get(entry, field)
         except BreakerOpen:
-            self._counts[f"redis_fallback_{kind}"] = self._counts.get(f"redis_fallback_{kind}", 0) + 1
+            tally(self._counts, f"redis_fallback_{kind}")
             token, raw = None, None
         if raw is not None:
             view: View = orjson.loads(raw[1:])  # the first byte says whether it is final

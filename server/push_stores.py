@@ -43,7 +43,8 @@ READY_TIMEOUT_S = 2.0
 @dataclass(frozen=True, slots=True)
 class PushStores:
     """The four push ports one hub runs on, the group-push ``queue``, ``redis``: the client
-    they share, and ``breaker``: the one they go through (both None when embedded)."""
+    they share (the production backend's, or their own), and ``breaker``: the one they go through
+    (both None when the push state is embedded)."""
 
     sessions: SessionStore
     nodes: NodeDirectory

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hongbao.core.breaker import Breaker, BreakerOpen
+from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.ports import Queue
 
 COUNTER = "redis_fallback_queue"
@@ -33,7 +33,7 @@ class GuardedQueue:
         try:
             await self._breaker.call(lambda: self._queue.publish(messages))
         except BreakerOpen:
-            self._counts[COUNTER] = self._counts.get(COUNTER, 0) + len(messages)
+            tally(self._counts, COUNTER, len(messages))
             raise
 
     async def claim(self, stream: str, count: int, lease_ms: int, now_ms: int) -> list[tuple[int, bytes]]:

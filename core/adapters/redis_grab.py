@@ -33,7 +33,7 @@ from typing import Any
 
 from hongbao.core import errors
 from hongbao.core.adapters.redis_client import LuaScript, Pipelines, text
-from hongbao.core.breaker import Breaker, BreakerOpen
+from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.grab_state import Lookup, PacketState
 from hongbao.core.packet import Kind, Packet, Status
 from hongbao.core.ports import OpenResult
@@ -101,7 +101,7 @@ class RedisGrabState:
         self._stale: set[str] = set()  # keys whose writes were lost: deleted before the next read
 
     def _count(self, name: str) -> None:
-        self._counts[name] = self._counts.get(name, 0) + 1
+        tally(self._counts, name)
 
     async def lookup(self, order_id: str, user_id: str) -> Lookup | None:
         """The packet's state and ``user_id``'s fen from one HMGET (None: no key). Raises

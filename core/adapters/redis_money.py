@@ -19,7 +19,7 @@ from redis.exceptions import ClusterError, ConnectionError, RedisClusterExceptio
 
 from hongbao.core.adapters.mysql_db import MysqlShards
 from hongbao.core.adapters.redis_client import LuaScript, Pipelines
-from hongbao.core.breaker import Breaker, BreakerOpen
+from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.ports import PreOrderStore, SequenceSource
 
 #: The errors that mean "Redis is down" (a cluster's lost slots included); others are bugs and propagate.
@@ -47,7 +47,7 @@ class _RedisFirst:
         try:
             return await self._breaker.call(op)
         except BreakerOpen:
-            self._counts[self._counter] = self._counts.get(self._counter, 0) + 1
+            tally(self._counts, self._counter)
             raise
 
 

@@ -3,8 +3,8 @@
 (~0.3-1 s a call), and logs one line per outage (the breaker's), not one per call.
 
 The breaker is the one of the worker's Redis: with the production backend, the money side's
-(``Production.breaker``; the push client is another pool on the same ``redis_url``, the same
-server, so one outage opens one breaker whichever side meets it first); with the embedded
+(``Production.breaker``; push also shares its Redis commands, ``Production.redis``, so one
+outage opens one breaker whichever side meets it first); with the embedded
 backend, one of the push stores' own (name ``redis`` as well: counter ``redis_breaker_opens``).
 
 While it is open:
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from hongbao.core.breaker import Breaker, BreakerOpen
+from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.push_ports import BodyMaker, MessageLog, NodeDirectory, Replay, Route, SessionStore, SharedBody, Stored, TopicLog
 
 COUNTER = "redis_fallback_push"
@@ -126,7 +126,7 @@ class GuardedMessageLog(_Guarded):
         try:
             return await self._now(lambda: self._log.append(entries, now_ms))
         except BreakerOpen:
-            self._counts[COUNTER] = self._counts.get(COUNTER, 0) + len(entries)
+            tally(self._counts, COUNTER, len(entries))
             raise
 
     async def ack(self, acks: Sequence[tuple[str, int]]) -> None:

@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 
 from hongbao.core.adapters.redis_client import Pipelines, RedisPipeline, text
-from hongbao.core.breaker import Breaker, BreakerOpen
+from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.view_cache import SHARED_TTL_MS
 
 log = logging.getLogger("hongbao.redis_views")
@@ -73,7 +73,7 @@ class RedisViews:
             if not isinstance(exc, BreakerOpen):
                 log.exception("view cache bump of %d entries failed", len(tokens))
             self._stale |= tokens
-            self._counts["redis_views_lost_bumps"] = self._counts.get("redis_views_lost_bumps", 0) + len(tokens)
+            tally(self._counts, "redis_views_lost_bumps", len(tokens))
 
 
 def _bump(pipe: RedisPipeline, tokens: dict[str, str]) -> None:
