@@ -54,6 +54,12 @@ class Breaker:
         """True while calls are being skipped (or only trial calls go through)."""
         return self._open_until is not None
 
+    @property
+    def is_clean(self) -> bool:
+        """True when closed with no failure counted: a call made around :meth:`call` (a fast path
+        that falls back to ``call`` on any error) changes nothing in the breaker by succeeding."""
+        return self._open_until is None and not self._failures
+
     async def call(self, op: Callable[[], Awaitable[T]]) -> T:
         """``await op()`` unless the breaker is open. Raises BreakerOpen when skipped or when
         ``op`` raised one of ``errors``; any other exception of ``op`` propagates."""

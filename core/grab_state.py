@@ -17,6 +17,7 @@ from typing import Protocol
 
 from hongbao.core.packet import Kind, Packet, Status
 from hongbao.core.ports import OpenResult
+from hongbao.core.soon import Soon
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,12 @@ class SharedGrabState(Protocol):
 
     async def lookup(self, order_id: str, user_id: str) -> Lookup | None:
         """The packet's state and what ``user_id`` opened; None when the level does not hold it."""
+        ...
+
+    def lookup_soon(self, order_id: str, user_id: str) -> Soon[Lookup | None] | None:
+        """``lookup`` without a coroutine when the level is healthy (hongbao.core.soon); None when
+        only ``lookup`` can answer now. Its result raises ``Later`` where ``lookup`` would have
+        had to retry, fall back or raise."""
         ...
 
     async def put(self, packet: Packet, now_ms: int) -> None:

@@ -21,13 +21,14 @@ from hongbao.core.batching import OpenBatcher
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import Clock
 from hongbao.core.events import Event, Notifier, NullNotifier
-from hongbao.core.grab_state import PacketState, SharedGrabState
+from hongbao.core.grab_state import Lookup, PacketState, SharedGrabState
 from hongbao.core.packet import Kind, Packet, Receipt, Status
 from hongbao.core.ports import (
     Draw, Flags, GroupStore, LedgerEntry, LedgerStore, ListRow, ListScans, OpenResult, PacketStore, PreOrderStore,
     ProfileStore, Queue, SequenceSource, UserListStore,
 )
 from hongbao.core.rules import Limits, validate_send
+from hongbao.core.soon import Later, Soon
 from hongbao.core.times import business_yymmdd
 from hongbao.core.ttl_cache import TtlCache
 from hongbao.core.view_cache import ViewCache, details_entry, lists_entry
@@ -269,19 +270,58 @@ class PacketService:
             return cached
         now_ms = self.ports.clock.now_ms()
         state, amount, complete = await self._grab_state(user_id, order_id, now_ms)
-        if state.group_id is not None:
-            member = self._members.get((state.group_id, user_id), now_ms)
-            if member is None:
-                member = await self.ports.groups.is_member(state.group_id, user_id)
-                self._members.put((state.group_id, user_id), member, now_ms)
+        answer = self._grab_decided(user_id, state, amount, complete, now_ms)
+        if answer is not None:
+            return answer
+        if state.group_id is not None and self._members.get((state.group_id, user_id), now_ms) is None:
+            member = await self.ports.groups.is_member(state.group_id, user_id)
+            self._members.put((state.group_id, user_id), member, now_ms)
             if not member:
                 raise errors.NotMember(f"{user_id} is not a member of the packet's group")
         if amount is None and not complete:
             receipt = await self.ports.packets.receipt(order_id, user_id)
             amount = None if receipt is None else receipt.amount_fen
+        answer = self._grab_decided(user_id, state, amount, True, now_ms, member=True)
+        assert answer is not None  # membership known and the amount certain: always decided
+        return answer
+
+    def grab_soon(self, user_id: str, order_id: str) -> Soon[dict[str, object]] | None:
+        """``grab`` for a packet not in this worker's caches, without a coroutine, when the shared
+        level can answer at once (hongbao.core.soon); None when only ``grab`` can. Call it after
+        ``grab_cached`` answered None (which checked the order id). Its result raises as ``grab``
+        does, and Later where ``grab`` would have gone to the database."""
+        shared = self.grab_state
+        soon = None if shared is None else shared.lookup_soon(order_id, user_id)
+        if soon is None:
+            return None
+        now_ms = self.ports.clock.now_ms()
+        return soon.then(lambda found: self._grab_found(user_id, order_id, found, now_ms))
+
+    def _grab_found(self, user_id: str, order_id: str, found: Lookup | None, now_ms: int) -> dict[str, object]:
+        if found is None:
+            raise Later(f"packet {order_id} is not in the shared level")
+        self._packets.put(order_id, found.state, now_ms)
+        answer = self._grab_decided(user_id, found.state, found.amount_fen, found.complete, now_ms)
+        if answer is None:
+            raise Later(f"grab of {order_id} by {user_id} needs the database")
+        return answer
+
+    def _grab_decided(self, user_id: str, state: PacketState, amount: int | None, complete: bool, now_ms: int, *,
+                      member: bool = False) -> dict[str, object] | None:
+        """grab's answer from ``state`` and what ``user_id`` opened (``amount``, certain when
+        ``complete``), with membership from this worker's cache unless ``member`` (known); None
+        when the database must be asked (membership not cached, or an amount not certain)."""
+        if state.group_id is not None and not member:
+            cached = self._members.get((state.group_id, user_id), now_ms)
+            if cached is None:
+                return None
+            if not cached:
+                raise errors.NotMember(f"{user_id} is not a member of the packet's group")
         if amount is not None:
-            self._opened.put((order_id, user_id), amount, now_ms)
+            self._opened.put((state.order_id, user_id), amount, now_ms)
             return {"status": "opened", "amount_fen": amount}
+        if not complete:
+            return None
         return self._grab_verdict(state, user_id, now_ms)
 
     async def _grab_state(self, user_id: str, order_id: str, now_ms: int) -> tuple[PacketState, int | None, bool]:

@@ -22,6 +22,7 @@ from hongbao.core.clock import OffsetFileClock
 from hongbao.core.embedded import Embedded
 from hongbao.core.production import Production
 from hongbao.core.service import CREDIT_STREAM
+from hongbao.core.soon import Soon
 from hongbao.server.auth import Identity, TokenVerifier
 from hongbao.server.backends import Backend
 from hongbao.server.config import Settings
@@ -84,10 +85,12 @@ class App:
         self.stopping = asyncio.Event()  # set at a graceful stop: the background jobs end after their step
         self.debug_log = log.isEnabledFor(logging.DEBUG)
 
-    def dispatch(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+    def dispatch(self, request: Request) -> Response | Coroutine[Any, Any, Response] | Soon[Response | Coroutine[Any, Any, Response]]:
         """Answer one parsed request (the native parser's Request); never raises. The Response
         itself when the route needs no I/O (errors included), so the protocol answers it without
-        a coroutine; otherwise a coroutine that makes it."""
+        a coroutine; a Soon of it when the handler waits for one reply without a coroutine (whose
+        result is the Response, or a coroutine when the handler fell back to one); otherwise a
+        coroutine that makes it."""
         started = time.perf_counter()
         route, params, path_known = self.router.match(request.method, request.path)
         try:
@@ -102,7 +105,20 @@ class App:
             return self._done(request, route, self._failed(exc, request, route), started)
         if isinstance(result, Response):
             return self._done(request, route, result, started)
+        if isinstance(result, Soon):
+            return result.outcome(lambda answer, error: self._settled(request, route, answer, error, started))
         return self._complete(request, route, result, started)
+
+    def _settled(self, request: Request, route: Route, answer: Response | Awaitable[Response] | None,
+                 error: BaseException | None, started: float) -> Response | Coroutine[Any, Any, Response]:
+        """A handler's Soon settled: its Response (an error's included), or the coroutine it fell back to."""
+        if error is not None:
+            failed = error if isinstance(error, Exception) else RuntimeError(f"the reply was lost: {error!r}")
+            return self._done(request, route, self._failed(failed, request, route), started)
+        if isinstance(answer, Response):
+            return self._done(request, route, answer, started)
+        assert answer is not None
+        return self._complete(request, route, answer, started)
 
     async def _complete(self, request: Request, route: Route, pending: Awaitable[Response], started: float) -> Response:
         try:

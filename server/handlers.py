@@ -14,6 +14,7 @@ from hongbao.core import errors
 from hongbao.core.money import parse_fen
 from hongbao.core.rules import valid_user_id
 from hongbao.core.service import GRAB_OK, CreditingMode, PacketService
+from hongbao.core.soon import Later, Soon
 from hongbao.core.times import business_year, rfc3339
 from hongbao.core.views import bill, details, user_list
 from hongbao.server.context import Context
@@ -126,11 +127,27 @@ class Handlers:
         await self.svc.cancel(ctx.user_id, ctx.params["order_id"])
         return json_response(200, {"order_id": ctx.params["order_id"], "status": "cancelled"})
 
-    def grab(self, ctx: Context) -> Response | Awaitable[Response]:
+    def grab(self, ctx: Context) -> Response | Soon[Response | Awaitable[Response]] | Awaitable[Response]:
         """POST /v1/packets/{order_id}/grab -> {status: "ok"} or {status: "opened", amount_fen};
-        answered at once from the worker's caches when they hold the packet, else a coroutine."""
-        result = self.svc.grab_cached(ctx.user_id, ctx.params["order_id"])
-        return self._grab(ctx) if result is None else _grab_answer(result)
+        answered at once from the worker's caches when they hold the packet, else from the shared
+        level's reply without a coroutine (a Soon, whose Later becomes the coroutine), else a coroutine."""
+        user_id, order_id = ctx.user_id, ctx.params["order_id"]
+        result = self.svc.grab_cached(user_id, order_id)
+        if result is not None:
+            return _grab_answer(result)
+        soon = self.svc.grab_soon(user_id, order_id)
+        if soon is None:
+            return self._grab(ctx)
+        return soon.outcome(lambda answer, error: self._grab_settled(ctx, answer, error))
+
+    def _grab_settled(self, ctx: Context, answer: dict[str, object] | None, error: BaseException | None) -> Response | Awaitable[Response]:
+        """The answer of grab's Soon: its Response, its error raised again, or after a Later the coroutine."""
+        if isinstance(error, Later):
+            return self._grab(ctx)
+        if error is not None:
+            raise error
+        assert answer is not None
+        return _grab_answer(answer)
 
     async def _grab(self, ctx: Context) -> Response:
         return _grab_answer(await self.svc.grab(ctx.user_id, ctx.params["order_id"]))

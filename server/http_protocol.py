@@ -7,7 +7,9 @@ refuses connections past ``max_connections`` with 503. Limits answer 413 / 431 /
 
 Answers start eagerly: a connection's serving coroutine runs at once inside ``data_received`` and
 only becomes a Task if it has to wait (a database call), so an answer that needs no I/O costs no
-Task and no extra turn of the loop (what Python 3.12's eager tasks do, kept here for 3.11).
+Task and no extra turn of the loop (what Python 3.12's eager tasks do, kept here for 3.11). A
+handler that waits for one reply and only computes after it hands back a Soon
+(hongbao.core.soon) instead: the connection waits on its callback, with no coroutine at all.
 Answers are written together once per turn of the loop (``Connections.flush``), in order per
 connection: a burst of answers wakes the client once, not once per answer, which on a busy
 machine costs more than building the answer.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Coroutine, Generator
@@ -30,6 +33,7 @@ from typing import Any, cast
 import hongbao_native
 from hongbao_native import HttpParseError, RequestParser
 
+from hongbao.core.soon import Soon
 from hongbao.server.app import App
 from hongbao.server.responses import Response, error_response
 from hongbao.server.ws_connection import WsRegistry, take_over
@@ -145,7 +149,7 @@ class HttpProtocol(asyncio.Protocol):
         self.parser = RequestParser(s.max_header_bytes, s.max_headers, s.max_body_bytes)
         self.pending: deque[hongbao_native.Request] = deque()
         self.transport: asyncio.Transport | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | Soon[Any] | None = None  # what answers the request in hand
         self.deadline = 0.0  # loop.time() at which the current read timeout fires; 0: none
         self.timer_state = ""
         self.paused = False
@@ -263,6 +267,11 @@ class HttpProtocol(asyncio.Protocol):
             while pending and not pending[0].websocket:
                 request = pending.popleft()
                 result = self.app.dispatch(request)
+                if isinstance(result, Soon):
+                    self._cancel_timer("busy")
+                    self.task = result
+                    result.add_done_callback(functools.partial(self._settled, request))
+                    return
                 if not isinstance(result, Response):
                     self._start_serving(self._serve(request, result))
                     return
@@ -274,6 +283,25 @@ class HttpProtocol(asyncio.Protocol):
             return
         if pending:
             self._start_serving(self._serve())
+
+    def _settled(self, request: hongbao_native.Request, soon: Soon[Response | Coroutine[Any, Any, Response]]) -> None:
+        """``request``'s Soon (App.dispatch) is done: answer it (or await the coroutine it fell
+        back to), then go on with the requests pipelined behind it."""
+        self.task = None
+        try:
+            answer = soon.result()
+            if not isinstance(answer, Response):
+                self._start_serving(self._serve(request, answer))
+                return
+            if not self._reply(request, answer):
+                return
+        except Exception:
+            log.exception("connection handler failed")
+            self._finish(error_response(500, "internal", "internal error"))
+            return
+        self._serve_now()
+        if self.task is None and self.transport is not None and not self.transport.is_closing():
+            self._arm_timer()
 
     def _start_serving(self, serve: Coroutine[Any, Any, None]) -> None:
         self._cancel_timer("busy")  # no read timeout while answering; idle starts again after
@@ -313,6 +341,8 @@ class HttpProtocol(asyncio.Protocol):
                     self._upgrade(request)
                     return
                 result = self.app.dispatch(request)
+                if isinstance(result, Soon):
+                    result = await result
                 response = result if isinstance(result, Response) else await result
                 if not self._reply(request, response):
                     return

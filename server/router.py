@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-Handler = Callable[..., Any]  # (Context) -> Response, or an awaitable of one when it needs I/O
+Handler = Callable[..., Any]  # (Context) -> Response, or when it needs I/O an awaitable of one or a Soon (hongbao.core.soon)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,12 +37,14 @@ from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.grab_state import Lookup, PacketState
 from hongbao.core.packet import Kind, Packet, Status
 from hongbao.core.ports import OpenResult
+from hongbao.core.soon import Later, Soon
 
 log = logging.getLogger("hongbao.redis_grab")
 
 KEEP_MS = 3600_000  # a key outlives its packet's expiry by this much (late grabs answered "expired" from Redis)
 DB_RATE_PER_S = 500.0  # database checks a second per worker while Redis is down (a fifth of a second's worth at once)
 _FIELDS = ("k", "c", "n", "s", "g", "r", "e", "p")
+STATES_MAX = 1024  # parsed states kept per worker, by order id and raw fields (a hot packet is parsed once per change)
 _KINDS = {kind.value.encode(): kind for kind in Kind}  # a dict lookup instead of Enum.__call__ per read
 _STATUSES = {status.value.encode(): status for status in Status}
 
@@ -93,12 +95,13 @@ class RedisGrabState:
     """SharedGrabState on Redis (see the module docstring); ``breaker``: the client's breaker,
     shared with the other Redis adapters of the worker; ``counts``: the worker's metrics events."""
 
-    __slots__ = ("_pipes", "_breaker", "_counts", "_bucket", "_stale")
+    __slots__ = ("_pipes", "_breaker", "_counts", "_bucket", "_stale", "_states")
 
     def __init__(self, pipes: Pipelines, breaker: Breaker, counts: dict[str, int], *, db_rate_per_s: float = DB_RATE_PER_S) -> None:
         self._pipes, self._breaker, self._counts = pipes, breaker, counts
         self._bucket = TokenBucket(db_rate_per_s, max(1, round(db_rate_per_s / 5)))
         self._stale: set[str] = set()  # keys whose writes were lost: deleted before the next read
+        self._states: dict[tuple[str, tuple[Any, ...]], PacketState] = {}
 
     def _count(self, name: str) -> None:
         tally(self._counts, name)
@@ -107,27 +110,57 @@ class RedisGrabState:
         """The packet's state and ``user_id``'s fen from one HMGET (None: no key). Raises
         BreakerOpen when Redis is down and a database check is allowed, Degraded when not."""
         name = key(order_id)
-        stale, self._stale = self._stale, set()
-
-        async def read() -> list[Any]:
-            for old in stale:
-                await self._pipes.command(old, "DEL", old)
-            reply: list[Any] = await self._pipes.command(name, "HMGET", name, *_FIELDS, f"u:{user_id}")
-            return reply
-
         try:
-            k, c, n, s, g, r, e, p, amount = await self._breaker.call(read)
+            reply: list[Any] = await self._breaker.call(lambda: self._read(name, user_id))
         except BreakerOpen:
-            self._stale |= stale
             if not self._bucket.take():
                 self._count("redis_grab_shed")
                 raise errors.Degraded("Redis is down and the database checks of grab are at their limit") from None
             self._count("redis_fallback_grab")
             raise
-        if k is None:
+        return self._parse(order_id, reply)
+
+    def lookup_soon(self, order_id: str, user_id: str) -> Soon[Lookup | None] | None:
+        """``lookup``'s HMGET on the lean path with no coroutine, when Redis is healthy (the breaker
+        clean, no stale key to delete first, a lean route); else None. Its result raises Later
+        when the reply failed: ``lookup`` then goes through the breaker and redis-py."""
+        if self._stale or not self._breaker.is_clean:
             return None
-        state = PacketState(order_id, _KINDS[k], int(c), int(n), _STATUSES[s], text(g) or None, text(r) or None, int(e))
-        return Lookup(state, None if amount is None else int(amount), p is None)
+        name = key(order_id)
+        future = self._pipes.lean_send(name, "HMGET", name, *_FIELDS, f"u:{user_id}")
+        if future is None:
+            return None
+        return Soon(future).outcome(lambda reply, error: self._parse(order_id, reply, error))
+
+    def _parse(self, order_id: str, reply: list[Any] | None, error: BaseException | None = None) -> Lookup | None:
+        """The Lookup of an HMGET reply (state fields, then the user's); a state is parsed once per
+        change of its fields."""
+        if error is not None or reply is None:
+            raise Later(f"grab state of {order_id}: {error!r}")
+        raw, amount = tuple(reply[:8]), reply[8]
+        if raw[0] is None:
+            return None
+        state = self._states.get((order_id, raw))
+        if state is None:
+            k, c, n, s, g, r, e, _ = raw
+            state = PacketState(order_id, _KINDS[k], int(c), int(n), _STATUSES[s], text(g) or None, text(r) or None, int(e))
+            if len(self._states) >= STATES_MAX:
+                self._states.clear()
+            self._states[(order_id, raw)] = state
+        return Lookup(state, None if amount is None else int(amount), raw[7] is None)
+
+    async def _read(self, name: str, user_id: str) -> list[Any]:
+        """HMGET of the state fields and ``user_id``'s, after deleting the keys whose writes were lost."""
+        if self._stale:
+            stale, self._stale = self._stale, set()
+            try:
+                for old in stale:
+                    await self._pipes.command(old, "DEL", old)
+            except BaseException:
+                self._stale |= stale
+                raise
+        reply: list[Any] = await self._pipes.command(name, "HMGET", name, *_FIELDS, f"u:{user_id}")
+        return reply
 
     async def put(self, packet: Packet, now_ms: int) -> None:
         """Store ``packet``'s state unless the key exists (TTL: until KEEP_MS after its expiry,

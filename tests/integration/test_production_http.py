@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import uvloop
 
@@ -27,7 +28,7 @@ from hongbao.bench.audit import audit_mysql
 from tests.integration.mariadb import MariaDb, migrated
 from tests.integration.production import SERVE_LAYOUT, production_config
 from tests.integration.redis_servers import RedisTarget
-from tests.server import test_money_cases, test_story
+from tests.server import flows, test_money_cases, test_story
 from tests.server.conftest import Server, start_server, stop_server
 
 LEFT_OUT = {"test_m08_one_user_opens_fifty_times_at_once", "test_m09_no_oversell_with_a_thousand_openers",
@@ -91,3 +92,20 @@ def make_server(mariadb: MariaDb, prod_redis: RedisTarget, tmp_path: Path) -> It
 def server(make_server: Callable[..., Server]) -> Server:
     """One single-worker production server."""
     return make_server()
+
+
+def test_pipelined_grabs_on_redis_answer_in_order(server: Server) -> None:
+    """Grabs answered from the Redis reply without a coroutine, pipelined in one write with answers made at once
+    and after other I/O, come back in their order (RFC 9112 section 9.3.2)."""
+    group_id = flows.group(server, "S", ["A", "B"])
+    order_id = flows.paid_packet(server, "S", {"count": 2, "total_fen": 200, "group_id": group_id}, fund_fen=200)
+    opened = flows.ok(server.client("A").post(f"/v1/packets/{order_id}/open"))
+    assert flows.ok(server.client("B").post(f"/v1/packets/{order_id}/grab")) == {"status": "ok"}  # B's membership cached
+    auth = {user: f"Authorization: Bearer {server.token(user)}\r\n" for user in ("A", "B")}
+    grab = {user: f"POST /v1/packets/{order_id}/grab HTTP/1.1\r\nHost: x\r\n{auth[user]}Content-Length: 0\r\n\r\n" for user in auth}
+    healthz, balance = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", f"GET /v1/balance HTTP/1.1\r\nHost: x\r\n{auth['B']}\r\n"
+    answers = flows.pipelined(server, [grab["B"], healthz, grab["B"], balance, grab["A"], grab["B"], healthz])
+    assert [status for status, _ in answers] == [200] * 7
+    assert answers[0][1] == answers[2][1] == answers[5][1] == b'{"status":"ok"}'
+    assert answers[3][1] == b'{"user_id":"B","balance_fen":0}'
+    assert orjson.loads(answers[4][1]) == {"status": "opened", "amount_fen": opened["amount_fen"]}

@@ -15,6 +15,7 @@ from hongbao.core.adapters.redis_grab import KEEP_MS, key
 from hongbao.core.clock import ManualClock
 from hongbao.core.production import Production
 from hongbao.core.service import GRAB_CACHE_TTL_MS, GRAB_OK
+from hongbao.core.soon import Later
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
 from tests.integration.conftest import RedisTarget
@@ -106,3 +107,32 @@ async def test_refund_and_refusals_update_the_state(make_backend: Make, redis_ta
     with pytest.raises(errors.NotFound):
         await svc.grab("A", unknown)
     assert not redis_target.sync_keys().exists(key(unknown))
+
+
+async def test_grab_soon_answers_as_grab_or_says_later(make_backend: Make, redis_target: RedisTarget) -> None:  # noqa: F811
+    """grab_soon (the HTTP grab's path without a coroutine) answers from one HMGET what grab answers, and says Later
+    where grab needs the database: a member not cached in this worker, a packet missing from Redis, an unknown amount."""
+    one, two = make_backend(), make_backend()
+    await suite._group(one.service, "g", ["S", "A", "B", "C"])
+    order_id = await suite._paid(one.service, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
+    a, _ = await one.service.open("A", order_id)
+    assert await two.service.grab("B", order_id) is GRAB_OK  # worker two now holds B's membership and the state
+    assert two.service.grab_cached("B", order_id) is None  # someone opened: worker two asks Redis
+
+    async def soon(user_id: str) -> object:
+        pending = two.service.grab_soon(user_id, order_id)
+        assert pending is not None
+        try:
+            return await pending
+        except Later:
+            return Later
+
+    assert await soon("B") is GRAB_OK
+    assert await soon("A") is Later  # A's membership is not in worker two's memory
+    assert await two.service.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}
+    assert await soon("A") == {"status": "opened", "amount_fen": a.amount_fen}
+    redis_target.flush()
+    assert await soon("B") is Later  # the key is gone: grab rebuilds it from the database
+    assert await two.service.grab("B", order_id) is GRAB_OK
+    assert await soon("A") is Later  # rebuilt after opens: A's amount is not certain from Redis
+    assert await soon("B") is Later

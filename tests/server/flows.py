@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import socket
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -19,6 +20,25 @@ def ok(response: httpx.Response, status: int = 200) -> Any:
     """The JSON body of a response that must have ``status``."""
     assert response.status_code == status, (response.status_code, response.text)
     return response.json()
+
+
+def pipelined(server: Server, requests: list[str]) -> list[tuple[int, bytes]]:
+    """Send raw HTTP/1.1 ``requests`` in one write on one connection; their (status, body) answers
+    in the order they came (each framed by its Content-Length)."""
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall("".join(requests).encode())
+        data, answers = b"", []
+        while len(answers) < len(requests):
+            data += sock.recv(65536)
+            while b"\r\n\r\n" in data:
+                head, rest = data.split(b"\r\n\r\n", 1)
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")))
+                if len(rest) < length:
+                    break
+                answers.append((int(head.split(b" ")[1]), rest[:length]))
+                data = rest[length:]
+    return answers
 
 
 def topup(server: Server, user_id: str, amount_fen: int, key: str | None = None) -> int:

@@ -14,7 +14,7 @@ import pytest
 
 from hongbao.server.auth import embedded_secret
 from tests.server.conftest import Server
-from tests.server.flows import ok
+from tests.server.flows import ok, pipelined
 
 
 def test_bearer_scheme_is_case_insensitive(server: Server) -> None:
@@ -91,23 +91,11 @@ def test_config_is_accepted_after_the_command(tmp_path: Path) -> None:
 def test_pipelined_requests_are_answered_in_order(server: Server) -> None:
     """Requests pipelined in one write (RFC 9112 section 9.3.2) are answered in their order, whether
     answered at once (healthz, 404) or after I/O (balance): sync answers wait behind async ones."""
-    host, port = server.url.rsplit("/", 1)[1].split(":")
     auth = f"Authorization: Bearer {server.token('pipelined')}\r\n"
     requests = ["GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", f"GET /v1/balance HTTP/1.1\r\nHost: x\r\n{auth}\r\n",
                 f"GET /nowhere HTTP/1.1\r\nHost: x\r\n{auth}\r\n", f"GET /v1/balance HTTP/1.1\r\nHost: x\r\n{auth}\r\n",
                 "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"]
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall("".join(requests).encode())
-        data, answers = b"", []
-        while len(answers) < len(requests):
-            data += sock.recv(65536)
-            while b"\r\n\r\n" in data:
-                head, rest = data.split(b"\r\n\r\n", 1)
-                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")))
-                if len(rest) < length:
-                    break
-                answers.append((int(head.split(b" ")[1]), rest[:length]))
-                data = rest[length:]
+    answers = pipelined(server, requests)
     assert [status for status, _ in answers] == [200, 200, 404, 200, 200]
     assert answers[0][1] == answers[4][1] and b'"status"' in answers[0][1]
     assert answers[1][1] == answers[3][1] == b'{"user_id":"pipelined","balance_fen":0}'
