@@ -4,6 +4,7 @@ and a graceful stop on SIGTERM/SIGINT (stop accepting, finish requests, then exi
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import time
@@ -54,6 +55,7 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    gc.freeze()  # what start-up built lives as long as the worker: full collections skip it from now on
     log.info("worker listening on %s:%d", settings.host, settings.port)
     await stop.wait()
     server.close()
