@@ -32,7 +32,7 @@ class Soon(Generic[T]):
     """The value ``future``'s result becomes through the steps added with :meth:`then` and
     :meth:`outcome`. Each step runs once, in order, in the callback of ``future``."""
 
-    __slots__ = ("_future", "_steps", "_value", "_error", "_done")
+    __slots__ = ("_future", "_steps", "_value", "_error", "_done", "_callback")
 
     def __init__(self, future: asyncio.Future[Any]) -> None:
         self._future = future
@@ -40,26 +40,24 @@ class Soon(Generic[T]):
         self._value: Any = None
         self._error: BaseException | None = None
         self._done = False
+        self._callback: Callable[[Soon[T]], None] | None = None
 
     def then(self, step: Callable[[T], U]) -> Soon[U]:
         """Add ``step(value)``; an exception it raises becomes the error (later ``then`` steps are skipped)."""
         self._steps.append((False, step))
-        return cast("Soon[U]", self)
+        return self  # type: ignore[return-value]  # the same Soon, its value now a U (a cast() costs a call)
 
     def outcome(self, step: Callable[[T | None, BaseException | None], U]) -> Soon[U]:
         """Add ``step(value, error)`` (exactly one of them is None, unless the value is): its return is
         the new value and clears the error; what it raises is the new error."""
         self._steps.append((True, step))
-        return cast("Soon[U]", self)
+        return self  # type: ignore[return-value]
 
     def add_done_callback(self, callback: Callable[[Soon[T]], None]) -> None:
         """Call ``callback(self)`` once the future is done and every step has run (one loop turn
-        later, as asyncio future callbacks are)."""
-        def done(_: asyncio.Future[Any]) -> None:
-            self._settle()
-            callback(self)
-
-        self._future.add_done_callback(done)
+        later, as asyncio future callbacks are). One callback per Soon: it has one consumer."""
+        self._callback = callback
+        self._future.add_done_callback(self._on_done)
 
     def result(self) -> T:
         """The final value, or raises the final error; only once done (see add_done_callback)."""
@@ -78,6 +76,11 @@ class Soon(Generic[T]):
             pass  # the future's error: _settle reads it again and hands it to the steps
         self._settle()
         return self.result()
+
+    def _on_done(self, _: asyncio.Future[Any]) -> None:
+        self._settle()
+        if self._callback is not None:
+            self._callback(self)
 
     def _settle(self) -> None:
         if self._done:
