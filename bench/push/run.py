@@ -31,11 +31,13 @@ loopback the sender's send(2) also runs the receiver's TCP input and wakes the c
 ``sock_def_readable``, and the switches after it are a third of the samples). The ceiling is
 0.40-0.60 of websockets there, so a server that writes each message on its own cannot meet
 1/3. hongbao meets it by writing less: the broadcasts that one read of the topic log returns go
-to a subscriber in one write, and a long fan-out gives the event loop turns, so broadcasts
-published meanwhile join the next write (server/push_fanout.py ``send_broadcasts``). The
-fan-out's ``writes_per_message`` shows it (0.2-0.5 for hongbao, 1 for the others, with this
-benchmark's back-to-back broadcasts); with broadcasts too far apart to meet, hongbao is back at
-one write per message, near the ceiling.
+to a subscriber in one write, and a long fan-out gives the event loop a turn every chunk of
+subscribers and then waits for the publishes its worker began in that turn, so each POST is
+answered within about a chunk (~8 ms here; it was ~55 ms, three or four chunks, when the fan-out
+did not wait) and the broadcasts published during a pass join its next write
+(server/push_fanout.py). The fan-out's ``writes_per_message`` shows it (~0.1 for hongbao, about
+ten of this benchmark's 40 sequential broadcasts per write; 1 for the others); with broadcasts
+too far apart to meet, hongbao is back at one write per message, near the ceiling.
 
 Usage (from the checkout): ``python bench/push/run.py [--idle 10000] [--fanout 5000] [--no-gate]``,
 or ``python -m hongbao.bench.push.run``, or ``make bench-push``.
