@@ -219,14 +219,22 @@ class App:
         ]
 
     async def finish_credits(self, deadline: float) -> int:
-        """At a graceful stop, after the jobs ended: credit (and list) what the queue holds, until
-        it is empty or ``deadline`` (time.monotonic()) passes, so the stopped database owes no
-        queued credit. Returns how many messages were handled; failures are logged (the reconciler
-        of the next start credits what is left)."""
+        """At a graceful stop, after the jobs ended: credit (and list) what the queue holds, then
+        every receipt and refund still pending however young (the reconciler with no window: what
+        the deferred mode left for it, what a killed worker had claimed or never queued), until
+        nothing is left or ``deadline`` (time.monotonic()) passes, so the stopped database owes no
+        credit. Crediting is idempotent, so workers stopping together do not pay twice. Returns how
+        many messages and movements were handled; failures are logged (the reconciler of the next
+        start credits what is left)."""
         svc, handled = self.backend.service, 0
         try:
             while time.monotonic() < deadline:
                 step = await svc.drain_credits() + await svc.drain_lists()
+                if not step:
+                    break
+                handled += step
+            while time.monotonic() < deadline:
+                step = await svc.reconcile(0)
                 if not step:
                     break
                 handled += step

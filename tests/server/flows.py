@@ -64,6 +64,12 @@ def paid_packet(server: Server, sender: str, body: dict[str, Any], fund_fen: int
     return order_id
 
 
+def set_mode(server: Server, mode: str) -> None:
+    """Switch the crediting mode at run time (admin API; each worker picks it up within a second)."""
+    with server.client("admin", admin=True) as admin:
+        assert ok(admin.post("/v1/admin/crediting-mode", json={"mode": mode})) == {"mode": mode}
+
+
 def balance(server: Server, user_id: str) -> int:
     """The user's balance in fen."""
     with server.client(user_id) as client:

@@ -18,7 +18,7 @@ import hongbao_native
 import httpx
 
 from tests.server.conftest import Server
-from tests.server.flows import group, move_clock, ok, paid_packet, topup
+from tests.server.flows import group, move_clock, ok, paid_packet, set_mode, topup
 from tests.server.crowd import Call, Crowd, auth, balances, details_of, eventually_async, fan_out
 from tests.server.flows import balance, best_luck, eventually, ledger, ms, user_list
 
@@ -43,12 +43,6 @@ def freeze_clock(server: Server, now_ms: int) -> None:
     """Stop the test server's clock at ``now_ms`` (every worker) until the next move."""
     with server.client("admin", admin=True) as admin:
         assert ok(admin.post("/v1/admin/clock", json={"now_ms": now_ms, "frozen": True})) == {"now_ms": now_ms, "frozen": True}
-
-
-def set_mode(server: Server, mode: str) -> None:
-    """Switch the crediting mode at run time."""
-    with server.client("admin", admin=True) as admin:
-        assert ok(admin.post("/v1/admin/crediting-mode", json={"mode": mode})) == {"mode": mode}
 
 
 def entries(server: Server, user_id: str, kind: str) -> list[tuple[str, int]]:

@@ -19,7 +19,7 @@ from hongbao.server.auth import embedded_secret
 from hongbao.server.config import Settings, load_settings
 from hongbao.bench.audit import audit_sqlite
 from tests.server.conftest import Server, stop_server
-from tests.server.flows import balance, group, ok, paid_packet, topup
+from tests.server.flows import balance, group, ok, paid_packet, set_mode, topup
 
 
 def _workers(server: Server) -> set[int]:
@@ -74,6 +74,24 @@ def test_sigterm_credits_what_is_queued_before_exiting(make_server: Callable[...
     members = [f"m{i}" for i in range(20)]
     gid = group(server, "S", members)
     order_id = paid_packet(server, "S", {"count": 20, "total_fen": 2000, "group_id": gid}, fund_fen=2000)
+    for member in members:
+        with server.client(member) as client:
+            ok(client.post(f"/v1/packets/{order_id}/open"))
+    assert stop_server(server) == 0
+    report = audit_sqlite(server.data_dir, drained=True)
+    assert report.ok, report.lines()
+
+
+def test_sigterm_credits_deferred_receipts_before_exiting(make_server: Callable[..., Server]) -> None:
+    """SIGTERM in the deferred crediting mode (nothing queued: only the reconciler credits, and it idles
+    for a minute): the workers credit every pending receipt before they exit, so the stopped database
+    passes the drained audit (a newcomer's audit found them pending)."""
+    server = make_server(workers=2, extra_config="credit_interval_s = 60.0\nreconcile_interval_s = 60.0\n")
+    set_mode(server, "deferred")
+    time.sleep(1.1)  # every worker has picked the switch up (flags sync once a second)
+    members = [f"m{i}" for i in range(10)]
+    gid = group(server, "S", members)
+    order_id = paid_packet(server, "S", {"count": 10, "total_fen": 1000, "group_id": gid}, fund_fen=1000)
     for member in members:
         with server.client(member) as client:
             ok(client.post(f"/v1/packets/{order_id}/open"))
