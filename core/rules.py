@@ -1,7 +1,8 @@
 """Packet limits and the validation of a send request (DESIGN.md section 3).
 
 Defaults follow WeChat: 1..100 shares, at most 20000 fen (200 yuan) a packet, at least 1 fen a
-share, expiry 24 h, greeting at most 64 characters, groups of at most 500 members.
+share, expiry 24 h, greeting at most 64 characters, groups of at most 500 members. The
+configuration may move each limit within LIMIT_RANGES (tests raise the group size, for example).
 """
 
 from __future__ import annotations
@@ -14,6 +15,20 @@ from hongbao.core.money import parse_fen, parse_yuan
 from hongbao.core.packet import Kind, PacketSpec
 
 USER_ID_MAX = 64
+DAY_MS = 24 * 3600 * 1000
+
+# Allowed values of each limit, inclusive. The greeting column is VARCHAR(255) on the production
+# backend; a packet's total stays far below the int64 columns; expiry and the payment window are
+# at least a second (pay_by and expires_at must not be past when they are handed out) and at most
+# 30 days (the day tables are reused every month).
+LIMIT_RANGES: dict[str, tuple[int, int]] = {
+    "max_count": (1, 10_000),
+    "max_total_fen": (1, 100_000_000_000),
+    "max_group_size": (2, 100_000),
+    "greeting_max_chars": (0, 255),
+    "expiry_ms": (1000, 30 * DAY_MS),
+    "pay_ttl_ms": (1000, 30 * DAY_MS),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +41,25 @@ class Limits:
     greeting_max_chars: int = 64
     expiry_ms: int = 24 * 3600 * 1000
     pay_ttl_ms: int = 15 * 60 * 1000
+
+    def checked(self) -> Limits:
+        """These limits, if each lies in its LIMIT_RANGES range; ValueError naming the first that does not."""
+        for name, (low, high) in LIMIT_RANGES.items():
+            check_range(f"limits.{name}", getattr(self, name), low, high)
+        return self
+
+
+def check_range(name: str, value: float, low: float, high: float, note: str = "") -> None:
+    """Raise ValueError "{name} must be in {low}..{high}{note}, got {value}" unless low <= value <= high
+    (so NaN never passes, nor infinity unless ``high`` is infinite)."""
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in {_shown(low)}..{_shown(high)}{note}, got {value!r}")
+
+
+def _shown(number: float) -> str:
+    """``number`` as a config file would take it: 86400, 0.001, 100_000_000_000."""
+    whole = int(number) if float(number).is_integer() else number
+    return f"{whole:_}" if abs(whole) >= 100_000 else str(whole)
 
 
 def valid_user_id(value: object) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hongbao.bench.storm.cli import add_parser as add_storm_parser
 from hongbao.server.auth import KEY_FILE, embedded_secret, mint
-from hongbao.server.config import Settings, load_settings
+from hongbao.server.config import ConfigError, Settings, load_settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.run(args))
+    except ConfigError as exc:  # before any worker starts; 2 as for a bad flag
+        print(f"hongbao: {exc}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"hongbao: {exc}", file=sys.stderr)
         return 1

@@ -15,9 +15,54 @@ from pathlib import Path
 from typing import Any
 
 from hongbao.core.adapters.mysql_db import Layout
-from hongbao.core.rules import Limits
+from hongbao.core.rules import Limits, check_range
 
 DEFAULT_CONFIG_FILE = "hongbao.toml"
+DAY_S = 24 * 3600.0
+
+
+class ConfigError(ValueError):
+    """A setting that is unknown, of the wrong type, or out of its range; ``hongbao`` exits 2 on it."""
+
+
+# Allowed values of every numeric setting, inclusive, and what the ends mean. Durations are at
+# least a millisecond (a zero timeout or interval would spin or close at once).
+RANGES: dict[str, tuple[float, float, str]] = {
+    "port": (0, 65535, ""),
+    "workers": (0, 1024, " (0: automatic)"),
+    "mysql_dbs": (1, 100, ""),
+    "mysql_tables": (1, 100, ""),
+    "mysql_pool_size": (1, 1000, ""),
+    "mysql_hot_days": (1, 365, ""),
+    "region": (1, 2, " (1: north, 2: south)"),
+    "jwt_leeway_s": (0, 3600, ""),
+    "max_body_bytes": (1, 1 << 30, ""),
+    "max_header_bytes": (1, 1 << 20, ""),
+    "max_headers": (1, 1000, ""),
+    "header_timeout_s": (0.001, DAY_S, ""),
+    "body_timeout_s": (0.001, DAY_S, ""),
+    "keepalive_timeout_s": (0.001, DAY_S, ""),
+    "max_connections": (1, 10_000_000, ""),
+    "max_in_db": (1, 1000, ""),
+    "realtime_threshold_fen": (0, 100_000_000_000, ""),
+    "credit_interval_s": (0.001, 3600, ""),
+    "refund_interval_s": (0.001, 3600, ""),
+    "reconcile_interval_s": (0.001, 3600, ""),
+    "reconcile_window_ms": (1, 7 * 24 * 3600 * 1000, ""),
+    "ws_rate_per_s": (0.001, 1e9, ""),
+    "ws_burst": (1, 1_000_000_000, ""),
+    "ws_max_message_bytes": (1, 1 << 30, ""),
+    "ws_max_output_bytes": (1, 1 << 40, ""),
+    "ws_idle_timeout_s": (0.001, 30 * DAY_S, ""),
+    "ws_close_timeout_s": (0.001, 3600, ""),
+    "ws_token_grace_s": (0, DAY_S, ""),
+    "push_node_ttl_s": (1.001, DAY_S, " (more than the 1 s heartbeat)"),
+    "push_session_ttl_s": (0.001, 30 * DAY_S, ""),
+    "push_forward_timeout_s": (0.001, 3600, ""),
+    "push_store_failures": (1, 1_000_000, ""),
+    "push_log_max_messages": (1, 1_000_000, ""),
+    "push_log_max_age_s": (0.001, 365 * DAY_S, ""),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,32 +122,19 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
 
     def checked(self) -> Settings:
-        """This object, if its values make sense together; ValueError naming the first that does not."""
+        """This object, if its values make sense together and each number lies in its RANGES range
+        (and each limit in LIMIT_RANGES); ConfigError naming the first that does not, its value and
+        the allowed range."""
         if self.redis_cluster and not self.redis_url:
-            raise ValueError("redis_cluster needs redis_url (one node of the cluster)")
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be in 0..65535, got {self.port}")
-        if self.workers < 0:
-            raise ValueError(f"workers must be at least 1 (or 0: automatic), got {self.workers}")
-        if self.region not in (1, 2):
-            raise ValueError(f"region must be 1 (north) or 2 (south), got {self.region}")
-        for name in ("max_body_bytes", "max_header_bytes", "max_headers", "max_connections", "max_in_db", "ws_burst",
-                     "ws_max_message_bytes", "ws_max_output_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+            raise ConfigError("redis_cluster needs redis_url (one node of the cluster)")
         if self.backend not in ("embedded", "production"):
-            raise ValueError(f"backend must be embedded or production, got {self.backend!r}")
-        if min(self.mysql_dbs, self.mysql_tables, self.mysql_pool_size, self.mysql_hot_days) < 1:
-            raise ValueError("mysql_dbs, mysql_tables, mysql_pool_size and mysql_hot_days must be at least 1")
-        for name in ("push_store_failures", "push_log_max_messages"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not self.push_node_ttl_s > 1.0:
-            raise ValueError(f"push_node_ttl_s must be more than the 1 s heartbeat, got {self.push_node_ttl_s}")
-        for name in ("ws_rate_per_s", "ws_idle_timeout_s", "ws_close_timeout_s", "push_session_ttl_s", "push_forward_timeout_s",
-                     "push_log_max_age_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+            raise ConfigError(f"backend must be embedded or production, got {self.backend!r}")
+        try:
+            for name, (low, high, note) in RANGES.items():
+                check_range(name, getattr(self, name), low, high, note)
+            self.limits.checked()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         return self
 
     def worker_count(self) -> int:
@@ -126,21 +158,36 @@ class Settings:
             if key == "limits" and isinstance(value, Mapping):
                 limit_changes.update(value)
             elif key in known and key != "limits":
-                changes[key] = _convert(value, type(getattr(self, key)))
+                changes[key] = _convert(key, value, type(getattr(self, key)))
             elif key in {f.name for f in fields(Limits)}:
                 limit_changes[key] = value
             else:
                 raise ValueError(f"unknown setting {key!r}")
         if limit_changes:
             limits = self.limits
-            changes["limits"] = dataclasses.replace(limits, **{k: _convert(v, type(getattr(limits, k))) for k, v in limit_changes.items()})
+            unknown = set(limit_changes) - {f.name for f in fields(Limits)}
+            if unknown:
+                raise ValueError(f"unknown setting limits.{min(unknown)}")
+            changes["limits"] = dataclasses.replace(
+                limits, **{k: _convert(f"limits.{k}", v, type(getattr(limits, k))) for k, v in limit_changes.items()})
         return dataclasses.replace(self, **changes)
 
 
-def _convert(value: Any, kind: type) -> Any:
+def _convert(name: str, value: Any, kind: type) -> Any:
+    """``value`` as setting ``name`` of type ``kind`` takes it; ValueError naming both when it does not convert."""
+    try:
+        return _converted(value, kind)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be {_KIND_NAMES.get(kind, kind.__name__)}, got {value!r}") from None
+
+
+_KIND_NAMES = {int: "an integer", float: "a number", bool: "a boolean", str: "a string", tuple: "a list of strings"}
+
+
+def _converted(value: Any, kind: type) -> Any:
     if kind is bool and isinstance(value, str):
         if value.lower() not in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
-            raise ValueError(f"not a boolean: {value!r}")
+            raise ValueError(value)
         return value.lower() in {"1", "true", "yes", "on"}
     if kind is Path:
         return Path(value)
@@ -154,27 +201,37 @@ def load_settings(config_file: Path | None = None, env: Mapping[str, str] | None
                   flags: Mapping[str, Any] | None = None) -> Settings:
     """Defaults <- TOML file (``config_file``, else ./hongbao.toml when present) <- HONGBAO_* env <- flags.
 
-    Raises FileNotFoundError for a named config file that is missing, ValueError for an unknown
-    setting or a value of the wrong type."""
+    Raises FileNotFoundError for a named config file that is missing, ConfigError (a ValueError)
+    for an unknown setting, a value of the wrong type or out of its range (the message names the
+    setting, the value and, for a range, the allowed values)."""
     settings = Settings()
     path = config_file or (Path(DEFAULT_CONFIG_FILE) if Path(DEFAULT_CONFIG_FILE).exists() else None)
     if path is not None:
         with open(path, "rb") as handle:
-            data = tomllib.load(handle)
+            try:
+                data = tomllib.load(handle)
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"config file {path}: {exc}") from None
         flat: dict[str, Any] = {}
         for key, value in data.items():
             if isinstance(value, dict) and key not in {"limits"}:
                 flat.update(value)  # sections such as [server] or [jwt] are only for readability
             else:
                 flat[key] = value
-        settings = settings.with_overrides(flat)
+        settings = _overridden(settings, flat, f"config file {path}")
     env = os.environ if env is None else env
     for key, value in sorted(env.items()):
         if key.startswith("HONGBAO_"):
-            try:
-                settings = settings.with_overrides({key[len("HONGBAO_"):].lower(): value})
-            except ValueError as exc:
-                raise ValueError(f"environment variable {key}={value!r}: {exc}") from None
+            settings = _overridden(settings, {key[len("HONGBAO_"):].lower(): value}, f"environment variable {key}={value!r}")
     if flags:
-        settings = settings.with_overrides({k: v for k, v in flags.items() if v is not None})
+        settings = _overridden(settings, {k: v for k, v in flags.items() if v is not None}, "command line")
     return settings.checked()
+
+
+def _overridden(settings: Settings, values: Mapping[str, Any], source: str) -> Settings:
+    """``settings.with_overrides(values)``; ConfigError naming ``source`` for an unknown key or a value
+    that does not convert."""
+    try:
+        return settings.with_overrides(values)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{source}: {exc}") from None

@@ -64,17 +64,45 @@ def test_http10_keep_alive_is_answered_with_keep_alive(server: Server) -> None:
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
-        (["serve", "--port", "70000"], {}, "port must be in 0..65535"),
-        (["serve"], {"HONGBAO_WORKERS": "abc"}, "environment variable HONGBAO_WORKERS"),
-        (["token", "--user", "a", "--ttl", "-5"], {}, "must be positive"),
+        (["serve", "--port", "70000"], {}, "port must be in 0..65535, got 70000"),
+        (["serve"], {"HONGBAO_WORKERS": "abc"}, "environment variable HONGBAO_WORKERS='abc': workers must be an integer, got 'abc'"),
         (["audit", "--data-dir", "nowhere"], {}, "no database at nowhere/hongbao.db"),
     ],
 )
 def test_bad_command_line_values_are_named(tmp_path: Path, argv: list[str], env: dict[str, str], message: str) -> None:
-    """A bad port, environment value or token lifetime exits non-zero with a message naming it, no traceback."""
-    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", *argv], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **env})
-    assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
+    """A bad port, environment value or data directory exits 2 with a message naming it, no traceback."""
+    result = _cli(tmp_path, argv, env)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def _cli(cwd: Path, argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hongbao.server.cli", *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **(env or {})})
+
+
+@pytest.mark.parametrize(
+    ("toml", "argv", "env", "message"),
+    [
+        ("[limits]\nmax_total_fen = -5\n", ["serve"], {}, "limits.max_total_fen must be in 1..100_000_000_000, got -5"),
+        ("[limits]\nmax_group_size = 0\n", ["serve"], {}, "limits.max_group_size must be in 2..100_000, got 0"),
+        ("expiry_ms = -1000\n", ["serve"], {}, "limits.expiry_ms must be in 1000..2_592_000_000, got -1000"),
+        ("", ["serve"], {"HONGBAO_PAY_TTL_MS": "-1"}, "limits.pay_ttl_ms must be in 1000..2_592_000_000, got -1"),
+        ("[limits]\ngreeting_max_chars = 300\n", ["serve"], {}, "limits.greeting_max_chars must be in 0..255, got 300"),
+        ("[limits]\nmax_count = 5\n", ["serve", "--workers", "-1"], {}, "workers must be in 0..1024 (0: automatic), got -1"),
+        ("header_timeout_s = inf\n", ["serve"], {}, "header_timeout_s must be in 0.001..86400, got inf"),
+        ("[server]\nkeepalive_timeout_s = nan\n", ["serve"], {}, "keepalive_timeout_s must be in 0.001..86400, got nan"),
+        ("max_body_bytes = 0\n", ["serve"], {}, "max_body_bytes must be in 1..1_073_741_824, got 0"),
+        ("[limits]\nmax_count = 100\nmax_cuont = 5\n", ["serve"], {}, "config file hongbao.toml: unknown setting limits.max_cuont"),
+        ("", ["token", "--user", "a"], {"HONGBAO_MAX_COUNT": "0"}, "limits.max_count must be in 1..10000, got 0"),
+    ],
+)
+def test_out_of_range_settings_stop_the_start(tmp_path: Path, toml: str, argv: list[str], env: dict[str, str], message: str) -> None:
+    """A setting out of its range (TOML, HONGBAO_* or flag) exits 2 with one line naming it, its value
+    and the allowed range, before any worker starts."""
+    (tmp_path / "hongbao.toml").write_text(toml)
+    result = _cli(tmp_path, argv, env)
+    assert (result.returncode, result.stderr) == (2, f"hongbao: {message}\n")
+    assert not (tmp_path / "var").exists()  # nothing served, no key or database created
 
 
 def test_config_is_accepted_after_the_command(tmp_path: Path) -> None:
