@@ -20,6 +20,20 @@ from hongbao.server.auth import KEY_FILE, embedded_secret, mint
 from hongbao.server.config import ConfigError, Settings, load_settings
 
 
+MAX_TOKEN_TTL_S = 10 * 365 * 24 * 3600  # ten years
+
+
+def _ttl(text: str) -> float:
+    """A token lifetime in seconds: a finite number in (0, MAX_TOKEN_TTL_S]; argparse's error otherwise."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < seconds <= MAX_TOKEN_TTL_S:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {MAX_TOKEN_TTL_S} seconds (10 years), got {text}")
+    return seconds
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     flags = {k: getattr(args, k, None) for k in ("host", "port", "workers", "data_dir", "backend", "mysql_dsn", "redis_url", "redis_cluster")}
     return load_settings(args.config, flags=flags)
@@ -41,9 +55,6 @@ def _token(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if not args.user and not args.admin:
         print("hongbao token: give --user ID (repeatable) or --admin", file=sys.stderr)
-        return 2
-    if not args.ttl > 0:
-        print("hongbao token: the token lifetime (--ttl) must be positive", file=sys.stderr)
         return 2
     if not settings.jwt_secret and not (settings.data_dir / KEY_FILE).exists():
         print(f"hongbao token: no key in {settings.data_dir}/ yet: created {settings.data_dir / KEY_FILE}; only a server "
@@ -134,7 +145,7 @@ def parser() -> argparse.ArgumentParser:
     token.add_argument("--user", action="append", help="user id (repeatable; one token per line)")
     token.add_argument("--admin", action="store_true", help="also mint an admin token")
     token.add_argument("--admin-id", default="admin", help="the admin token's sub (default: admin)")
-    token.add_argument("--ttl", type=float, default=24 * 3600, help="lifetime in seconds (default: 86400)")
+    token.add_argument("--ttl", type=_ttl, default=24 * 3600, help=f"lifetime in seconds, up to {MAX_TOKEN_TTL_S} (default: 86400)")
     token.add_argument("--data-dir", dest="data_dir", type=Path)
     token.set_defaults(run=_token)
     audit = sub.add_parser("audit", parents=[common, mysql],

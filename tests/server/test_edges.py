@@ -105,6 +105,22 @@ def test_out_of_range_settings_stop_the_start(tmp_path: Path, toml: str, argv: l
     assert not (tmp_path / "var").exists()  # nothing served, no key or database created
 
 
+@pytest.mark.parametrize("ttl", ["inf", "1e300", "nan", "-5", "0", "315360001"])
+def test_token_ttl_must_be_finite_and_at_most_ten_years(tmp_path: Path, ttl: str) -> None:
+    """`hongbao token --ttl` refuses an infinite, huge, NaN, negative or zero lifetime with argparse's exit 2, no token."""
+    result = _cli(tmp_path, ["token", "--user", "bob", "--ttl", ttl])
+    assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    assert f"argument --ttl: must be more than 0 and at most 315360000 seconds (10 years), got {ttl}" in result.stderr
+
+
+def test_token_ttl_of_ten_years_is_accepted(tmp_path: Path) -> None:
+    """The longest lifetime, 10 years, mints a token whose exp is 10 years from now."""
+    result = _cli(tmp_path, ["token", "--user", "bob", "--ttl", "315360000"])
+    assert result.returncode == 0, result.stderr
+    exp = jwt.decode(result.stdout.strip(), embedded_secret(tmp_path / "var"), algorithms=["HS256"])["exp"]
+    assert abs(exp - (time.time() + 315_360_000)) < 60
+
+
 def test_config_is_accepted_after_the_command(tmp_path: Path) -> None:
     """`hongbao token --config FILE` reads the file like `hongbao --config FILE token` does."""
     config = tmp_path / "h.toml"
