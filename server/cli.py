@@ -78,6 +78,15 @@ def _mysql_dsn(settings: Settings, command: str) -> str:
     return settings.mysql_dsn
 
 
+def _mysql_failed(command: str, dsn: str, exc: BaseException) -> None:
+    """Print one line for a MySQL server that refused or could not be reached: which servers (user,
+    host and port of each DSN, never the password) and the server's error."""
+    from hongbao.core.adapters.mysql_db import parse_dsn
+
+    where = ", ".join(f"mysql://{s['user']}@{s['host']}:{s['port']}" for s in parse_dsn(dsn))
+    print(f"hongbao {command}: MySQL at {where}: {exc}", file=sys.stderr)
+
+
 def _migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     dsn, layout = _mysql_dsn(settings, "hongbao migrate"), settings.mysql_layout()
@@ -94,7 +103,7 @@ def _migrate(args: argparse.Namespace) -> int:
             moved = asyncio.run(move_cold(dsn, layout, int(time.time() * 1000)))
             print(f"cold: {moved} closed packets older than {layout.hot_days} days moved to the cold databases")
     except (MySQLError, RuntimeError) as exc:
-        print(f"hongbao migrate: {exc}", file=sys.stderr)
+        _mysql_failed("migrate", dsn, exc)
         return 1
     return 0
 
@@ -105,7 +114,14 @@ def _audit(args: argparse.Namespace) -> int:
     from hongbao.core.embedded import DB_FILE
 
     if settings.backend == "production":
-        report = asyncio.run(audit_mysql(_mysql_dsn(settings, "hongbao audit"), settings.mysql_layout(), drained=not args.not_drained))
+        from asyncmy.errors import MySQLError
+
+        dsn = _mysql_dsn(settings, "hongbao audit")
+        try:
+            report = asyncio.run(audit_mysql(dsn, settings.mysql_layout(), drained=not args.not_drained))
+        except (MySQLError, OSError) as exc:  # refused, unreachable, not migrated: no audit, not a violation
+            _mysql_failed("audit", dsn, exc)
+            return 2
     elif not (settings.data_dir / DB_FILE).is_file():
         print(f"hongbao audit: no database at {settings.data_dir / DB_FILE} (serve there first, or give --data-dir)", file=sys.stderr)
         return 2
@@ -149,7 +165,8 @@ def parser() -> argparse.ArgumentParser:
     token.add_argument("--data-dir", dest="data_dir", type=Path)
     token.set_defaults(run=_token)
     audit = sub.add_parser("audit", parents=[common, mysql],
-                           help="check the money invariants of DESIGN.md section 11; exit 1 on any violation, 2 without a database")
+                           help="check the money invariants of DESIGN.md section 11; exit 1 on any violation, 2 without a database "
+                           "(or when MySQL refuses or cannot be reached)")
     audit.add_argument("--data-dir", dest="data_dir", type=Path)
     audit.add_argument("--backend", choices=["embedded", "production"], help="production: audit the MySQL shards of --mysql-dsn")
     audit.add_argument("--not-drained", action="store_true",
