@@ -38,9 +38,12 @@ class Context:
         return self.identity.user_id
 
     def json(self) -> dict[str, Any]:
-        """The body as a JSON object; InvalidRequest for malformed JSON, deep nesting or a non-object."""
+        """The body as a JSON object; InvalidRequest for malformed JSON, deep nesting or anything
+        but an object (an empty body and ``null`` included: every JSON route requires its body)."""
+        if not self.body:
+            raise InvalidRequest("the body must be a JSON object")
         try:
-            value = orjson.loads(self.body or b"{}")
+            value = orjson.loads(self.body)
         except orjson.JSONDecodeError as exc:
             raise InvalidRequest(f"malformed JSON body: {exc}") from None
         if not isinstance(value, dict):

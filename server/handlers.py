@@ -191,8 +191,9 @@ class Handlers:
 
     async def crediting_mode(self, ctx: Context) -> Response:
         """POST /v1/admin/crediting-mode {mode}: realtime_large | queued | deferred, at run time."""
+        body = ctx.json()  # its InvalidRequest is a ValueError too: outside the try
         try:
-            mode = CreditingMode(str(ctx.json().get("mode")))
+            mode = CreditingMode(str(body.get("mode")))
         except ValueError:
             raise errors.InvalidRequest("mode must be one of realtime_large, queued, deferred") from None
         await self.svc.set_crediting_mode(mode)

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import jwt
 import pytest
+import yaml
 
 from hongbao.server.auth import embedded_secret
 from tests.server.conftest import Server
+from tests.server.test_openapi import SPEC_PATH
 from tests.server.flows import ok, pipelined
 
 
@@ -47,6 +49,27 @@ def test_repeated_members_do_not_count(server: Server) -> None:
     """1000 copies of one member make a group of two, not an over-limit error."""
     with server.client("alice") as client:
         assert ok(client.post("/v1/groups", json={"members": ["bob"] * 1000}), 201)["members"] == ["alice", "bob"]
+
+
+JSON_ROUTES = [(method.upper(), path) for path, operations in yaml.safe_load(SPEC_PATH.read_text(encoding="utf-8"))["paths"].items()
+               for method, operation in operations.items() if isinstance(operation, dict) and "requestBody" in operation]
+
+
+def test_every_json_route_refuses_an_empty_or_null_body(server: Server) -> None:
+    """An empty body or a JSON null on every route that takes a JSON body (from docs/openapi.yaml) is a
+    400 invalid_request "the body must be a JSON object", as an array is; nothing is created or moved."""
+    assert len(JSON_ROUTES) >= 8
+    with server.client("alice") as alice, server.client("admin", admin=True) as admin:
+        gid = ok(alice.post("/v1/groups", json={"members": ["bob"]}), 201)["group_id"]
+        for method, template in JSON_ROUTES:
+            client = admin if template.startswith("/v1/admin/") else alice
+            path = template.replace("{user_id}", "bob").replace("{group_id}", gid)
+            for body in (b"", b"null", b"[]"):
+                answer = client.request(method, path, content=body, headers={"content-type": "application/json"})
+                assert (answer.status_code, answer.json()["error"]) == (
+                    400, {"code": "invalid_request", "message": "the body must be a JSON object"}), (method, path, body)
+        assert ok(alice.get(f"/v1/groups/{gid}"))["members"] == ["alice", "bob"]
+        assert ok(alice.get("/v1/me/sent"))["items"] == [] and ok(alice.get("/v1/balance"))["balance_fen"] == 0
 
 
 def test_http10_keep_alive_is_answered_with_keep_alive(server: Server) -> None:
