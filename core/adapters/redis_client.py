@@ -140,11 +140,12 @@ class Pipelines:
         error reply as redis-py's exception for it."""
         return await self._lean_first(key, args, ())
 
-    def lean_send(self, key: str, *args: Arg) -> asyncio.Future[Any] | None:
-        """Send the command ``args`` (first key ``key``) on the lean path only: the future of its
-        raw reply, or None when there is no lean route (TLS, a cluster slot not mapped yet). The
-        future's error is not retried: on any, callers take :meth:`command`."""
-        return None if self._lean is None else self._lean.send(key, args)
+    def lean_request(self, key: str, request: bytes) -> asyncio.Future[Any] | None:
+        """Send one encoded command (RESP2, hongbao.core.adapters.redis_lean; first key ``key``) on
+        the lean path only: the future of its raw reply, or None when there is no lean route (TLS,
+        a cluster slot not mapped yet). The future's error is not retried: on any, callers take
+        :meth:`command`."""
+        return None if self._lean is None else self._lean.send_request(key, request)
 
     def close(self) -> None:
         """Close the lean connections (the redis-py client is its owner's to close)."""

@@ -33,6 +33,7 @@ from typing import Any
 
 from hongbao.core import errors
 from hongbao.core.adapters.redis_client import LuaScript, Pipelines, text
+from hongbao.core.adapters.redis_lean import bulk
 from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.grab_state import Lookup, PacketState
 from hongbao.core.packet import Kind, Packet, Status
@@ -44,9 +45,11 @@ log = logging.getLogger("hongbao.redis_grab")
 KEEP_MS = 3600_000  # a key outlives its packet's expiry by this much (late grabs answered "expired" from Redis)
 DB_RATE_PER_S = 500.0  # database checks a second per worker while Redis is down (a fifth of a second's worth at once)
 _FIELDS = ("k", "c", "n", "s", "g", "r", "e", "p")
-STATES_MAX = 1024  # parsed states kept per worker, by order id and raw fields (a hot packet is parsed once per change)
+STATES_MAX = 1024  # packets whose last parsed state is kept (a hot packet is parsed once per change of its fields)
 _KINDS = {kind.value.encode(): kind for kind in Kind}  # a dict lookup instead of Enum.__call__ per read
 _STATUSES = {status.value.encode(): status for status in Status}
+_HMGET = b"*%d\r\n%b" % (len(_FIELDS) + 3, bulk("HMGET"))  # lookup's request: this, the key, _FIELDS_BULK, the user's field
+_FIELDS_BULK = b"".join(map(bulk, _FIELDS))
 
 # ARGV: k c n s g r e rebuilt ttl_ms. Returns 1 when stored, 0 when the key already existed.
 _PUT = LuaScript(
@@ -101,7 +104,7 @@ class RedisGrabState:
         self._pipes, self._breaker, self._counts = pipes, breaker, counts
         self._bucket = TokenBucket(db_rate_per_s, max(1, round(db_rate_per_s / 5)))
         self._stale: set[str] = set()  # keys whose writes were lost: deleted before the next read
-        self._states: dict[tuple[str, tuple[Any, ...]], PacketState] = {}
+        self._states: dict[str, tuple[list[Any], PacketState]] = {}  # the last state parsed per packet, by its raw fields
 
     def _count(self, name: str) -> None:
         tally(self._counts, name)
@@ -127,7 +130,7 @@ class RedisGrabState:
         if self._stale or not self._breaker.is_clean:
             return None
         name = key(order_id)
-        future = self._pipes.lean_send(name, "HMGET", name, *_FIELDS, f"u:{user_id}")
+        future = self._pipes.lean_request(name, b"".join((_HMGET, bulk(name), _FIELDS_BULK, bulk(f"u:{user_id}"))))
         if future is None:
             return None
         return Soon(future).outcome(lambda reply, error: self._parse(order_id, reply, error))
@@ -137,16 +140,18 @@ class RedisGrabState:
         change of its fields."""
         if error is not None or reply is None:
             raise Later(f"grab state of {order_id}: {error!r}")
-        raw, amount = tuple(reply[:8]), reply[8]
+        raw, amount = reply[:8], reply[8]
         if raw[0] is None:
             return None
-        state = self._states.get((order_id, raw))
-        if state is None:
+        last = self._states.get(order_id)
+        if last is not None and last[0] == raw:
+            state = last[1]
+        else:
             k, c, n, s, g, r, e, _ = raw
             state = PacketState(order_id, _KINDS[k], int(c), int(n), _STATUSES[s], text(g) or None, text(r) or None, int(e))
             if len(self._states) >= STATES_MAX:
                 self._states.clear()
-            self._states[(order_id, raw)] = state
+            self._states[order_id] = (raw, state)
         return Lookup(state, None if amount is None else int(amount), raw[7] is None)
 
     async def _read(self, name: str, user_id: str) -> list[Any]:

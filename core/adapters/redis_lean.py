@@ -49,19 +49,28 @@ BULKS_MAX = 4096  # encoded str arguments kept (the whole cache is dropped when 
 def encode(args: Sequence[Arg]) -> bytes:
     """One RESP2 request: an array of bulk strings (str as UTF-8, int in decimal). The bulk
     strings of recent str arguments (command names, fields, hot keys) are kept encoded."""
-    parts = [b"*%d\r\n" % len(args)]
-    bulks = _bulks
+    parts, kept = [b"*%d\r\n" % len(args)], _bulks.get
     for arg in args:
-        bulk = bulks.get(arg) if isinstance(arg, str) else None
-        if bulk is None:
-            data = arg.encode() if isinstance(arg, str) else b"%d" % arg if isinstance(arg, int) else arg
-            bulk = b"$%d\r\n%b\r\n" % (len(data), data)
-            if isinstance(arg, str):
-                if len(bulks) >= BULKS_MAX:
-                    bulks.clear()
-                bulks[arg] = bulk
-        parts.append(bulk)
+        parts.append((isinstance(arg, str) and kept(arg)) or bulk(arg))  # a kept bulk string is never empty
     return b"".join(parts)
+
+
+def bulk(arg: Arg) -> bytes:
+    """One RESP2 bulk string ``$<length>\r\n<data>\r\n`` (str as UTF-8, int in decimal); those of
+    the last ``BULKS_MAX`` distinct str arguments are kept."""
+    if isinstance(arg, str):
+        found = _bulks.get(arg)
+        if found is not None:
+            return found
+        data = arg.encode()
+    else:
+        data = b"%d" % arg if isinstance(arg, int) else arg
+    encoded = b"$%d\r\n%b\r\n" % (len(data), data)
+    if isinstance(arg, str):
+        if len(_bulks) >= BULKS_MAX:
+            _bulks.clear()
+        _bulks[arg] = encoded
+    return encoded
 
 
 _bulks: dict[str, bytes] = {}
@@ -229,6 +238,11 @@ class LeanRedis:
     def send(self, key: str, args: Sequence[Arg]) -> asyncio.Future[Any] | None:
         """Send the command ``args`` whose (first) key is ``key``; its reply arrives in the returned
         future. None when there is no lean route (a cluster slot redis-py has not mapped yet)."""
+        return self.send_request(key, encode(args))
+
+    def send_request(self, key: str, request: bytes) -> asyncio.Future[Any] | None:
+        """:meth:`send` for a request already encoded (RESP2, e.g. by :func:`encode`)."""
+        connection = self._single
         if self._nodes is not None:
             nodes = self._nodes.slots_cache.get(key_slot(key.encode()))
             if not nodes:
@@ -236,12 +250,10 @@ class LeanRedis:
             connection = self._by_node.get(nodes[0].name)
             if connection is None:
                 connection = self._by_node[nodes[0].name] = LeanConnection((nodes[0].host, int(nodes[0].port)), self._handshake, self._timeout_s)
-        else:
-            connection = self._single
-            if connection is None:
-                assert self._address is not None
-                connection = self._single = LeanConnection(self._address, self._handshake, self._timeout_s)
-        return connection.send(encode(args))
+        elif connection is None:
+            assert self._address is not None
+            connection = self._single = LeanConnection(self._address, self._handshake, self._timeout_s)
+        return connection.send(request)
 
     def close(self) -> None:
         """Close every connection (commands still waiting fail with ConnectionError)."""
