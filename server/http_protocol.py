@@ -14,6 +14,9 @@ Answers are written together once per turn of the loop (``Connections.flush``), 
 connection: a burst of answers wakes the client once, not once per answer, which on a busy
 machine costs more than building the answer.
 
+A HEAD is answered as its GET is (server/router.py), and the answer goes out without its body:
+the next pipelined answer follows right after its head (RFC 9110 section 9.3.2).
+
 A WebSocket upgrade request is checked by the app's ``ws_gate`` (server/ws_handshake.py) when its
 turn comes (answers to earlier pipelined requests are written first); on success the 101 is
 written and the transport is handed to a ``WsConnection`` (server/ws_connection.py) with the bytes
@@ -89,6 +92,12 @@ class _Rest:
                 value = coro.send(sent)
             except StopIteration:
                 return
+
+
+def _head_only(wire: bytes, response: Response) -> bytes:
+    """The encoded ``response`` (``wire``) as the answer to a HEAD: its status line and header
+    fields, Content-Length of the body included, without the body (RFC 9110 section 9.3.2)."""
+    return wire[:len(wire) - len(response.body)]
 
 
 class Connections:
@@ -227,14 +236,16 @@ class HttpProtocol(asyncio.Protocol):
             if transport is not None and not transport.is_closing():
                 transport.write(out[0] if len(out) == 1 else b"".join(out))
 
-    def _finish(self, response: Response) -> None:
-        """Answer once more and close: used for errors that end the connection."""
+    def _finish(self, response: Response, request: hongbao_native.Request | None = None) -> None:
+        """Answer once more (to ``request``, if the answer is to one) and close: used for errors that
+        end the connection and for requests that asked to close."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         self.flush()
         headers = [*response.headers, ("connection", "close")]
-        transport.write(hongbao_native.encode_response(response.status, headers, response.body))
+        wire = hongbao_native.encode_response(response.status, headers, response.body)
+        transport.write(_head_only(wire, response) if request is not None and request.method == "HEAD" else wire)
         transport.close()
 
     def _upgrade(self, request: hongbao_native.Request) -> None:
@@ -247,7 +258,7 @@ class HttpProtocol(asyncio.Protocol):
         if isinstance(accepted, Response):
             if accepted.status == 503:
                 events["ws_admission_rejections"] += 1
-            self._finish(accepted)
+            self._finish(accepted, request)
             return
         events["ws_handshakes"] += 1
         self.flush()
@@ -314,7 +325,7 @@ class HttpProtocol(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return False
         if not request.keep_alive:
-            self._finish(response)
+            self._finish(response, request)
             return False
         wire = response.wire  # a constant answer's bytes, encoded once (responses.prebuilt)
         if not wire or request.version == "1.0":
@@ -322,6 +333,8 @@ class HttpProtocol(asyncio.Protocol):
             if request.version == "1.0":  # HTTP/1.0 keeps the connection only when told so (RFC 9112 9.3)
                 headers = [*headers, ("connection", "keep-alive")]
             wire = hongbao_native.encode_response(response.status, headers, response.body)
+        if request.method == "HEAD":
+            wire = _head_only(wire, response)
         self.send(wire)
         if self.paused and len(self.pending) < MAX_PIPELINED // 2:
             transport.resume_reading()

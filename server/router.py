@@ -1,7 +1,8 @@
 """Route matching: (method, path template) -> handler, with ``{name}`` path parameters.
 
 Templates are split on ``/``; a segment ``{name}`` matches any non-empty segment. Matching is
-exact otherwise; a path that matches a template with another method answers 405.
+exact otherwise; a path that matches a template with another method answers 405. Every GET route
+also takes HEAD (RFC 9110 section 9.3.2: GET without the content; the connection drops the body).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class Router:
     def __init__(self, routes: list[Route]) -> None:
         self._routes = list(routes)
         self._root = _Node()
-        self._static = {(r.method, r.template): r for r in routes if "{" not in r.template}  # one lookup
+        self._static: dict[tuple[str, str], Route] = {}  # one lookup
         self._recent: dict[tuple[str, str], tuple[Route, dict[str, str]]] = {}
         for route in routes:
             node = self._root
@@ -70,11 +71,16 @@ class Router:
                     node = node.param
                 else:
                     node = node.literal.setdefault(segment, _Node())
-            node.methods[route.method] = route
+            methods = ("GET", "HEAD") if route.method == "GET" else (route.method,)
+            for method in methods:
+                node.methods[method] = route
+                if "{" not in route.template:
+                    self._static[(method, route.template)] = route
 
     @property
     def routes(self) -> list[Route]:
-        """Every route, in the order given (tests compare them with docs/openapi.yaml)."""
+        """Every route, in the order given (tests compare them with docs/openapi.yaml); the HEAD
+        each GET route also takes is not listed."""
         return list(self._routes)
 
     def _find(self, path: str) -> tuple[_Node | None, dict[str, str]]:
@@ -112,6 +118,7 @@ class Router:
         return route, params, True
 
     def allowed(self, path: str) -> list[str]:
-        """The methods some route takes on ``path``, sorted (the Allow header of a 405, RFC 9110 15.5.6)."""
+        """The methods some route takes on ``path``, HEAD with GET, sorted (the Allow header of a 405,
+        RFC 9110 15.5.6)."""
         node, _ = self._find(path)
         return sorted(node.methods) if node is not None else []

@@ -239,11 +239,11 @@ ROWS = [
     Row("unknown-route", "GET", "/v1/nothing-here", 404, "not_found"),
     Row("unknown-root", "GET", "/", 404, "not_found", user=""),
     Row("unknown-deep-route", "POST", "/v1/packets/{packet}/open/again", 404, "not_found"),
-    Row("wrong-method-balance", "PUT", "/v1/balance", 405, "method_not_allowed", allow="GET"),
+    Row("wrong-method-balance", "PUT", "/v1/balance", 405, "method_not_allowed", allow="GET, HEAD"),
     Row("wrong-method-packets", "GET", "/v1/packets", 405, "method_not_allowed", allow="POST"),
     Row("wrong-method-open", "GET", "/v1/packets/{packet}/open", 405, "method_not_allowed", allow="POST"),
-    Row("wrong-method-packet", "PUT", "/v1/packets/{packet}", 405, "method_not_allowed", allow="DELETE, GET"),
-    Row("wrong-method-healthz", "DELETE", "/healthz", 405, "method_not_allowed", user="", allow="GET"),
+    Row("wrong-method-packet", "PUT", "/v1/packets/{packet}", 405, "method_not_allowed", allow="DELETE, GET, HEAD"),
+    Row("wrong-method-healthz", "DELETE", "/healthz", 405, "method_not_allowed", user="", allow="GET, HEAD"),
 ]
 
 

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import hongbao_native
 import jwt
 import pytest
 import yaml
@@ -167,3 +168,52 @@ def test_pipelined_requests_are_answered_in_order(server: Server) -> None:
     assert answers[0][1] == answers[4][1] and b'"status"' in answers[0][1]
     assert answers[1][1] == answers[3][1] == b'{"user_id":"pipelined","balance_fen":0}'
     assert b'"code":"not_found"' in answers[2][1]
+
+
+def _exchange(server: Server, data: bytes, heads: int) -> bytes:
+    """Send ``data`` on one connection and read until ``heads`` answer heads and the body bytes after
+    the last one have come (or the server closes); the raw bytes."""
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(data)
+        received = b""
+        while received.count(b"\r\n\r\n") < heads or not received.rstrip(b"\r\n").endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    return received
+
+
+UNKNOWN_PACKET = "/v1/packets/" + hongbao_native.encode_order_id(1, 261130, 1, 99_999_999_999)
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/v1/balance", UNKNOWN_PACKET])
+def test_head_is_get_without_the_body(server: Server, path: str) -> None:
+    """HEAD answers the status and Content-Length GET gets, with no body (RFC 9110 section 9.3.2):
+    on a public route, an authenticated one and one that errors (404 not_found); HEAD and a GET pipelined
+    on one connection are framed apart, the GET's body right after the HEAD's head."""
+    auth = f"Authorization: Bearer {server.token('header')}\r\n"
+    with server.client("header") as client:
+        got, head = client.get(path), client.head(path)
+    assert (head.status_code, head.content) == (got.status_code, b"")
+    assert head.headers["content-length"] == str(len(got.content)) != "0"
+    assert head.headers["content-type"] == got.headers["content-type"] == "application/json"
+    request = f"{{}} {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n"
+    raw = _exchange(server, (request.format("HEAD") + request.format("GET")).encode(), heads=2)
+    first, second = raw.split(b"\r\n\r\n", 1)
+    assert first.startswith(f"HTTP/1.1 {got.status_code} ".encode())
+    assert f"content-length: {len(got.content)}".encode() in first.lower()
+    assert second.startswith(f"HTTP/1.1 {got.status_code} ".encode()) and second.endswith(b"\r\n\r\n" + got.content)
+
+
+def test_head_closing_and_405_allow(server: Server) -> None:
+    """HEAD with Connection: close gets the head only, then the close; a 405 lists HEAD wherever GET is
+    allowed, and HEAD on a POST-only path is itself a 405 without a body."""
+    closing = _exchange(server, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", heads=1)
+    assert closing.startswith(b"HTTP/1.1 200 ") and closing.endswith(b"\r\n\r\n") and b"content-length: 15" in closing.lower()
+    with server.client("header") as client:
+        assert client.put("/v1/balance").headers["allow"] == "GET, HEAD"
+        assert client.put("/v1/packets/1").headers["allow"] == "DELETE, GET, HEAD"
+        refused = client.head("/v1/packets")
+    assert (refused.status_code, refused.headers["allow"], refused.content) == (405, "POST", b"")
