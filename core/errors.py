@@ -102,6 +102,14 @@ class Expired(HongbaoError):
     status = 410
 
 
+class IdempotencyKeyReused(HongbaoError):
+    """An Idempotency-Key used again with a different request, e.g. a top-up of another amount in fen
+    (422 idempotency_key_reused; draft-ietf-httpapi-idempotency-key-header section 2.7): nothing moved."""
+
+    code = "idempotency_key_reused"
+    status = 422
+
+
 class PayloadTooLarge(HongbaoError):
     """The request body is over the configured limit in bytes (413 payload_too_large)."""
 

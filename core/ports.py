@@ -125,6 +125,11 @@ class LedgerStore(Protocol):
         """The balance in fen (0 for an unknown user)."""
         ...
 
+    async def amount(self, user_id: str, kind: str, ref: str) -> int | None:
+        """The signed amount in fen of ``user_id``'s entry (kind, ref), None if there is none: what
+        a repeated ``post`` of that entry finds already applied."""
+        ...
+
     async def entries(self, user_id: str, offset: int, limit: int) -> list[LedgerEntry]:
         """The user's entries, newest first."""
         ...

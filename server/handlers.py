@@ -49,7 +49,8 @@ class Handlers:
         self.svc = svc
 
     async def topup(self, ctx: Context) -> Response:
-        """POST /v1/admin/accounts/{user_id}/topup {amount_fen}; Idempotency-Key makes repeats no-ops."""
+        """POST /v1/admin/accounts/{user_id}/topup {amount_fen}; Idempotency-Key makes repeats no-ops,
+        and the key again with another amount is IdempotencyKeyReused (422; nothing moves)."""
         user_id = ctx.params["user_id"]
         if not valid_user_id(user_id):
             raise errors.InvalidRequest("user_id must be 1..64 of [A-Za-z0-9_-]")
@@ -61,7 +62,10 @@ class Handlers:
             key = secrets.token_hex(16)
         elif not _IDEMPOTENCY_KEY.fullmatch(key):
             raise errors.InvalidRequest("Idempotency-Key must be 1..128 visible ASCII characters")
-        applied = await self.svc.topup(user_id, amount, f"{user_id}:{key}")
+        ref = f"{user_id}:{key}"
+        applied = await self.svc.topup(user_id, amount, ref)
+        if not applied and (first := await self.svc.ports.ledger.amount(user_id, "topup", ref)) != amount:
+            raise errors.IdempotencyKeyReused(f"Idempotency-Key {key} was used for a top-up of {first} fen, not {amount} fen")
         balance = await self.svc.ports.ledger.balance(user_id)
         return json_response(200, {"user_id": user_id, "balance_fen": balance, "applied": applied})
 

@@ -92,6 +92,13 @@ class MysqlLedgerStore:
         row = await self._shards.fetchone(db, f"SELECT balance_fen FROM t_account_{t:02} WHERE user_id = %s", (user_id,))
         return 0 if row is None else int(row[0])
 
+    async def amount(self, user_id: str, kind: str, ref: str) -> int | None:
+        """The signed amount in fen of the user's entry (kind, ref); None if there is none."""
+        db, t = self._shards.layout.key_shard(user_id)
+        row = await self._shards.fetchone(
+            db, f"SELECT amount_fen FROM t_ledger_{t:02} WHERE kind = %s AND ref = %s AND user_id = %s", (kind, ref, user_id))
+        return None if row is None else int(row[0])
+
     async def entries(self, user_id: str, offset: int, limit: int) -> list[LedgerEntry]:
         """The user's entries, newest first."""
         db, t = self._shards.layout.key_shard(user_id)

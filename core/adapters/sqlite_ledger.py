@@ -51,6 +51,16 @@ class SqliteLedgerStore:
 
         return self._db.read(get)
 
+    async def amount(self, user_id: str, kind: str, ref: str) -> int | None:
+        """The signed amount in fen of the user's entry (kind, ref); None if there is none."""
+
+        def get() -> int | None:
+            row = self._db.reader.execute("SELECT amount_fen FROM t_ledger WHERE kind = ? AND ref = ? AND user_id = ?",
+                                          (kind, ref, user_id)).fetchone()
+            return None if row is None else int(row[0])
+
+        return self._db.read(get)
+
     async def entries(self, user_id: str, offset: int, limit: int) -> list[LedgerEntry]:
         """The user's entries, newest first."""
         sql = "SELECT user_id, kind, ref, amount_fen, created_at FROM t_ledger WHERE user_id = ? ORDER BY id DESC LIMIT ? OFFSET ?"

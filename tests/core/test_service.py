@@ -208,6 +208,16 @@ async def test_exclusive_packets(backend: Embedded) -> None:
     assert len(await svc.ports.packets.receipts(first)) == 1
 
 
+async def test_ledger_amount_is_the_applied_entry(backend: Embedded) -> None:
+    """ledger.amount reads the signed fen of a user's (kind, ref) entry as first applied; None for another user, kind or ref."""
+    svc = backend.service
+    assert await svc.topup("A", 500, "A:k") and not await svc.topup("A", 700, "A:k")
+    order_id = await _paid(svc, "A", {"count": 1, "total_fen": 120, "kind": "exclusive", "receiver_id": "B"}, fund=1)
+    assert await svc.ports.ledger.amount("A", "topup", "A:k") == 500
+    assert await svc.ports.ledger.amount("A", "send", order_id) == -120
+    assert [await svc.ports.ledger.amount(*key) for key in [("B", "topup", "A:k"), ("A", "send", "A:k"), ("A", "topup", "A:x")]] == [None] * 3
+
+
 async def test_pay_is_idempotent_and_checks_balance(backend: Embedded) -> None:
     """A repeated pay debits once; a pay without funds moves nothing; only the sender may pay."""
     svc = backend.service

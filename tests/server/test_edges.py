@@ -1,5 +1,5 @@
-"""Edges a newcomer hit: the bearer scheme's case, idempotency keys, token claims, HTTP/1.0
-keep-alive, repeated group members, and command-line values that must be refused clearly."""
+"""Edges a newcomer hit: the bearer scheme's case, idempotency keys (and their reuse), token claims,
+HTTP/1.0 keep-alive, HEAD, repeated group members, and command-line values that must be refused clearly."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import yaml
 
 from hongbao.server.auth import embedded_secret
 from tests.server.conftest import Server
-from tests.server.test_openapi import SPEC_PATH
+from tests.server.test_openapi import SPEC_PATH, TOPUP, Checker
 from tests.server.flows import ok, pipelined
 
 
@@ -44,6 +44,22 @@ def test_bad_idempotency_keys_are_refused(server: Server, key: bytes) -> None:
         assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_request"
     with server.client("k") as client:
         assert ok(client.get("/v1/balance"))["balance_fen"] == 0
+
+
+def test_idempotency_key_reused_with_another_amount_is_422(server: Server) -> None:
+    """A top-up key used again with another amount is 422 idempotency_key_reused naming both amounts
+    (draft-ietf-httpapi-idempotency-key-header section 2.7) and moves nothing; with the same amount
+    it stays a 200 applied: false; the answers match docs/openapi.yaml."""
+    check, key = Checker(), {"idempotency-key": "reuse-1"}
+    with server.client("admin", admin=True) as admin:
+        first = check(admin.post("/v1/admin/accounts/r/topup", json={"amount_fen": 500}, headers=key), TOPUP, 200)
+        reused = check(admin.post("/v1/admin/accounts/r/topup", json={"amount_fen": 700}, headers=key), TOPUP, 422)
+        again = check(admin.post("/v1/admin/accounts/r/topup", json={"amount_fen": 500}, headers=key), TOPUP, 200)
+    assert (first["applied"], again["applied"], again["balance_fen"]) == (True, False, 500)
+    assert reused["error"] == {"code": "idempotency_key_reused",
+                               "message": "Idempotency-Key reuse-1 was used for a top-up of 500 fen, not 700 fen"}
+    with server.client("r") as client:
+        assert ok(client.get("/v1/balance"))["balance_fen"] == 500
 
 
 def test_repeated_members_do_not_count(server: Server) -> None:
