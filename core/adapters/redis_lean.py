@@ -5,11 +5,7 @@ command (pipeline objects, packing, connection checkout); this path spends a few
 
 - Auto-pipelining: the commands sent during one event-loop tick leave in ONE ``transport.write``
   per server; Redis answers a connection's commands in the order it read them, so replies are
-  matched to their futures first in, first out. While a write's replies are still due, new
-  commands wait for them (up to ``HOLD_MAX`` commands), then leave together: under load the
-  batches grow with the round trip instead of a write and a read per tick, and an idle connection
-  sends at once (the "one batch in flight" rule of Redis' own pipelining advice,
-  https://redis.io/docs/latest/develop/use/pipelining/).
+  matched to their futures first in, first out.
 - Errors: an error reply becomes redis-py's exception for it (``redis.exceptions.ResponseError``,
   ``NoScriptError``, ``MovedError``, ``AskError``...: redis-py's own parser table), a lost or
   refused connection ``redis.exceptions.ConnectionError``, a server silent for ``timeout_s`` with
@@ -42,7 +38,6 @@ from redis.exceptions import ConnectionError, TimeoutError
 Arg = bytes | str | int
 SLOTS = 16384
 CONNECT_TIMEOUT_S = 1.0
-HOLD_MAX = 256  # commands held behind a write in flight before they leave anyway
 BULKS_MAX = 4096  # encoded str arguments kept (the whole cache is dropped when full)
 
 
@@ -101,7 +96,6 @@ class LeanConnection(asyncio.Protocol):
         self._pending: deque[asyncio.Future[Any] | None] = deque()  # None: a handshake reply
         self._reader = _reader()
         self._flushing = False
-        self._in_flight = 0  # requests written whose replies are still due
         self._timer: asyncio.TimerHandle | None = None
         self._heard = 0.0  # loop time of the last reply, or of the first command after a quiet spell
         self._timed_out = False
@@ -116,7 +110,7 @@ class LeanConnection(asyncio.Protocol):
         if self._transport is None:
             if self._connecting is None:
                 self._connecting = self._loop.create_task(self._connect())
-        elif not self._flushing and (not self._in_flight or len(self._out) >= HOLD_MAX):
+        elif not self._flushing:
             self._flushing = True
             self._loop.call_soon(self._flush)
         return future
@@ -153,7 +147,6 @@ class LeanConnection(asyncio.Protocol):
         if self._transport is None or self._transport.is_closing() or not self._out:
             return  # connection_lost fails the commands of a closing transport
         self._transport.write(b"".join(self._out))
-        self._in_flight += len(self._out)
         self._out.clear()
         if self._timer is None:
             self._timer = self._loop.call_later(self._timeout_s, self._watch)
@@ -176,7 +169,6 @@ class LeanConnection(asyncio.Protocol):
         try:
             while (reply := self._reader.gets()) is not False:
                 future = pending.popleft()
-                self._in_flight -= 1
                 if future is None:
                     if isinstance(reply, Exception):  # AUTH or SELECT refused
                         raise reply
@@ -190,10 +182,6 @@ class LeanConnection(asyncio.Protocol):
             assert self._transport is not None
             self._transport.abort()
             self._fail(ConnectionError(f"{self.address}: {exc!r}"))
-            return
-        if not self._in_flight and self._out and not self._flushing:  # the held commands leave now
-            self._flushing = True
-            self._loop.call_soon(self._flush)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -203,7 +191,7 @@ class LeanConnection(asyncio.Protocol):
 
     def _fail(self, error: Exception) -> None:
         pending, self._pending, self._out = self._pending, deque(), []
-        self._reader, self._in_flight = _reader(), 0
+        self._reader = _reader()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -20,7 +20,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError, MovedError, ResponseError, TimeoutError
 
 from hongbao.core.adapters.redis_client import LuaScript, Pipelines, redis_client
-from hongbao.core.adapters.redis_lean import HOLD_MAX, LeanRedis, encode, key_slot, lean_for
+from hongbao.core.adapters.redis_lean import LeanRedis, encode, key_slot, lean_for
 from tests.integration import redis_servers
 from tests.integration.redis_servers import RedisTarget
 
@@ -65,38 +65,6 @@ async def test_one_tick_is_one_write_in_order(redis_target: RedisTarget) -> None
         ours = {"%s:%d" % c._transport.get_extra_info("sockname")[:2] for c in connections if c._transport is not None}
         seen = {entry["addr"] for port in redis_target.ports for entry in redis_target.sync_client(port).client_list()}
         assert len(ours) == len(redis_target.ports) and ours <= seen  # one connection per server, as Redis sees them
-        lean.close()
-
-
-async def test_commands_wait_for_the_write_in_flight(redis_standalone: RedisTarget) -> None:
-    """Commands sent while a write's replies are due leave in one write once those replies are in
-    (many ticks of commands, one write); past HOLD_MAX held commands they leave at once."""
-    async with redis_standalone.connect() as client:
-        lean = _lean(client)
-        await _send(lean, "w", "DEL", "w", "l")
-        connection = lean._single
-        assert connection is not None
-        writes = []
-        flush = connection._flush
-        connection._flush = lambda: (writes.append(len(connection._out)), flush())  # type: ignore[method-assign]
-        blocked = lean.send("l", ("BLPOP", "l", "0.3"))  # its reply is due for 0.3 s
-        await asyncio.sleep(0.05)
-        held = []
-        for _ in range(50):  # fifty ticks of four commands
-            held += [lean.send("w", ("INCR", "w")) for _ in range(4)]
-            await asyncio.sleep(0)
-        await asyncio.sleep(0.1)
-        assert writes == [1] and not any(future.done() for future in held)  # nothing left behind the BLPOP
-        assert await blocked is None
-        assert await asyncio.gather(*held) == list(range(1, 201))
-        assert writes == [1, 200]
-        blocked = lean.send("l", ("BLPOP", "l", "0.3"))
-        await asyncio.sleep(0.05)
-        many = [lean.send("w", ("INCR", "w")) for _ in range(HOLD_MAX)]
-        await asyncio.sleep(0)
-        assert writes[2:] == [1, HOLD_MAX]  # the held commands reached HOLD_MAX: they left before the BLPOP's reply
-        assert not blocked.done()
-        assert await asyncio.gather(*many) == list(range(201, 201 + HOLD_MAX))
         lean.close()
 
 
