@@ -270,23 +270,17 @@ class HttpProtocol(asyncio.Protocol):
         if self.paused:
             transport.resume_reading()
 
-    def _serve_now(self) -> None:
-        """Answer the pending requests that need no I/O right here, with no coroutine at all;
-        from the first one that must wait (or an upgrade) on, the serving coroutine takes over."""
+    def _serve_now(self, settled: tuple[hongbao_native.Request, Soon[Any]] | None = None) -> None:
+        """Answer the pending requests that need no I/O right here, with no coroutine at all
+        (first the request whose Soon has ``settled``, when given); from the first one that must
+        wait (a Soon, a coroutine, an upgrade) on, its callback or the serving coroutine takes over."""
         pending = self.pending
         try:
+            if settled is not None and not self._answer(settled[0], settled[1].result()):
+                return
             while pending and not pending[0].websocket:
                 request = pending.popleft()
-                result = self.app.dispatch(request)
-                if isinstance(result, Soon):
-                    self._cancel_timer("busy")
-                    self.task = result
-                    result.add_done_callback(functools.partial(self._settled, request))
-                    return
-                if not isinstance(result, Response):
-                    self._start_serving(self._serve(request, result))
-                    return
-                if not self._reply(request, result):
+                if not self._answer(request, self.app.dispatch(request)):
                     return
         except Exception:
             log.exception("connection handler failed")
@@ -295,22 +289,25 @@ class HttpProtocol(asyncio.Protocol):
         if pending:
             self._start_serving(self._serve())
 
+    def _answer(self, request: hongbao_native.Request, result: Any) -> bool:
+        """Answer ``request`` with ``result`` (App.dispatch's, or what its Soon settled to): reply
+        now, or hand it to the Soon's callback or to the serving coroutine; True when the next
+        pending request may be answered here."""
+        if isinstance(result, Soon):
+            self._cancel_timer("busy")
+            self.task = result
+            result.add_done_callback(functools.partial(self._settled, request))
+            return False
+        if not isinstance(result, Response):
+            self._start_serving(self._serve(request, result))
+            return False
+        return self._reply(request, result)
+
     def _settled(self, request: hongbao_native.Request, soon: Soon[Response | Coroutine[Any, Any, Response]]) -> None:
         """``request``'s Soon (App.dispatch) is done: answer it (or await the coroutine it fell
         back to), then go on with the requests pipelined behind it."""
         self.task = None
-        try:
-            answer = soon.result()
-            if not isinstance(answer, Response):
-                self._start_serving(self._serve(request, answer))
-                return
-            if not self._reply(request, answer):
-                return
-        except Exception:
-            log.exception("connection handler failed")
-            self._finish(error_response(500, "internal", "internal error"))
-            return
-        self._serve_now()
+        self._serve_now((request, soon))
         if self.task is None and self.transport is not None and not self.transport.is_closing():
             self._arm_timer()
 
