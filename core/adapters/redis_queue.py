@@ -10,7 +10,9 @@ are entries with one field ``b`` (the body).
 One consumer group (``hongbao``) per stream; each process claims as its own consumer. A claim is
 one script on the stream's key: XAUTOCLAIM takes over entries leased longer than ``lease_ms``
 ago (by any consumer: compensation for a worker that died holding them), then XREADGROUP adds
-new ones. An ack (of any number of messages) is XACK + XDEL, so the stream holds exactly the messages not acked yet and
+new ones. A claim that leased entries keeps their ids under its own nonce key for
+``NONCE_TTL_MS``, so the same claim sent again (a retry after a lost reply) returns those entries
+instead of leasing new ones and leaving the first to wait out their lease. An ack (of any number of messages) is XACK + XDEL, so the stream holds exactly the messages not acked yet and
 ``depth`` is its length. Leases are measured by Redis's clock (``now_ms`` is not used).
 
 Message ids: the entry id ``ms-seq`` as one int, ``ms << 20 | seq``.
@@ -26,7 +28,7 @@ from hongbao.core.adapters.redis_client import LuaScript, Pipelines, text
 
 GROUP = "hongbao"
 SEQ_BITS = 20
-#: How long a publish's nonce is kept (ms): longer than redis-py's retries of one call.
+#: How long a publish's or claim's nonce is kept (ms): longer than redis-py's retries of one call.
 NONCE_TTL_MS = 10_000
 
 #: KEYS nonce key, then one stream per message. ARGV nonce TTL (ms), then one body per message.
@@ -36,17 +38,32 @@ if not redis.call('SET', KEYS[1], 1, 'NX', 'PX', ARGV[1]) then return 0 end
 for i = 2, #KEYS do redis.call('XADD', KEYS[i], '*', 'b', ARGV[i]) end
 return #KEYS - 1
 """)
-#: KEYS stream. ARGV group, consumer, count, lease_ms -> [[id, [field, value, ...]], ...]
+#: KEYS stream, nonce key. ARGV group, consumer, count, lease_ms, nonce TTL (ms)
+#: -> [[id, [field, value, ...]], ...]. A nonce seen before returns its claim's entries still there.
 CLAIM = LuaScript("""
-if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+local seen = redis.call('GET', KEYS[2])
+local got = {}
+if seen then
+  for id in string.gmatch(seen, '[^,]+') do
+    local entry = redis.call('XRANGE', KEYS[1], id, id)[1]
+    if entry then table.insert(got, entry) end
+  end
+  return got
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then return got end
 pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], ARGV[1], '0')
 local count = tonumber(ARGV[3])
-local got = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], '0-0', 'COUNT', count)[2]
+got = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], '0-0', 'COUNT', count)[2]
 if #got < count then
   local fresh = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count - #got, 'STREAMS', KEYS[1], '>')
   if fresh then
     for _, entry in ipairs(fresh[1][2]) do table.insert(got, entry) end
   end
+end
+if #got > 0 then
+  local ids = {}
+  for _, entry in ipairs(got) do if type(entry) == 'table' then table.insert(ids, entry[1]) end end
+  redis.call('SET', KEYS[2], table.concat(ids, ','), 'PX', ARGV[5])
 end
 return got
 """)
@@ -61,6 +78,11 @@ return redis.call('XDEL', KEYS[1], unpack(ids))
 def queue_key(stream: str) -> str:
     """``{queue}:<stream>``: the Redis key of queue ``stream``."""
     return f"{{queue}}:{stream}"
+
+
+def nonce_key() -> str:
+    """``{queue}:nonce:<random>``: a fresh key naming one publish or claim (and its retries)."""
+    return f"{{queue}}:nonce:{secrets.token_urlsafe(12)}"
 
 
 def message_id(entry_id: bytes | str) -> int:
@@ -90,14 +112,16 @@ class RedisQueue:
         """Append each (stream, body) in one script: all or none, and once -- a retry after a
         lost reply finds the call's nonce (kept ``NONCE_TTL_MS``) and adds nothing."""
         if messages:
-            keys = [f"{{queue}}:nonce:{secrets.token_urlsafe(12)}", *(queue_key(stream) for stream, _ in messages)]
+            keys = [nonce_key(), *(queue_key(stream) for stream, _ in messages)]
             await self._pipes.script(PUBLISH, keys, [NONCE_TTL_MS, *(body for _, body in messages)])
 
     async def claim(self, stream: str, count: int, lease_ms: int, now_ms: int) -> list[tuple[int, bytes]]:
         """Up to ``count`` (id, body) in id order: entries leased over ``lease_ms`` ago first, then
         new ones; each is leased to this consumer until acked or ``lease_ms`` has passed (Redis's
-        clock). Entries deleted while leased are skipped."""
-        entries: list[Any] = await self._pipes.script(CLAIM, [queue_key(stream)], [GROUP, self._consumer, count, lease_ms])
+        clock). Entries deleted while leased are skipped. One call is one script with its own nonce:
+        sent again after a lost reply, it returns the entries the first run leased."""
+        keys = [queue_key(stream), nonce_key()]
+        entries: list[Any] = await self._pipes.script(CLAIM, keys, [GROUP, self._consumer, count, lease_ms, NONCE_TTL_MS])
         return sorted((message_id(eid), fields[fields.index(b"b") + 1]) for eid, fields in entries if fields)
 
     async def ack(self, stream: str, *message_ids: int) -> None:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hongbao.core.adapters.redis_client import Pipelines
-from hongbao.core.adapters.redis_queue import PUBLISH, RedisQueue, entry_id, message_id, queue_key
+from hongbao.core.adapters.redis_queue import CLAIM, GROUP, PUBLISH, RedisQueue, entry_id, message_id, queue_key
 from tests.integration.redis_servers import RedisTarget
 
 
@@ -83,6 +83,23 @@ async def test_retried_publish_queues_once(redis_target: RedisTarget) -> None:
         queue = RedisQueue(pipes, "a/1")
         assert (await queue.depth("credit"), await queue.depth("lists")) == (1, 1)
         assert 0 < await client.pttl("{queue}:nonce:n1") <= 10_000
+
+
+async def test_retried_claim_returns_its_entries(redis_target: RedisTarget) -> None:
+    """A claim sent again with its nonce (a retry after a lost reply) returns the entries the first
+    run leased, less those acked meanwhile, and leases nothing new; another claim gets the rest."""
+    async with redis_target.connect() as client:
+        pipes = Pipelines(client)
+        queue = RedisQueue(pipes, "a/1")
+        await publish_credits(queue)
+        keys, args = [queue_key("credit"), "{queue}:nonce:k1"], [GROUP, "a/1", 2, 30_000, 10_000]
+        first = await pipes.script(CLAIM, keys, args)
+        assert [fields for _, fields in first] == [[b"b", b"c1"], [b"b", b"c2"]]
+        assert await pipes.script(CLAIM, keys, args) == first
+        await queue.ack("credit", message_id(first[0][0]))
+        assert await pipes.script(CLAIM, keys, args) == first[1:]
+        assert 0 < await client.pttl("{queue}:nonce:k1") <= 10_000
+        assert [body for _, body in await queue.claim("credit", 10, 30_000, 0)] == [b"c3"]
 
 
 def test_queues_share_one_slot(redis_cluster: RedisTarget) -> None:
