@@ -62,8 +62,14 @@ class SessionStore(Protocol):
         frame goes to the client."""
         ...
 
-    async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> None:
-        """Refresh lastActiveTime and the TTLs of these (uid, sid) pairs in one round trip."""
+    async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> list[tuple[str, str]]:
+        """Refresh lastActiveTime and the TTLs of these (uid, sid) pairs in one round trip. Returns
+        the pairs whose session is gone (lost by the store, or logged out meanwhile), unwritten."""
+        ...
+
+    async def restore(self, sessions: Sequence[tuple[str, str]], node: str, now_ms: int) -> None:
+        """Write back these (uid, sid) sessions of ``node`` (live connections whose session the
+        store lost) where the user has no session now; a newer session is left alone."""
         ...
 
     async def logout(self, uid: str, sid: str, node: str) -> bool:

@@ -405,14 +405,19 @@ class PushHub:
             await self.flush()
 
     async def flush(self) -> None:
-        """Write this tick's liveness refreshes and acks (one round trip each)."""
+        """Write this tick's liveness refreshes and acks (one round trip each); a session the store
+        lost while its connection lives here is written back (a third, only then), one logged
+        out meanwhile is not."""
         touched, self._touched = self._touched, set()
         acks, self._acks = self._acks, {}
         if not touched and not acks:
             return
         try:
             if touched:
-                await self.stores.sessions.touch(sorted(touched), now_ms())
+                lost = await self.stores.sessions.touch(sorted(touched), now_ms())
+                live = [(uid, sid) for uid, sid in lost if (s := self.sessions.get(uid)) is not None and s.conn.sid == sid]
+                if live:  # a session the store lost while its connection lives here (not one logged out meanwhile)
+                    await self.stores.sessions.restore(live, self.node.id, now_ms())
             if acks:
                 await self.stores.log.ack(sorted(acks.items()))
         except Exception as exc:

@@ -84,7 +84,7 @@ def open_push_stores(settings: Settings, db: SqliteDb | None, counts: dict[str, 
         breaker = breaker or redis_breaker(counts)
         node = node_id(settings.node_name)
         return PushStores(
-            GuardedSessionStore(RedisSessionStore(pipes, settings.push_session_ttl_s, node), breaker),
+            GuardedSessionStore(RedisSessionStore(pipes, settings.push_session_ttl_s), breaker),
             GuardedNodeDirectory(RedisNodeDirectory(pipes), breaker),
             GuardedMessageLog(RedisMessageLog(pipes, settings.push_log_max_messages, settings.push_log_max_age_s), breaker, counts),
             GuardedTopicLog(RedisTopicLog(pipes, TOPIC_MAX_LEN), breaker),

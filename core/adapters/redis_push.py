@@ -49,22 +49,27 @@ if sid or redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 return -1
 """)
 #: Refresh lastActiveTime (ARGV[2], ms) and the TTL (ARGV[3], ms) if the key names session ARGV[1]
-#: (-> 1); write the session again, on node ARGV[4], if there is no key (-> -1: Redis lost it, or
-#: a sweep took this node for dead); leave a newer session alone (-> 0).
+#: (-> 1); leave a newer session alone (-> 0); -1 if there is no key (Redis lost it, a sweep took
+#: this node for dead, or a logout overtook the refresh: the caller decides, see ``restore``).
 TOUCH = LuaScript("""
 local sid = redis.call('HGET', KEYS[1], 'sessionId')
 if sid == ARGV[1] then
   redis.call('HSET', KEYS[1], 'lastActiveTime', ARGV[2])
-elseif sid or redis.call('EXISTS', KEYS[1]) == 1 then
-  return 0
-else
-  redis.call('HSET', KEYS[1], 'sessionId', ARGV[1], 'nodeId', ARGV[4], 'loginTime', ARGV[2], 'lastActiveTime', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 1
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-if sid then return 1 end
+if sid or redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 return -1
 """)
-SCRIPTS = (COMPARE_AND_DELETE, TOUCH)
+#: Write session ARGV[1] of node ARGV[2], logged in at ARGV[3] ms, TTL ARGV[4] ms, unless there
+#: is a key (a newer session: left alone) -> 1 written, 0 not.
+RESTORE = LuaScript("""
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'sessionId', ARGV[1], 'nodeId', ARGV[2], 'loginTime', ARGV[3], 'lastActiveTime', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+""")
+SCRIPTS = (COMPARE_AND_DELETE, TOUCH, RESTORE)
 
 
 def session_key(uid: str) -> str:
@@ -94,13 +99,12 @@ def node_sessions_key(node: str) -> str:
 
 class RedisSessionStore:
     """SessionStore on Redis: ``session:{uid}``, ``route:{sid}``, ``online:{n}`` (see the module);
-    a session not touched for ``ttl_s`` seconds expires (and reads as offline). ``node``: the node
-    whose sessions this store touches (a touch writes back a session Redis lost)."""
+    a session not touched for ``ttl_s`` seconds expires (and reads as offline)."""
 
-    __slots__ = ("_alive", "_node", "_pipes", "_ttl_ms")
+    __slots__ = ("_alive", "_pipes", "_ttl_ms")
 
-    def __init__(self, pipes: Pipelines, ttl_s: float, node: str) -> None:
-        self._pipes, self._node = pipes, node
+    def __init__(self, pipes: Pipelines, ttl_s: float) -> None:
+        self._pipes = pipes
         self._ttl_ms = max(1, int(ttl_s * 1000))
         self._alive: dict[str, tuple[float, bool]] = {}  # node -> (monotonic deadline, alive)
 
@@ -121,30 +125,42 @@ class RedisSessionStore:
             return None
         return Route(text(old_node), text(old_sid))
 
-    async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> None:
+    async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> list[tuple[str, str]]:
         """One pipeline: for each (uid, sid) still current, lastActiveTime = ``now_ms`` and the
-        session's TTL renewed (a script on ``session:{uid}`` alone), the route's TTL renewed. A
-        session whose key is gone (a Redis restart, a sweep that took this node for dead) while
-        its connection lives is written back, with its route, online and index entries (a second
-        pipeline, only then); one replaced by a newer session is left alone."""
+        session's TTL renewed (a script on ``session:{uid}`` alone), the route's TTL renewed; one
+        replaced by a newer session is left alone. Returns the pairs whose key is gone, unwritten:
+        a refresh that a logout overtook must not bring its session back."""
+        if not sessions:
+            return []
+
+        def build(pipe: RedisPipeline) -> None:
+            for uid, sid in sessions:
+                TOUCH.queue(pipe, [session_key(uid)], [sid, now_ms, self._ttl_ms])
+                pipe.pexpire(route_key(sid), self._ttl_ms)
+
+        verdicts = (await self._pipes.run(build, SCRIPTS))[::2]
+        return [pair for pair, verdict in zip(sessions, verdicts, strict=True) if verdict == -1]
+
+    async def restore(self, sessions: Sequence[tuple[str, str]], node: str, now_ms: int) -> None:
+        """Write back the (uid, sid) sessions of ``node`` whose ``session:{uid}`` is gone (a Redis
+        restart, a sweep that took the node for dead), with their route, online and index
+        entries (a second pipeline, for those written); a key there meanwhile is left alone."""
         if not sessions:
             return
 
         def build(pipe: RedisPipeline) -> None:
             for uid, sid in sessions:
-                TOUCH.queue(pipe, [session_key(uid)], [sid, now_ms, self._ttl_ms, self._node])
-                pipe.pexpire(route_key(sid), self._ttl_ms)
+                RESTORE.queue(pipe, [session_key(uid)], [sid, node, now_ms, self._ttl_ms])
 
-        verdicts = (await self._pipes.run(build, SCRIPTS))[::2]
-        lost = [pair for pair, verdict in zip(sessions, verdicts) if verdict == -1]
+        written = [pair for pair, verdict in zip(sessions, await self._pipes.run(build, SCRIPTS), strict=True) if verdict == 1]
 
-        def restore(pipe: RedisPipeline) -> None:
-            for uid, sid in lost:
-                self._around(pipe, uid, sid, self._node)
+        def around(pipe: RedisPipeline) -> None:
+            for uid, sid in written:
+                self._around(pipe, uid, sid, node)
 
-        if lost:
-            log.warning("%d session(s) of node %s were lost in Redis; written back", len(lost), self._node)
-            await self._pipes.run(restore)
+        if written:
+            log.warning("%d session(s) of node %s were lost in Redis; written back", len(written), node)
+            await self._pipes.run(around)
 
     def _around(self, pipe: RedisPipeline, uid: str, sid: str, node: str) -> None:
         """The keys around a session: its route, online entry and index entry."""

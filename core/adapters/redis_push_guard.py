@@ -65,9 +65,13 @@ class GuardedSessionStore(_Guarded):
         """SessionStore.login, refused at once while Redis is down."""
         return await self._now(lambda: self._store.login(uid, sid, node, now_ms))
 
-    async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> None:
+    async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> list[tuple[str, str]]:
         """SessionStore.touch (background: may be the trial call)."""
-        await self._breaker.call(lambda: self._store.touch(sessions, now_ms))
+        return await self._breaker.call(lambda: self._store.touch(sessions, now_ms))
+
+    async def restore(self, sessions: Sequence[tuple[str, str]], node: str, now_ms: int) -> None:
+        """SessionStore.restore (background: may be the trial call)."""
+        await self._breaker.call(lambda: self._store.restore(sessions, node, now_ms))
 
     async def logout(self, uid: str, sid: str, node: str) -> bool:
         """SessionStore.logout (background: may be the trial call)."""

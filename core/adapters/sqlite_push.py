@@ -64,15 +64,29 @@ class SqliteSessionStore:
 
         return await self._db.run(login)
 
-    async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> None:
-        """Refresh lastActiveTime of each (uid, sid) still current."""
+    async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> list[tuple[str, str]]:
+        """Refresh lastActiveTime of each (uid, sid) still current; the pairs whose user has no
+        session row (logged out meanwhile), unwritten."""
         rows = [(now_ms, uid, sid) for uid, sid in sessions]
 
-        def touch() -> None:
+        def touch() -> list[tuple[str, str]]:
             with self._db.immediate() as conn:
-                conn.executemany("UPDATE t_push_session SET active_at = ? WHERE uid = ? AND sid = ?", rows)
+                if conn.executemany("UPDATE t_push_session SET active_at = ? WHERE uid = ? AND sid = ?", rows).rowcount == len(rows):
+                    return []
+                return [(uid, sid) for uid, sid in sessions
+                        if conn.execute("SELECT 1 FROM t_push_session WHERE uid = ?", (uid,)).fetchone() is None]
 
-        await self._db.run(touch)
+        return await self._db.run(touch)
+
+    async def restore(self, sessions: Sequence[tuple[str, str]], node: str, now_ms: int) -> None:
+        """Insert each (uid, sid) session of ``node`` whose user has no session row (a newer one stays)."""
+        rows = [(uid, sid, node, now_ms, now_ms) for uid, sid in sessions]
+
+        def restore() -> None:
+            with self._db.immediate() as conn:
+                conn.executemany("INSERT OR IGNORE INTO t_push_session (uid, sid, node, login_at, active_at) VALUES (?, ?, ?, ?, ?)", rows)
+
+        await self._db.run(restore)
 
     async def logout(self, uid: str, sid: str, node: str) -> bool:
         """Compare-and-delete: remove the user's session only if it is still ``sid``."""

@@ -125,6 +125,28 @@ def test_no_zombies_after_1000_clients_vanish(standalone_nodes: RedisNodes) -> N
     asyncio.run(scenario())
 
 
+def test_a_live_session_redis_lost_is_written_back(standalone_nodes: RedisNodes) -> None:
+    """Redis flushed under a connected user: the refresh after the user's next frame writes the
+    session, route and online entry back (the connection still lives), and pushes reach it after
+    a reset to the stream's new epoch."""
+    [node] = standalone_nodes.start("a")
+
+    async def scenario() -> None:
+        async with await connect(node, "u1") as ws:
+            await eventually(lambda: (standalone_nodes.session_node("u1") or "").startswith("a/"), 10, "u1 logged in")
+            standalone_nodes.target.flush()
+            await ws.ping()
+            await eventually(lambda: (standalone_nodes.session_node("u1") or "").startswith("a/"), 10, "u1's session written back")
+            assert standalone_nodes.online() == 1 and len(standalone_nodes.keys("route:*")) == 1
+            async with admin(node) as pusher:
+                assert (await push(pusher, user_id="u1", event="back", data=1))["result"] == "delivered_to_socket"
+            reset, event = await receive(ws, 2)  # the flush took u1's stream too: a new epoch, announced first
+            assert reset == {"type": "reset", "epoch": event["epoch"]}
+            assert (event["event"], event["data"], event["offset"]) == ("back", 1, 1)
+
+    asyncio.run(scenario())
+
+
 def test_group_push_survives_client_kill(standalone_nodes: RedisNodes) -> None:
     """P-05: the node's Redis connections are killed again and again during a 200-message group
     push: every member gets all 200, in order, each once; /readyz answers 503 while Redis does not

@@ -19,7 +19,7 @@ T0 = 1_700_000_000_000
 async def test_login_writes_three_layers(redis_target: RedisTarget) -> None:
     """P-17: one login pipeline writes session, route, online entry and node index, no CROSSSLOT."""
     async with redis_target.connect() as client:
-        store = RedisSessionStore(Pipelines(client), 600, "a/1")
+        store = RedisSessionStore(Pipelines(client), 600)
         assert await store.login("u1", "s1", "a/1", T0) is None
         session = await client.hgetall(session_key("u1"))
         assert session == {b"sessionId": b"s1", b"nodeId": b"a/1", b"loginTime": str(T0).encode(),
@@ -39,7 +39,7 @@ async def test_login_writes_three_layers(redis_target: RedisTarget) -> None:
 async def test_login_returns_replaced_session(redis_target: RedisTarget) -> None:
     """A second login of the same user returns the older session's route; a retried login returns None."""
     async with redis_target.connect() as client:
-        store, nodes = RedisSessionStore(Pipelines(client), 600, "a/1"), RedisNodeDirectory(Pipelines(client))
+        store, nodes = RedisSessionStore(Pipelines(client), 600), RedisNodeDirectory(Pipelines(client))
         await nodes.heartbeat("b/2", "127.0.0.1:9002", 30)
         await store.login("u1", "s1", "a/1", T0)
         assert await store.login("u1", "s2", "b/2", T0 + 5) == Route("a/1", "s1")
@@ -50,7 +50,7 @@ async def test_login_returns_replaced_session(redis_target: RedisTarget) -> None
 async def test_late_cleanup_of_old_session_keeps_new(redis_target: RedisTarget) -> None:
     """P-09: the old node's late logout of sid1 leaves sid2's session, route and online entry intact."""
     async with redis_target.connect() as client:
-        store, nodes = RedisSessionStore(Pipelines(client), 600, "a/1"), RedisNodeDirectory(Pipelines(client))
+        store, nodes = RedisSessionStore(Pipelines(client), 600), RedisNodeDirectory(Pipelines(client))
         await nodes.heartbeat("b/2", "127.0.0.1:9002", 30)
         await store.login("u1", "s1", "a/1", T0)
         await store.login("u1", "s2", "b/2", T0 + 1000)
@@ -66,7 +66,7 @@ async def test_late_cleanup_of_old_session_keeps_new(redis_target: RedisTarget) 
 async def test_logout_removes_every_layer(redis_target: RedisTarget) -> None:
     """Logout of the current session removes session, route, online entry and index entry."""
     async with redis_target.connect() as client:
-        store = RedisSessionStore(Pipelines(client), 600, "a/1")
+        store = RedisSessionStore(Pipelines(client), 600)
         await store.login("u1", "s1", "a/1", T0)
         assert await store.logout("u1", "s1", "a/1") is True
         assert await store.logout("u1", "s1", "a/1") is False
@@ -78,7 +78,7 @@ async def test_logout_removes_every_layer(redis_target: RedisTarget) -> None:
 async def test_touch_refreshes_only_the_current_session(redis_target: RedisTarget) -> None:
     """Touch renews lastActiveTime and TTLs of the current session and never writes over a newer one."""
     async with redis_target.connect() as client:
-        store = RedisSessionStore(Pipelines(client), 600, "a/1")
+        store = RedisSessionStore(Pipelines(client), 600)
         await store.login("u1", "s1", "a/1", T0)
         await client.expire(session_key("u1"), 5)
         await client.expire(route_key("s1"), 5)
@@ -90,24 +90,42 @@ async def test_touch_refreshes_only_the_current_session(redis_target: RedisTarge
         assert await client.exists(route_key("stale")) == 0
 
 
-async def test_touch_writes_back_a_lost_session(redis_target: RedisTarget) -> None:
-    """After Redis lost them (a restart, a flush) a live connection's touch writes its session,
-    route, online and index entries back."""
+async def test_touch_reports_a_lost_session_and_restore_writes_it_back(redis_target: RedisTarget) -> None:
+    """After Redis lost them (a restart, a flush) touch writes nothing and names the session;
+    restore writes its session, route, online and index entries back."""
     async with redis_target.connect() as client:
-        store = RedisSessionStore(Pipelines(client), 600, "a/1")
+        store = RedisSessionStore(Pipelines(client), 600)
         await store.login("u1", "s1", "a/1", T0)
         redis_target.flush()
-        await store.touch([("u1", "s1")], T0 + 30_000)
+        assert await store.touch([("u1", "s1")], T0 + 30_000) == [("u1", "s1")]
+        assert await client.exists(session_key("u1")) == 0
+        await store.restore([("u1", "s1")], "a/1", T0 + 30_000)
         assert await client.hmget(session_key("u1"), ["sessionId", "nodeId"]) == [b"s1", b"a/1"]
+        assert 500 < await client.ttl(session_key("u1")) <= 600
         assert await client.get(route_key("s1")) == b"a/1"
         assert await store.online_count() == 1
         assert await client.hgetall(node_sessions_key("a/1")) == {b"s1": b"u1"}
 
 
+async def test_touch_overtaken_by_logout_leaves_no_session(redis_target: RedisTarget) -> None:
+    """A refresh that runs after its session's logout (they went on two connections) brings
+    nothing back: no session, route or online entry; restore leaves a newer session alone."""
+    async with redis_target.connect() as client:
+        store = RedisSessionStore(Pipelines(client), 600)
+        await store.login("u1", "s1", "a/1", T0)
+        assert await store.logout("u1", "s1", "a/1") is True
+        assert await store.touch([("u1", "s1")], T0 + 1) == [("u1", "s1")]
+        assert (await client.exists(session_key("u1"), route_key("s1")), await store.online_count()) == (0, 0)
+        await store.login("u1", "s2", "b/1", T0 + 2)
+        await store.restore([("u1", "s1")], "a/1", T0 + 3)
+        assert await client.hmget(session_key("u1"), ["sessionId", "nodeId"]) == [b"s2", b"b/1"]
+        assert await client.exists(route_key("s1")) == 0
+
+
 async def test_tolerant_session_reads(redis_target: RedisTarget) -> None:
     """Unknown fields are ignored, a bad field is left alone, an unusable session is never deleted."""
     async with redis_target.connect() as client:
-        store, nodes = RedisSessionStore(Pipelines(client), 600, "a/1"), RedisNodeDirectory(Pipelines(client))
+        store, nodes = RedisSessionStore(Pipelines(client), 600), RedisNodeDirectory(Pipelines(client))
         await nodes.heartbeat("a/1", "127.0.0.1:9001", 30)
         await client.hset(session_key("u1"), mapping={"sessionId": "s1", "nodeId": "a/1", "loginTime": "not-a-time",
                                                       "future": "{json?"})
@@ -125,20 +143,20 @@ async def test_dead_node_reads_offline(redis_target: RedisTarget) -> None:
     """A session on a node with no liveness key reads as offline; the node's address comes and goes."""
     async with redis_target.connect() as client:
         nodes = RedisNodeDirectory(Pipelines(client))
-        await RedisSessionStore(Pipelines(client), 600, "a/1").login("u1", "s1", "a/1", T0)
-        assert await RedisSessionStore(Pipelines(client), 600, "a/1").lookup("u1") is None
+        await RedisSessionStore(Pipelines(client), 600).login("u1", "s1", "a/1", T0)
+        assert await RedisSessionStore(Pipelines(client), 600).lookup("u1") is None
         await nodes.heartbeat("a/1", "127.0.0.1:9001", 30)
         assert await nodes.address("a/1") == "127.0.0.1:9001"
-        assert await RedisSessionStore(Pipelines(client), 600, "a/1").lookup("u1") == Route("a/1", "s1")
+        assert await RedisSessionStore(Pipelines(client), 600).lookup("u1") == Route("a/1", "s1")
         await nodes.leave("a/1")
         assert await nodes.address("a/1") is None
-        assert await RedisSessionStore(Pipelines(client), 600, "a/1").lookup("u1") is None
+        assert await RedisSessionStore(Pipelines(client), 600).lookup("u1") is None
 
 
 async def test_sweep_removes_a_dead_nodes_sessions(redis_target: RedisTarget) -> None:
     """P-07: once A's liveness expires, a sweep from B removes A's sessions, routes, online entries."""
     async with redis_target.connect() as client:
-        store, nodes = RedisSessionStore(Pipelines(client), 600, "a/1"), RedisNodeDirectory(Pipelines(client))
+        store, nodes = RedisSessionStore(Pipelines(client), 600), RedisNodeDirectory(Pipelines(client))
         await nodes.heartbeat("b/2", "127.0.0.1:9002", 30)
         for i in range(60):
             await store.login(f"u{i}", f"s{i}", "a/1", T0)
@@ -162,7 +180,7 @@ async def test_sweep_prunes_sessions_whose_route_expired(redis_target: RedisTarg
     """A live node's sweep removes the online and index entries of its sessions whose route expired
     (a logout that never reached Redis); live sessions stay."""
     async with redis_target.connect() as client:
-        store, nodes = RedisSessionStore(Pipelines(client), 600, "a/1"), RedisNodeDirectory(Pipelines(client))
+        store, nodes = RedisSessionStore(Pipelines(client), 600), RedisNodeDirectory(Pipelines(client))
         await nodes.heartbeat("a/1", "127.0.0.1:9001", 30)
         await store.login("u1", "s1", "a/1", T0)
         await store.login("u2", "s2", "a/1", T0)
@@ -177,7 +195,7 @@ async def test_sweep_prunes_sessions_whose_route_expired(redis_target: RedisTarg
 async def test_scripts_survive_script_flush(redis_target: RedisTarget) -> None:
     """After SCRIPT FLUSH (as after a restart) touch and logout load their scripts again and work."""
     async with redis_target.connect() as client:
-        store = RedisSessionStore(Pipelines(client), 600, "a/1")
+        store = RedisSessionStore(Pipelines(client), 600)
         await store.login("u1", "s1", "a/1", T0)
         for port in redis_target.ports:
             redis_target.cli("script", "flush", port=port)
@@ -194,7 +212,7 @@ async def test_memory_per_online_user_within_budget(redis_standalone: RedisTarge
     users = [f"user{i:07d}" for i in range(2000)]
     sids = [f"{i:016d}" for i in range(2000)]  # the handshake's sid: 16 url-safe characters
     async with redis_standalone.connect() as client:
-        store = RedisSessionStore(Pipelines(client), 600, "a/1")
+        store = RedisSessionStore(Pipelines(client), 600)
         await asyncio.gather(*(store.login(uid, sid, "web-01/123456", T0) for uid, sid in zip(users, sids)))
         session = sum([await _usage(client, session_key(uid)) for uid in users[:200]]) / 200
         route = sum([await _usage(client, route_key(sid)) for sid in sids[:200]]) / 200

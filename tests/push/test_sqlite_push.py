@@ -95,6 +95,23 @@ async def test_leave_and_idle_sessions(dbs: tuple[SqliteDb, SqliteDb]) -> None:
     assert await sessions.lookup("u1") == Route("h/1", "s1")
 
 
+async def test_touch_names_a_lost_session_and_restore_writes_it(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """Touch names the pairs whose user has no session row and writes none; restore inserts them
+    unless a newer session holds the user."""
+    a, _ = dbs
+    sessions = SqliteSessionStore(a)
+    await SqliteNodeDirectory(a).heartbeat("h/1", "127.0.0.1:1", 5)
+    now = int(time.time() * 1000)
+    await sessions.login("u1", "s1", "h/1", now)
+    await sessions.login("u2", "s2", "h/1", now)
+    assert await sessions.touch([("u1", "s1"), ("u2", "older")], now + 1) == []
+    assert await sessions.logout("u1", "s1", "h/1") is True
+    assert await sessions.touch([("u1", "s1"), ("u2", "s2")], now + 2) == [("u1", "s1")]
+    assert await sessions.lookup("u1") is None
+    await sessions.restore([("u1", "s1"), ("u2", "older")], "h/1", now + 3)
+    assert (await sessions.lookup("u1"), await sessions.lookup("u2")) == (Route("h/1", "s1"), Route("h/1", "s2"))
+
+
 async def test_append_offsets_epoch_and_replay(dbs: tuple[SqliteDb, SqliteDb]) -> None:
     """Offsets count 1, 2, ... per user under one epoch, across workers; replay after an offset is complete."""
     a, b = dbs
