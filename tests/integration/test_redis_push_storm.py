@@ -122,6 +122,10 @@ def test_reconnect_storm_after_drain(standalone_nodes: RedisNodes) -> None:
     try:
         assert [_recv(pipe, 90) for pipe in pipes] == ["up"] * PROCS
         assert ws_counters(b) == (0, 0)
+        settled = time.monotonic() + 30
+        while standalone_nodes.online() < CLIENTS:  # A logs in after the 101: every login on A lands before MONITOR counts
+            assert time.monotonic() < settled, f"{standalone_nodes.online()} of {CLIENTS} logins on A landed"
+            time.sleep(0.05)
         with _monitor(standalone_nodes, writes):
             drained = time.monotonic()
             a.process.terminate()
