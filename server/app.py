@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from time import perf_counter
 from typing import Any
 
 from hongbao_native import RateLimiter, Request
@@ -23,7 +24,7 @@ from hongbao.core.embedded import Embedded
 from hongbao.core.production import Production
 from hongbao.core.service import CREDIT_STREAM
 from hongbao.core.soon import Soon
-from hongbao.server.auth import Identity, TokenVerifier
+from hongbao.server.auth import TokenVerifier
 from hongbao.server.backends import Backend
 from hongbao.server.config import Settings
 from hongbao.server.context import Context
@@ -82,6 +83,9 @@ class App:
         if settings.test_clock:
             routes.append(Route("POST", "/v1/admin/clock", self.move_clock, auth="admin"))
         self.router = Router(routes)
+        # each route's request counters by its template (routes sharing a template share them)
+        self._route_metrics = {route.template: metrics.route(route.template) for route in routes}
+        self._unmatched = metrics.route("unmatched")
         self.stopping = asyncio.Event()  # set at a graceful stop: the background jobs end after their step
         self.debug_log = log.isEnabledFor(logging.DEBUG)
 
@@ -91,7 +95,7 @@ class App:
         a coroutine; a Soon of it when the handler waits for one reply without a coroutine (whose
         result is the Response, or a coroutine when the handler fell back to one); otherwise a
         coroutine that makes it."""
-        started = time.perf_counter()
+        started = perf_counter()
         route, params, path_known = self.router.match(request.method, request.path)
         try:
             if route is None:
@@ -99,7 +103,13 @@ class App:
                     raise errors.MethodNotAllowed(f"{request.method} is not allowed on {request.path}",
                                                   self.router.allowed(request.path))
                 raise errors.NotFound(f"no route {request.method} {request.path}")
-            identity = None if route.auth == "none" else self._authenticate(route, request)
+            auth = route.auth
+            if auth == "none":
+                identity = None
+            else:  # the caller of a route with auth "user" or "admin" (Unauthorized, Forbidden)
+                identity = self.verifier.bearer(request.header("authorization"))
+                if auth == "admin" and not identity.admin:
+                    raise errors.Forbidden("this route needs an admin token")
             result = route.handler(Context(identity, params, request))
         except Exception as exc:
             return self._done(request, route, self._failed(exc, request, route), started)
@@ -139,22 +149,19 @@ class App:
 
     def _done(self, request: Request, route: Route | None, response: Response, started: float) -> Response:
         """Count ``response`` in the metrics (and the debug log) and return it."""
-        elapsed = time.perf_counter() - started
-        name, event = ("unmatched", None) if route is None else (route.template, route.event)
+        elapsed = perf_counter() - started
         status = response.status
-        self.metrics.observe(name, status, elapsed)
+        if route is None:
+            self._unmatched.observe(status, elapsed)
+        else:
+            self._route_metrics[route.template].observe(status, elapsed)
+            event = route.event
+            if event is not None and (event != "opens" or status == 200):
+                self.metrics.events[event] += 1
         if self.debug_log:  # one structured line per request; never headers, so never a token
-            log.debug("request method=%s route=%s status=%d ms=%.3f", request.method, name, status, elapsed * 1000)
-        if event is not None and (event != "opens" or status == 200):
-            self.metrics.events[event] += 1
+            log.debug("request method=%s route=%s status=%d ms=%.3f", request.method,
+                      "unmatched" if route is None else route.template, status, elapsed * 1000)
         return response
-
-    def _authenticate(self, route: Route, request: Request) -> Identity:
-        """The caller of a route with auth "user" or "admin" (Unauthorized, Forbidden)."""
-        identity = self.verifier.bearer(request.header("authorization"))
-        if route.auth == "admin" and not identity.admin:
-            raise errors.Forbidden("this route needs an admin token")
-        return identity
 
     def healthz(self, _ctx: Context) -> Response:
         """GET /healthz: the worker answers (with no I/O, so without a coroutine)."""

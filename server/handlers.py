@@ -137,6 +137,8 @@ class Handlers:
         level's reply without a coroutine (a Soon, whose Later becomes the coroutine), else a coroutine."""
         user_id, order_id = ctx.user_id, ctx.params["order_id"]
         result = self.svc.grab_cached(user_id, order_id)
+        if result is GRAB_OK:  # the hot answer, without the call below
+            return _GRAB_OK
         if result is not None:
             return _grab_answer(result)
         soon = self.svc.grab_soon(user_id, order_id)

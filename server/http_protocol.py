@@ -170,36 +170,40 @@ class HttpProtocol(asyncio.Protocol):
             self._finish(error_response(503, "busy", "too many connections to this worker", [("retry-after", "1")]))
             return
         self.conns.open.add(self)
-        self._arm_timer()
+        self._arm_timer(self.parser.state)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.conns.open.discard(self)
         self.deadline = 0.0
 
     def data_received(self, data: bytes) -> None:
+        parser = self.parser
         try:
-            requests = self.parser.feed(data)
+            requests = parser.feed(data)
         except HttpParseError as exc:
             status = int(getattr(exc, "status", 400))
             self._finish(error_response(status, _PARSE_CODES.get(status, "invalid_request"), str(exc)))
             return
-        if self.parser.take_continue():
+        if parser.take_continue():
             self.send(CONTINUE)
         if requests:
-            self.pending.extend(requests)
+            pending = self.pending
+            pending.extend(requests)
             if self.task is None:
                 self._serve_now()
-            if len(self.pending) >= MAX_PIPELINED and self.transport is not None and not self.paused:
+            if len(pending) >= MAX_PIPELINED and self.transport is not None and not self.paused:
                 self.transport.pause_reading()
                 self.paused = True
-        self._arm_timer()
+        state = "busy" if self.task is not None else parser.state
+        if state != self.timer_state:  # the head and body deadlines run from the first byte, not the latest one
+            self._arm_timer(state)
 
-    def _arm_timer(self) -> None:
-        """Set the read deadline for what the parser waits for; the worker's sweep enforces it
-        (Connections.sweep), so a request costs an assignment, not a timer."""
-        state = "busy" if self.task is not None else self.parser.state
+    def _arm_timer(self, state: str) -> None:
+        """Set the read deadline for ``state`` (what the parser waits for, or "busy": none) unless
+        it is set for it already; the worker's sweep enforces it (Connections.sweep), so a request
+        costs an assignment, not a timer."""
         if state == self.timer_state:
-            return  # the head and body deadlines run from the first byte, not the latest one
+            return
         self._cancel_timer(state)
         timeout = self.timeouts.get(state)
         if timeout is not None:
@@ -220,7 +224,8 @@ class HttpProtocol(asyncio.Protocol):
         self._finish(error_response(408, "request_timeout", f"the request {state} took too long to arrive"))
 
     def send(self, data: bytes) -> None:
-        """Queue ``data`` to be written at the end of this turn of the loop, after what is queued."""
+        """Queue ``data`` to be written at the end of this turn of the loop, after what is queued
+        (``_reply`` does the same inline)."""
         if not self.out:
             if not self.conns.unsent:
                 self.loop.call_soon(self.conns.flush)
@@ -278,9 +283,11 @@ class HttpProtocol(asyncio.Protocol):
         try:
             if settled is not None and not self._answer(settled[0], settled[1].result()):
                 return
+            dispatch = self.app.dispatch
             while pending and not pending[0].websocket:
                 request = pending.popleft()
-                if not self._answer(request, self.app.dispatch(request)):
+                result = dispatch(request)
+                if not (self._reply(request, result) if type(result) is Response else self._answer(request, result)):
                     return
         except Exception:
             log.exception("connection handler failed")
@@ -309,7 +316,7 @@ class HttpProtocol(asyncio.Protocol):
         self.task = None
         self._serve_now((request, soon))
         if self.task is None and self.transport is not None and not self.transport.is_closing():
-            self._arm_timer()
+            self._arm_timer(self.parser.state)
 
     def _start_serving(self, serve: Coroutine[Any, Any, None]) -> None:
         self._cancel_timer("busy")  # no read timeout while answering; idle starts again after
@@ -332,7 +339,13 @@ class HttpProtocol(asyncio.Protocol):
             wire = hongbao_native.encode_response(response.status, headers, response.body)
         if request.method == "HEAD":
             wire = _head_only(wire, response)
-        self.send(wire)
+        out = self.out
+        if not out:  # send() inline, on the path of every answer: the connection's first of the turn
+            unsent = self.conns.unsent
+            if not unsent:
+                self.loop.call_soon(self.conns.flush)
+            unsent.append(self)
+        out.append(wire)
         if self.paused and len(self.pending) < MAX_PIPELINED // 2:
             transport.resume_reading()
             self.paused = False
@@ -362,4 +375,4 @@ class HttpProtocol(asyncio.Protocol):
         finally:
             self.task = None
             if self.transport is not None and not self.transport.is_closing():
-                self._arm_timer()
+                self._arm_timer(self.parser.state)

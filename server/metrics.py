@@ -1,7 +1,9 @@
 """Prometheus metrics, multiprocess-safe, with a hot path of plain integer bumps.
 
 prometheus-client's own multiprocess values cost ~10 us an update (DESIGN.md section 8), so each
-worker counts in plain dicts and writes a snapshot file (``<dir>/<pid>.json``) once a second;
+worker counts in plain lists (one latency histogram per route and status, whose count is the
+route's requests of that status: a request costs one dict lookup, one bisect and two additions)
+and writes a snapshot file (``<dir>/<pid>.json``) once a second;
 a scrape of ``/metrics`` on any worker merges every worker's file (the live ones and those of
 workers that died: counters never go backwards) and renders them with prometheus-client's
 exposition code (text format 0.0.4).
@@ -9,8 +11,8 @@ exposition code (text format 0.0.4).
 
 from __future__ import annotations
 
-import bisect
 import os
+from bisect import bisect_left
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,36 +47,57 @@ _COUNTERS = {
 }
 
 
-class WorkerMetrics:
-    """One worker's counters: requests by (route, status), latency histograms by route (seconds),
-    and named event counters. ``directory`` holds every worker's snapshot file."""
+class RouteMetrics:
+    """One route's requests: ``by_status`` maps an HTTP status to its latency histogram, the
+    counts of BUCKETS_S then +Inf (each request in exactly one) and last the sum of seconds."""
 
-    __slots__ = ("directory", "requests", "latency", "events", "gauges")
+    __slots__ = ("by_status",)
+
+    def __init__(self) -> None:
+        self.by_status: dict[int, list[float]] = {}
+
+    def observe(self, status: int, seconds: float) -> None:
+        """Count one request answered with ``status`` after ``seconds``."""
+        hist = self.by_status.get(status)
+        if hist is None:
+            hist = self.by_status[status] = [0.0] * (len(BUCKETS_S) + 2)
+        hist[bisect_left(BUCKETS_S, seconds)] += 1
+        hist[-1] += seconds
+
+
+class WorkerMetrics:
+    """One worker's counters: requests by (route, status) and latency histograms by route
+    (seconds), kept per route by ``route(name)``, and named event counters. ``directory`` holds
+    every worker's snapshot file."""
+
+    __slots__ = ("directory", "routes", "events", "gauges")
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.requests: dict[tuple[str, int], int] = {}
-        self.latency: dict[str, list[float]] = {}
+        self.routes: dict[str, RouteMetrics] = {}
         self.events: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
         self.gauges: dict[str, float] = {}
 
-    def observe(self, route: str, status: int, seconds: float) -> None:
-        """Count one request of ``route`` answered with ``status`` after ``seconds``."""
-        key = (route, status)
-        self.requests[key] = self.requests.get(key, 0) + 1
-        hist = self.latency.get(route)
-        if hist is None:
-            hist = self.latency[route] = [0.0] * (len(BUCKETS_S) + 2)  # buckets, +Inf, sum
-        hist[bisect.bisect_left(BUCKETS_S, seconds)] += 1
-        hist[-1] += seconds
+    def route(self, name: str) -> RouteMetrics:
+        """The counters of route ``name`` (the same object for the same name): the caller keeps
+        it and observes each request on it."""
+        return self.routes.setdefault(name, RouteMetrics())
 
     def flush(self) -> None:
-        """Write this worker's snapshot atomically (rename over the old one)."""
+        """Write this worker's snapshot atomically (rename over the old one): requests by
+        "route|status" and latency histograms by route (bucket counts, +Inf, sum), summed over
+        the statuses."""
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{os.getpid()}.json"
         tmp = path.with_suffix(".tmp")
-        requests = {f"{route}|{status}": count for (route, status), count in self.requests.items()}
-        tmp.write_bytes(orjson.dumps({"requests": requests, "latency": self.latency, "events": self.events}))
+        requests: dict[str, int] = {}
+        latency: dict[str, list[float]] = {}
+        for name, route in self.routes.items():
+            for status, hist in route.by_status.items():
+                requests[f"{name}|{status}"] = int(sum(hist[:-1]))
+                merged = latency.get(name)
+                latency[name] = list(hist) if merged is None else [a + b for a, b in zip(merged, hist)]
+        tmp.write_bytes(orjson.dumps({"requests": requests, "latency": latency, "events": self.events}))
         tmp.replace(path)
 
     def render(self) -> bytes:

@@ -43,22 +43,24 @@ class _Node:
         self.methods: dict[str, Route] = {}
 
 
+_NO_PARAMS: dict[str, str] = {}  # shared by every match of a template without parameters
 RECENT_MAX = 4096  # parameterised paths remembered (a hot packet's grab and open paths repeat)
 
 
 class Router:
     """Match a request's method and path against a list of routes: a walk down a trie of path
     segments, one dict lookup a segment (literal segments win over a ``{name}`` parameter).
-    Recent matches of parameterised paths are remembered (at most RECENT_MAX, then forgotten at
-    once), so a hot path costs one lookup; the params dicts it returns are shared: read them only."""
+    A path equal to a template without parameters costs one lookup; recent walks of other paths
+    are remembered (at most RECENT_MAX, then forgotten at once), so a hot path costs two; the
+    params dicts it returns are shared: read them only."""
 
     __slots__ = ("_routes", "_root", "_static", "_recent")
 
     def __init__(self, routes: list[Route]) -> None:
         self._routes = list(routes)
         self._root = _Node()
-        self._static: dict[tuple[str, str], Route] = {}  # one lookup
-        self._recent: dict[tuple[str, str], tuple[Route, dict[str, str]]] = {}
+        self._static: dict[str, dict[str, Route]] = {}  # template without parameters -> its node's methods
+        self._recent: dict[str, tuple[dict[str, Route], dict[str, str]]] = {}  # path -> (its node's methods, params)
         for route in routes:
             node = self._root
             for segment in route.segments:
@@ -74,8 +76,8 @@ class Router:
             methods = ("GET", "HEAD") if route.method == "GET" else (route.method,)
             for method in methods:
                 node.methods[method] = route
-                if "{" not in route.template:
-                    self._static[(method, route.template)] = route
+            if "{" not in route.template:
+                self._static[route.template] = node.methods
 
     @property
     def routes(self) -> list[Route]:
@@ -99,22 +101,22 @@ class Router:
 
     def match(self, method: str, path: str) -> tuple[Route | None, dict[str, str], bool]:
         """(route, path parameters, path_known): route None with path_known True means 405."""
-        key = (method, path)
-        static = self._static.get(key)
-        if static is not None:
-            return static, {}, True
-        recent = self._recent.get(key)
-        if recent is not None:
-            return recent[0], recent[1], True
-        node, params = self._find(path)
-        if node is None or not node.methods:
-            return None, {}, False
-        route = node.methods.get(method)
+        methods = self._static.get(path)
+        if methods is not None:
+            params: dict[str, str] = _NO_PARAMS
+        else:
+            recent = self._recent.get(path)
+            if recent is None:
+                node, params = self._find(path)
+                if node is None or not node.methods:
+                    return None, {}, False
+                if len(self._recent) >= RECENT_MAX:
+                    self._recent.clear()
+                recent = self._recent[path] = (node.methods, params)
+            methods, params = recent
+        route = methods.get(method)
         if route is None:
             return None, {}, True
-        if len(self._recent) >= RECENT_MAX:
-            self._recent.clear()
-        self._recent[key] = (route, params)
         return route, params, True
 
     def allowed(self, path: str) -> list[str]:
