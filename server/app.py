@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -116,11 +117,11 @@ class App:
         if isinstance(result, Response):
             return self._done(request, route, result, started)
         if isinstance(result, Soon):
-            return result.outcome(lambda answer, error: self._settled(request, route, answer, error, started))
+            return result.outcome(partial(self._settled, request, route, started))  # no closure: no cells for every request
         return self._complete(request, route, result, started)
 
-    def _settled(self, request: Request, route: Route, answer: Response | Awaitable[Response] | None,
-                 error: BaseException | None, started: float) -> Response | Coroutine[Any, Any, Response]:
+    def _settled(self, request: Request, route: Route, started: float, answer: Response | Awaitable[Response] | None,
+                 error: BaseException | None) -> Response | Coroutine[Any, Any, Response]:
         """A handler's Soon settled: its Response (an error's included), or the coroutine it fell back to."""
         if error is not None:
             failed = error if isinstance(error, Exception) else RuntimeError(f"the reply was lost: {error!r}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Awaitable
+from functools import partial
 from typing import Any
 
 from hongbao.core import errors
@@ -144,7 +145,7 @@ class Handlers:
         soon = self.svc.grab_soon(user_id, order_id)
         if soon is None:
             return self._grab(ctx)
-        return soon.outcome(lambda answer, error: self._grab_settled(ctx, answer, error))
+        return soon.outcome(partial(self._grab_settled, ctx))  # no closure: no cells for every grab
 
     def _grab_settled(self, ctx: Context, answer: dict[str, object] | None, error: BaseException | None) -> Response | Awaitable[Response]:
         """The answer of grab's Soon: its Response, its error raised again, or after a Later the coroutine."""
