@@ -10,6 +10,7 @@ import ctypes
 import errno
 import logging
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -28,6 +29,8 @@ log = logging.getLogger("hongbao.master")
 CRASH_WINDOW_S = 2.0
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 MAX_QUICK_CRASHES = 5
+#: Descriptors a worker needs besides its connections: databases, Redis, logs, listeners (a margin).
+FD_RESERVE = 256
 
 
 def _check_port(host: str, port: int) -> None:
@@ -54,6 +57,22 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
+def _raise_open_files(settings: Settings) -> int:
+    """Raise the soft limit on open files (RLIMIT_NOFILE, getrlimit(2)) to the hard one, for the
+    master and the workers it forks: every connection holds a descriptor, and the usual soft
+    default (1024) is far below ``max_connections``, so accept() would fail (EMFILE) and drop
+    connections instead of answering 503 at the cap. Warns when the limit stays below
+    ``max_connections`` + FD_RESERVE; returns the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    if soft != resource.RLIM_INFINITY and soft < settings.max_connections + FD_RESERVE:
+        log.warning("open files limited to %d (RLIMIT_NOFILE), below max_connections %d + %d: raise the hard "
+                    "limit (ulimit -Hn, LimitNOFILE=) or lower max_connections", soft, settings.max_connections, FD_RESERVE)
+    return soft
+
+
 def _prepare(settings: Settings) -> None:
     """Before any fork: data directory, key file, schemas (money and push files), a fresh metrics directory."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -67,6 +86,7 @@ def _prepare(settings: Settings) -> None:
 def serve(settings: Settings) -> int:
     """Run the master until SIGTERM/SIGINT; returns the process exit status."""
     _check_port(settings.host, settings.port)
+    _raise_open_files(settings)
     _prepare(settings)
     admission = create_admission(f"hongbao-{settings.port}-{os.getpid()}")
     ws_limiter = hongbao_native.RateLimiter.create(f"ws-{settings.port}-{os.getpid()}", settings.ws_rate_per_s, settings.ws_burst)

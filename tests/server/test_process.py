@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -167,3 +168,22 @@ def _healthy(url: str) -> bool:
         return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_workers_get_the_hard_open_files_limit(make_server: Callable[..., Server]) -> None:
+    """Started with a soft RLIMIT_NOFILE of 256, the master raises it to the hard limit for
+    itself and its workers (a connection is a descriptor)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard <= 2048:
+        pytest.skip(f"the hard limit ({hard}) leaves nothing to raise")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        server = make_server(extra_config="max_connections = 500")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    def limits(pid: int) -> tuple[int, int]:
+        line = next(ln for ln in Path(f"/proc/{pid}/limits").read_text().splitlines() if ln.startswith("Max open files"))
+        return int(line.split()[3]), int(line.split()[4])
+
+    assert [limits(pid) for pid in (server.process.pid, *_workers(server))] == [(hard, hard)] * 2
