@@ -613,9 +613,11 @@ class RequestParser:
 
         After a WebSocket upgrade request (`Request.websocket`) the bytes that follow are not
         HTTP: they are kept for `take_buffered` and `feed` returns `[]` from then on.
-        Raises `HttpParseError` (with `.status` 400, 413, 431, 501 or 505) for a bad request;
-        requests completed earlier in the same call are dropped with it (answer `status`, then
-        close the connection)."""
+        Raises `HttpParseError` (with `.status` 400, 413, 431, 501 or 505) for a bad request
+        (answer `status`, then close the connection). When requests completed before the bad
+        one in the same call, they are returned and the error is raised by the next call
+        (`state` is `"failed"` meanwhile; `feed(b"")` raises it), so pipelined requests ahead of
+        a bad one are answered first, whatever the split (RFC 9112 section 9.3.2)."""
     @property
     def pending_bytes(self) -> int:
         """Bytes received that are not part of a returned request yet (buffered raw input plus

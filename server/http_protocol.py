@@ -181,8 +181,7 @@ class HttpProtocol(asyncio.Protocol):
         try:
             requests = parser.feed(data)
         except HttpParseError as exc:
-            status = int(getattr(exc, "status", 400))
-            self._finish(error_response(status, _PARSE_CODES.get(status, "invalid_request"), str(exc)))
+            self._refuse(exc)
             return
         if parser.take_continue():
             self.send(CONTINUE)
@@ -201,13 +200,25 @@ class HttpProtocol(asyncio.Protocol):
     def _arm_timer(self, state: str) -> None:
         """Set the read deadline for ``state`` (what the parser waits for, or "busy": none) unless
         it is set for it already; the worker's sweep enforces it (Connections.sweep), so a request
-        costs an assignment, not a timer."""
+        costs an assignment, not a timer. "failed" (a malformed request behind the ones just
+        answered) answers its error and closes."""
         if state == self.timer_state:
+            return
+        if state == "failed":  # the requests pipelined ahead of a malformed one are answered: now its error
+            try:
+                self.parser.feed(b"")
+            except HttpParseError as exc:
+                self._refuse(exc)
             return
         self._cancel_timer(state)
         timeout = self.timeouts.get(state)
         if timeout is not None:
             self.deadline = self.loop.time() + timeout
+
+    def _refuse(self, exc: HttpParseError) -> None:
+        """Answer the parse error ``exc`` (its status: 400, 413, 431, 501 or 505) and close."""
+        status = int(getattr(exc, "status", 400))
+        self._finish(error_response(status, _PARSE_CODES.get(status, "invalid_request"), str(exc)))
 
     def _cancel_timer(self, state: str) -> None:
         self.deadline = 0.0

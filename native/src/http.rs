@@ -1136,9 +1136,16 @@ impl PyRequestParser {
 
     fn feed<'py>(&mut self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
         let mut made: Vec<PyResult<Py<PyRequest>>> = Vec::new();
-        self.inner.feed_with(data, |head, body| {
+        let fed = self.inner.feed_with(data, |head, body| {
             made.push(Py::new(py, PyRequest { head, body: PyBytes::new(py, body).unbind() }));
-        })?;
+        });
+        if let Err(e) = fed {
+            if made.is_empty() {
+                return Err(e.into());
+            }
+            // The requests completed before the error come out first; the parser stays failed,
+            // so the next feed raises the error (the outcome does not depend on the split).
+        }
         let made: Vec<Py<PyRequest>> = made.into_iter().collect::<PyResult<_>>()?;
         PyList::new(py, made)
     }

@@ -399,6 +399,7 @@ def status_of(data: bytes, **limits: int) -> int | None:
     parser = RequestParser(**limits)
     try:
         parser.feed(data)
+        parser.feed(b"")  # raises an error found after a complete request
     except HttpParseError as e:
         return e.status
     return None
@@ -426,11 +427,16 @@ def test_bad_request_status_byte_by_byte(name: str, data: bytes, status: int) ->
     assert status_bytewise(data) == status
 
 
-def test_pipelined_garbage_after_good_request_fails() -> None:
-    """A bad request after a good one in the same feed raises (the good one is dropped)."""
+def test_pipelined_garbage_after_good_requests_fails_after_them() -> None:
+    """Good requests ahead of a bad one in the same feed come out; the parser is failed and the
+    next feed raises the bad one's status, as when they arrive in separate reads."""
+    parser = RequestParser()
+    good = b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}GET /b HTTP/1.1\r\nHost: h\r\n\r\n"
+    assert [(r.method, r.path, r.body) for r in parser.feed(good + b"garbage\r\n\r\n")] == [("POST", "/a", b"{}"), ("GET", "/b", b"")]
+    assert (parser.state, parser.pending_bytes) == ("failed", 0)
     with pytest.raises(HttpParseError) as err:
-        feed_whole(b"GET / HTTP/1.1\r\nHost: h\r\n\r\nGET / HTTP/1.1\r\nHost h\r\n\r\n")
-    assert err.value.status == 400
+        parser.feed(b"")
+    assert err.value.status == 400 and parser.state == "failed"
 
 
 def test_repeated_equal_content_length_is_accepted() -> None:

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import hongbao_native
 import jwt
+import orjson
 import pytest
 import yaml
 
 from hongbao.server.auth import embedded_secret
 from tests.server.conftest import Server
 from tests.server.test_openapi import SPEC_PATH, TOPUP, Checker
-from tests.server.flows import ok, pipelined
+from tests.server.flows import balance, ok, pipelined
 
 
 def test_bearer_scheme_is_case_insensitive(server: Server) -> None:
@@ -184,6 +185,20 @@ def test_pipelined_requests_are_answered_in_order(server: Server) -> None:
     assert answers[0][1] == answers[4][1] and b'"status"' in answers[0][1]
     assert answers[1][1] == answers[3][1] == b'{"user_id":"pipelined","balance_fen":0}'
     assert b'"code":"not_found"' in answers[2][1]
+
+
+def test_pipelined_requests_ahead_of_a_malformed_one_are_answered_first(server: Server) -> None:
+    """A top-up (answered after I/O) and a /healthz pipelined in one write ahead of a malformed
+    request are answered, the top-up applied, and then the 400 comes and the connection closes:
+    the same as when the malformed request arrives in a later read."""
+    auth = f"Authorization: Bearer {server.token('admin', admin=True)}\r\n"
+    body = '{"amount_fen": 7}'
+    topup = f"POST /v1/admin/accounts/piped/topup HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {len(body)}\r\n\r\n{body}"
+    answers = pipelined(server, [topup, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", "garbage\r\n\r\n"])
+    assert [status for status, _ in answers] == [200, 200, 400]
+    assert orjson.loads(answers[0][1])["balance_fen"] == 7 and b'"status"' in answers[1][1]
+    assert orjson.loads(answers[2][1]) == {"error": {"code": "invalid_request", "message": "malformed request: bad request line"}}
+    assert balance(server, "piped") == 7
 
 
 def _exchange(server: Server, data: bytes, heads: int) -> bytes:
