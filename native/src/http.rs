@@ -58,9 +58,9 @@ impl fmt::Display for HttpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             HttpError::Malformed(why) => write!(f, "malformed request: {why}"),
-            HttpError::BodyTooLarge { limit } => write!(f, "request content exceeds max_body_size ({limit} bytes)"),
-            HttpError::HeadTooLarge { limit } => write!(f, "request header section exceeds max_header_size ({limit} bytes)"),
-            HttpError::TooManyHeaders { limit } => write!(f, "request has more than max_headers ({limit}) header fields"),
+            HttpError::BodyTooLarge { limit } => write!(f, "request content larger than {limit} bytes"),
+            HttpError::HeadTooLarge { limit } => write!(f, "request header section larger than {limit} bytes"),
+            HttpError::TooManyHeaders { limit } => write!(f, "request has more than {limit} header fields"),
             HttpError::UnsupportedTransferCoding => f.write_str("unsupported transfer coding (only chunked is implemented)"),
             HttpError::UnsupportedVersion => f.write_str("HTTP version not supported (only HTTP/1.0 and HTTP/1.1)"),
         }
@@ -286,15 +286,16 @@ fn is_http_version(token: &[u8]) -> bool {
     matches!(token, [b'H', b'T', b'T', b'P', b'/', major, b'.', minor] if major.is_ascii_digit() && minor.is_ascii_digit())
 }
 
-/// httparse rejected the version: 505 for a well-formed other version, 400 for garbage,
-/// `None` until the request line is complete.
+/// httparse rejected the version: 505 for a well-formed other version in a well-formed line
+/// (`method SP request-target SP HTTP-version`, RFC 9112 section 3: a space inside the target
+/// is a malformed line, not a version), 400 for garbage, `None` until the line is complete.
 fn version_error(window: &[u8]) -> Option<HttpError> {
     let start = window.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(window.len());
     let rest = window.get(start..).unwrap_or_default();
     let line = rest.get(..rest.iter().position(|&b| b == b'\n')?).unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let token = line.rsplit(|&b| b == b' ').next().unwrap_or(line);
-    Some(if is_http_version(token) {
+    Some(if is_http_version(token) && line.iter().filter(|&&b| b == b' ').count() == 2 {
         HttpError::UnsupportedVersion
     } else {
         HttpError::Malformed("bad request line")
@@ -1349,7 +1350,7 @@ mod tests {
 
     #[test]
     fn error_statuses() {
-        let cases: [(&[u8], u16); 20] = [
+        let cases: [(&[u8], u16); 22] = [
             (b"GET / HTTP/1.1\r\n\r\n", 400),
             (b"GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n", 400),
@@ -1367,6 +1368,8 @@ mod tests {
             (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
             (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
             (b"GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505),
+            (b"GET /a b HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+            (b"GET /a b HTTP/2.0\r\nHost: h\r\n\r\n", 400),
             (b"GET / HTTP/1.2\r\nHost: h\r\n\r\n", 505),
             (b"GET / HTTX/1.1\r\nHost: h\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\nHost: h\r\nHost: h\r\n\r\n", 400),

@@ -383,6 +383,7 @@ BAD: list[tuple[str, bytes, int]] = [
     ("chunk-data-lf-only", _TE + b"2\r\nab\n0\r\n\r\n", 400),
     ("chunk-line-too-long", _TE + b"1;" + b"x" * 5000 + b"\r\n", 400),
     ("http20", b"GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505),
+    ("space-in-target", b"GET /v1/ba lance HTTP/1.1\r\nHost: h\r\n\r\n", 400),
     ("http12", b"GET / HTTP/1.2\r\nHost: h\r\n\r\n", 505),
     ("http09-version", b"GET / HTTP/0.9\r\nHost: h\r\n\r\n", 505),
     ("cl-over-limit", _P + b"Content-Length: 1048577\r\n\r\n", 413),
