@@ -51,6 +51,7 @@ from hongbao.server.responses import Response, error_response, from_error, json_
 
 WS_PATH = "/v1/ws"
 PROTOCOL = "bearer"
+NO_TOKEN = "no token: send Sec-WebSocket-Protocol: bearer, <jwt> or ?token=<jwt> (Authorization is not read here)"
 _EPOCH = re.compile(r"[A-Za-z0-9._~-]{1,64}")
 _READY = json_response(200, {"status": "ok"})
 _STORE_DOWN = error_response(503, "degraded", "the session store is unreachable; retry later", [("retry-after", "1")])
@@ -112,7 +113,10 @@ class Gate:
         query = parse_qs(request.query, keep_blank_values=True)
         offset, epoch = _cursor(query)
         offered, token = _subprotocol_token(request.header("sec-websocket-protocol"))
-        identity = self.verifier.verify(token or _last(query, "token") or "")
+        token = token or _last(query, "token")
+        if not token:
+            raise errors.Unauthorized(NO_TOKEN)
+        identity = self.verifier.verify(token)
         headers = [("upgrade", "websocket"), ("connection", "Upgrade"), ("sec-websocket-accept", accept)]
         if offered:
             headers.append(("sec-websocket-protocol", PROTOCOL))

@@ -14,6 +14,7 @@ import httpx
 import orjson
 import pytest
 
+from hongbao.server.ws_handshake import NO_TOKEN
 from tests.server.conftest import Server, finish_server, start_server
 from tests.ws.conftest import WS_CONFIG, push
 from tests.ws.wire import Wire, address, handshake, read_answer, upgrade_request
@@ -79,6 +80,14 @@ def test_refusals_are_bare_answers_without_upgrade(ws_server: Server) -> None:
             assert answer.headers["sec-websocket-version"] == "13" and answer.headers["upgrade"] == "websocket"
         if status == 405:
             assert answer.headers["allow"] == "GET"
+
+
+def test_a_handshake_without_a_token_says_how_to_send_one(ws_server: Server) -> None:
+    """No token (none at all, or ``bearer`` offered without one) is 401 naming both ways to send it."""
+    for request in (upgrade_request(ws_server), upgrade_request(ws_server, protocols="bearer")):
+        answer = handshake(ws_server, request)
+        assert (answer.status, orjson.loads(answer.body)["error"]) == (401, {"code": "unauthorized", "message": NO_TOKEN})
+    assert "Sec-WebSocket-Protocol: bearer, <jwt>" in NO_TOKEN and "?token=<jwt>" in NO_TOKEN
 
 
 def test_reconnect_cursor_reaches_the_hub_and_early_frames_wait_for_attach(ws_server: Server) -> None:
