@@ -42,8 +42,10 @@ OPENED_CACHE_TTL_MS = 600_000
 LISTS_CURSOR = "lists_repaired_until"  # the flag: list rows are repaired up to this time (ms)
 LISTS_LOOKBACK_MS = 3600_000  # how far back the first (or a long-stalled) list repair looks
 GRAB_OK: dict[str, object] = {"status": "ok"}  # grab's common answer, shared: never mutate it
-_REFUSALS: dict[str, type[errors.HongbaoError]] = {
-    "finished": errors.Finished, "expired": errors.Expired, "not_found": errors.NotFound,
+#: An open's refusal -> (its error, its message about order id {}), worded as grab's.
+_REFUSALS: dict[str, tuple[type[errors.HongbaoError], str]] = {
+    "finished": (errors.Finished, "packet {} is finished"), "expired": (errors.Expired, "packet {} has expired"),
+    "not_found": (errors.NotFound, "no packet {}"),
 }
 
 
@@ -370,7 +372,8 @@ class PacketService:
         result = await self.batcher.open(order_id, user_id)
         if result.receipt is None:
             self._packets.drop(order_id)
-            raise _REFUSALS.get(result.refusal or "", errors.HongbaoError)(f"packet {order_id}: {result.refusal}")
+            error, message = _REFUSALS.get(result.refusal or "", (errors.HongbaoError, f"packet {{}}: {result.refusal}"))
+            raise error(message.format(order_id))
         self._opened.put((order_id, user_id), result.receipt.amount_fen, self.ports.clock.now_ms())
         self._packets.drop(order_id)
         if not result.repeat:
