@@ -224,9 +224,10 @@ class PacketService:
         if not await self.ports.preorders.cancel(order_id, now):
             raise errors.Conflict("the packet is being paid and cannot be cancelled")
 
-    async def visible_packet(self, user_id: str, order_id: str) -> Packet:
+    async def visible_packet(self, user_id: str, order_id: str, *, reading: bool = False) -> Packet:
         """The packet if ``user_id`` may see it (a member of its group, or the sender or receiver
-        of an exclusive packet). Raises BadOrderId, NotFound, NotPaid, NotMember."""
+        of an exclusive packet; when ``reading`` its details, also whoever ``took_part`` and has
+        left the group since). Raises BadOrderId, NotFound, NotPaid, NotMember."""
         check_order_id(order_id)
         packet = await self.ports.packets.get_packet(order_id)
         if packet is None:
@@ -237,8 +238,14 @@ class PacketService:
             if user_id not in (packet.receiver_id, packet.sender_id):
                 raise errors.NotMember(f"packet {order_id} is for someone else")
         elif packet.group_id is not None and not await self.ports.groups.is_member(packet.group_id, user_id):
-            raise errors.NotMember(f"{user_id} is not a member of the packet's group")
+            if not (reading and await self.took_part(order_id, packet.sender_id, user_id)):
+                raise errors.NotMember(f"{user_id} is not a member of the packet's group")
         return packet
+
+    async def took_part(self, order_id: str, sender_id: str, user_id: str) -> bool:
+        """Whether ``user_id`` sent packet ``order_id`` (of ``sender_id``) or opened a share of it:
+        they keep reading its details after leaving its group (their own money is in it)."""
+        return user_id == sender_id or await self.ports.packets.receipt(order_id, user_id) is not None
 
     def grab_cached(self, user_id: str, order_id: str) -> dict[str, object] | None:
         """grab's answer from this worker's caches alone, with no I/O; None when the answer needs

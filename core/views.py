@@ -36,14 +36,11 @@ async def details(svc: PacketService, user_id: str, order_id: str) -> dict[str, 
     check_order_id(order_id)
     cache = svc.views
     if cache is None:
-        return (await _details_of(svc, await svc.visible_packet(user_id, order_id)))[0]
+        return (await _details_of(svc, await svc.visible_packet(user_id, order_id, reading=True)))[0]
     now_ms = svc.ports.clock.now_ms()
 
     async def load() -> tuple[View, bool]:
-        packet = await svc.visible_packet(user_id, order_id)
-        if packet.group_id is not None:
-            cache.members.put((packet.group_id, user_id), True, now_ms)
-        return await _details_of(svc, packet)
+        return await _details_of(svc, await svc.visible_packet(user_id, order_id, reading=True))
 
     view = await cache.read(details_entry(order_id), "d", now_ms, load, "details")
     await _check_audience(svc, cache, view, user_id, now_ms)
@@ -51,7 +48,8 @@ async def details(svc: PacketService, user_id: str, order_id: str) -> dict[str, 
 
 
 async def _check_audience(svc: PacketService, cache: ViewCache, view: View, user_id: str, now_ms: int) -> None:
-    """Raise NotMember unless ``user_id`` may see the packet of ``view`` (as ``visible_packet``)."""
+    """Raise NotMember unless ``user_id`` may see the packet of ``view`` (as ``visible_packet``
+    when reading)."""
     group_id, order_id = view["group_id"], view["order_id"]
     if not isinstance(group_id, str):
         if user_id not in (view["receiver_id"], view["sender_id"]):
@@ -61,7 +59,7 @@ async def _check_audience(svc: PacketService, cache: ViewCache, view: View, user
     if member is None:
         member = await svc.ports.groups.is_member(group_id, user_id)
         cache.members.put((group_id, user_id), member, now_ms)
-    if not member:
+    if not member and not await svc.took_part(str(order_id), str(view["sender_id"]), user_id):
         raise errors.NotMember(f"{user_id} is not a member of the packet's group")
 
 

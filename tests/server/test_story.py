@@ -170,3 +170,25 @@ def test_full_story(server: Server) -> None:
     assert sum(balances.values()) == sum(topups.values())
     assert balances["alice"] == 10_000 - 1000 + amounts["alice"] + 50
     assert balances["bob"] == 2_000 - 150 + amounts["bob"]
+
+
+def test_those_who_took_part_keep_reading_a_packet_after_leaving(server: Server) -> None:
+    """The sender and an opener who leave the group still read the packet's details (their money
+    is in it); a member who left without opening cannot, nor open it."""
+    topup(server, "sam", 1_000)
+    gid = group(server, "sam", ["olga", "nick", "rita"])
+    with server.client("sam") as sam:
+        order = ok(sam.post("/v1/packets", json={"kind": "equal", "count": 3, "total_fen": 300, "group_id": gid}), 201)["order_id"]
+        ok(sam.post(f"/v1/packets/{order}/pay"))
+    with server.client("olga") as olga:
+        assert ok(olga.post(f"/v1/packets/{order}/open"))["amount_fen"] == 100
+    for leaver in ("sam", "olga", "nick"):
+        with server.client(leaver) as client:
+            assert ok(client.delete(f"/v1/groups/{gid}/members/{leaver}")) == {"group_id": gid, "removed": leaver}
+    for reader in ("sam", "olga", "rita"):
+        with server.client(reader) as client:
+            details = ok(client.get(f"/v1/packets/{order}"))
+            assert (details["sender_id"], [(r["user_id"], r["amount_fen"]) for r in details["receipts"]]) == ("sam", [("olga", 100)])
+    with server.client("nick") as nick:
+        assert ok(nick.get(f"/v1/packets/{order}"), 403)["error"]["code"] == "not_member"
+        assert ok(nick.post(f"/v1/packets/{order}/open"), 403)["error"]["code"] == "not_member"
