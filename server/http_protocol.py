@@ -294,10 +294,9 @@ class HttpProtocol(asyncio.Protocol):
         try:
             if settled is not None and not self._answer(settled[0], settled[1].result()):
                 return
-            dispatch = self.app.dispatch
             while pending and not pending[0].websocket:
                 request = pending.popleft()
-                result = dispatch(request)
+                result = self.app.dispatch(request)
                 if not (self._reply(request, result) if type(result) is Response else self._answer(request, result)):
                     return
         except Exception:
