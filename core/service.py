@@ -231,9 +231,16 @@ class PacketService:
         check_order_id(order_id)
         packet = await self.ports.packets.get_packet(order_id)
         if packet is None:
-            if await self.ports.preorders.get(order_id, self.ports.clock.now_ms()) is not None:
-                raise errors.NotPaid(f"packet {order_id} is awaiting payment")
-            raise errors.NotFound(f"no packet {order_id}")
+            raw = await self.ports.preorders.get(order_id, self.ports.clock.now_ms())
+            if raw is None:
+                raise errors.NotFound(f"no packet {order_id}")
+            pre = orjson.loads(raw)  # its audience first: a non-member learns no more of a pre-order than of a packet
+            if user_id not in (pre["sender_id"], pre["receiver_id"]):
+                if pre["group_id"] is None:
+                    raise errors.NotMember(f"packet {order_id} is for someone else")
+                if not await self.ports.groups.is_member(pre["group_id"], user_id):
+                    raise errors.NotMember(f"{user_id} is not a member of the packet's group")
+            raise errors.NotPaid(f"packet {order_id} is awaiting payment")
         if packet.kind is Kind.EXCLUSIVE:
             if user_id not in (packet.receiver_id, packet.sender_id):
                 raise errors.NotMember(f"packet {order_id} is for someone else")

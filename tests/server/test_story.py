@@ -192,3 +192,17 @@ def test_those_who_took_part_keep_reading_a_packet_after_leaving(server: Server)
     with server.client("nick") as nick:
         assert ok(nick.get(f"/v1/packets/{order}"), 403)["error"]["code"] == "not_member"
         assert ok(nick.post(f"/v1/packets/{order}/open"), 403)["error"]["code"] == "not_member"
+
+
+def test_a_pre_order_is_told_apart_only_to_its_audience(server: Server) -> None:
+    """A pre-order answers 409 not_paid to a member of its group or its exclusive receiver, and
+    403 not_member to anyone else (as a paid packet would), on details, grab and open."""
+    gid = group(server, "pam", ["gus"])
+    with server.client("pam") as pam:
+        grouped = ok(pam.post("/v1/packets", json={"kind": "lucky", "count": 2, "total_fen": 200, "group_id": gid}), 201)["order_id"]
+        exclusive = ok(pam.post("/v1/packets", json={"kind": "exclusive", "total_fen": 100, "receiver_id": "eve"}), 201)["order_id"]
+    for user, order, code in [("gus", grouped, "not_paid"), ("eve", exclusive, "not_paid"),
+                              ("mal", grouped, "not_member"), ("mal", exclusive, "not_member"), ("gus", exclusive, "not_member")]:
+        with server.client(user) as client:
+            answers = [client.get(f"/v1/packets/{order}"), client.post(f"/v1/packets/{order}/grab"), client.post(f"/v1/packets/{order}/open")]
+            assert [(a.status_code, a.json()["error"]["code"]) for a in answers] == [(409 if code == "not_paid" else 403, code)] * 3, user
