@@ -45,6 +45,19 @@ def test_exclusive_packet() -> None:
     assert spec == PacketSpec(Kind.EXCLUSIVE, 1, 500, None, "B", "")
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    ({}, "an exclusive packet needs a receiver_id and no group_id"),
+    ({"receiver_id": "B", "group_id": "g"}, "an exclusive packet needs a receiver_id and no group_id"),
+    ({"receiver_id": "b ob"}, "receiver_id must be a user id: 1..64 of [A-Za-z0-9_-]"),
+    ({"receiver_id": 7}, "receiver_id must be a user id: 1..64 of [A-Za-z0-9_-]"),
+])
+def test_exclusive_packet_errors_name_what_is_wrong(extra: dict[str, object], message: str) -> None:
+    """A missing receiver (or a group) and an invalid receiver id get messages of their own."""
+    with pytest.raises(InvalidRequest) as err:
+        validate_send({"kind": "exclusive", "total_fen": 500, **extra}, "A", LIMITS)
+    assert str(err.value) == message
+
+
 @pytest.mark.parametrize(
     ("body", "error"),
     [
