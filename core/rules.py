@@ -141,7 +141,7 @@ def validate_send(body: Mapping[str, object], sender_id: str, limits: Limits) ->
     if kind is Kind.EXCLUSIVE:
         if group_id is not None or receiver_id is None:
             raise InvalidRequest("an exclusive packet needs a receiver_id and no group_id")
-        if not valid_user_id(receiver_id):
+        if not isinstance(receiver_id, str) or not valid_user_id(receiver_id):
             raise InvalidRequest("receiver_id must be a user id: 1..64 of [A-Za-z0-9_-]")
         if receiver_id == sender_id:
             raise InvalidRequest("an exclusive packet cannot be sent to oneself")
