@@ -25,6 +25,14 @@ def test_params_routes_and_405_are_exact_on_first_and_repeated_matches() -> None
         assert router.match("GET", "/v1/nothing/here") == (None, {}, False)
 
 
+def test_slashes_at_either_end_are_ignored_and_an_empty_segment_matches_nothing() -> None:
+    """As docs/openapi.yaml says: ``/healthz/`` and ``//healthz`` are ``/healthz``; ``/v1/packets//pay`` is no route."""
+    router = Router(ROUTES)
+    assert router.match("GET", "/healthz/") == router.match("GET", "//healthz") == (ROUTES[0], {}, True)
+    assert router.match("POST", "/v1/packets/7/pay/") == (ROUTES[3], {"order_id": "7"}, True)
+    assert router.match("POST", "/v1/packets//pay") == (None, {}, False)
+
+
 def test_recent_cache_stays_bounded_and_exact_past_its_size() -> None:
     """More distinct paths than RECENT_MAX keep matching with their own params; the cache never grows past it."""
     router = Router(ROUTES)
