@@ -71,7 +71,10 @@ class TokenVerifier:
             del self._headers[header]
         if header[:7].lower() != "bearer ":
             raise Unauthorized("missing bearer token")
-        identity = self.verify(header[7:].strip())
+        token = header[7:].strip()
+        if "," in token or " " in token:  # repeated Authorization fields arrive joined with ", "
+            raise Unauthorized("send one Authorization: Bearer <token> field with one token")
+        identity = self.verify(token)
         self._headers[header] = (identity.exp + self._leeway_s, identity)
         if len(self._headers) > CACHE_SIZE:
             del self._headers[next(iter(self._headers))]

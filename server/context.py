@@ -45,6 +45,8 @@ class Context:
         try:
             value = orjson.loads(self.body)
         except orjson.JSONDecodeError as exc:
+            if "UTF-8" in str(exc):  # orjson's words for bytes that are not UTF-8 text
+                raise InvalidRequest("the body must be JSON text in UTF-8 (RFC 8259 section 8.1)") from None
             raise InvalidRequest(f"malformed JSON body: {exc}") from None
         if not isinstance(value, dict):
             raise InvalidRequest("the body must be a JSON object")

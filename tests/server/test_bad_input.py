@@ -409,6 +409,17 @@ def test_slow_body_answers_408_and_closes(world: World) -> None:
     assert BODY_TIMEOUT_S * 0.9 <= elapsed <= BODY_TIMEOUT_S + 1.5, elapsed
 
 
+def test_messages_say_what_is_wrong(world: World) -> None:
+    """A body that is not UTF-8 and two Authorization fields get messages naming that, not a decoder's."""
+    token = world.server.token("alice")
+    for body in ('{"amount_fen": 1}'.encode("utf-16"), b'{"greeting": "\xff"}'):
+        response = world.http.post("/v1/packets", content=body, headers={"authorization": f"Bearer {token}"})
+        assert assert_error(response, 400, "invalid_request")["error"]["message"] == "the body must be JSON text in UTF-8 (RFC 8259 section 8.1)"
+    twice = _head(world, "GET", "/v1/balance", f"Authorization: Bearer {token}\r\nConnection: close\r\n\r\n")
+    status, _, body, _ = raw_exchange(world.server, twice)
+    assert (status, body["error"]) == (401, {"code": "unauthorized", "message": "send one Authorization: Bearer <token> field with one token"})
+
+
 # --- after the table -----------------------------------------------------------------------------
 
 def test_user_id_comes_from_the_token_only(world: World) -> None:
