@@ -44,7 +44,7 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
                            help=f"scenario field {name}")
     storm.add_argument("--data-dir", dest="data_dir", type=Path, help="the target's data directory (key and audit)")
     storm.add_argument("--jwt-secret", help="the target's HS256 secret (instead of --data-dir; no audit)")
-    storm.add_argument("--out", type=Path, default=Path("bench-results/storm"), help="report directory (default: bench-results/storm)")
+    storm.add_argument("--out", type=Path, help="report directory (default: bench-results/storm, with --replay bench-results/storm-replay)")
     storm.add_argument("--record", type=Path, help="write every request as JSON lines to FILE")
     storm.add_argument("--replay", type=Path, help="play the requests of a record FILE instead of the scenario's plan")
     storm.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to wait for credits to drain (default: 30)")
@@ -102,6 +102,8 @@ def main(args: argparse.Namespace) -> int:
     from hongbao.server.config import load_settings
 
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+    if args.out is None:  # a replay keeps the recorded run's report
+        args.out = Path("bench-results/storm-replay" if args.replay else "bench-results/storm")
     try:
         settings = load_settings(args.config, flags={"data_dir": args.data_dir})
         auditor = auditor_for(settings) if args.data_dir or settings.backend == "production" or not args.jwt_secret else None

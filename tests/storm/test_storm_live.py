@@ -18,11 +18,13 @@ SHRUNK = ["--duration", "3", "--tail", "2", "--users", "80", "--groups", "16", "
           "--set", "group_sizes=[[0.8, 3, 20], [0.2, 21, 60]]", "--set", "duplicate_p=0.2", "--set", "retry_p=0.2"]
 
 
-def storm(server: Server, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """Run ``hongbao storm`` against ``server`` (its data dir: key and audit), reports in ``out``."""
+def storm(server: Server, out: Path | None, *extra: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``hongbao storm`` against ``server`` (its data dir: key and audit) in ``cwd``, reports
+    in ``out`` (None: no ``--out``, the default directory)."""
+    where = [] if out is None else ["--out", str(out)]
     return subprocess.run([sys.executable, "-m", "hongbao.server.cli", "storm", "--target", server.url,
-                           "--data-dir", str(server.data_dir), "--out", str(out), *SHRUNK, *extra],
-                          capture_output=True, text=True, timeout=180)
+                           "--data-dir", str(server.data_dir), *where, *SHRUNK, *extra],
+                          capture_output=True, text=True, timeout=180, cwd=cwd)
 
 
 def test_short_storm_audits_clean_and_reports(make_server: Callable[..., Server], tmp_path: Path) -> None:
@@ -57,13 +59,16 @@ def test_short_storm_audits_clean_and_reports(make_server: Callable[..., Server]
 
 
 def test_replay_makes_the_same_requests(make_server: Callable[..., Server], tmp_path: Path) -> None:
-    """A recorded storm replayed against a fresh server makes the same requests (ids aside) and audits clean."""
+    """A recorded storm replayed against a fresh server makes the same requests (ids aside) and
+    audits clean; without --out its report goes to bench-results/storm-replay, not over a storm's."""
     first = storm(make_server(), tmp_path / "a", "--duration", "2", "--tail", "1", "--record", str(tmp_path / "a.jsonl"),
                   "--set", "online_p=0")
     assert first.returncode == 0, first.stderr
-    again = storm(make_server(), tmp_path / "b", "--replay", str(tmp_path / "a.jsonl"), "--record", str(tmp_path / "b.jsonl"),
-                  "--set", "online_p=0")
+    again = storm(make_server(), None, "--replay", str(tmp_path / "a.jsonl"), "--record", str(tmp_path / "b.jsonl"),
+                  "--set", "online_p=0", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
+    assert (tmp_path / "bench-results" / "storm-replay" / "report.json").exists()  # a replay's own default directory
+    assert not (tmp_path / "bench-results" / "storm").exists()
 
     def requests(path: Path) -> dict[str, tuple[Any, ...]]:
         return {c.seq: (c.at, c.op, c.user, c.method, c.path, c.body, c.needs, c.key, c.tag) for c in read_record(path)}
