@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hongbao_native
 
-from hongbao.core.adapters.mysql_db import MysqlShards
+from hongbao.core.adapters.mysql_db import MysqlShards, parse_dsn
 from hongbao.core.adapters.redis_client import Pipelines, redis_client
 from hongbao.core.adapters.redis_queue import RedisQueue
 from hongbao.core.clock import Clock
@@ -25,10 +25,15 @@ Backend = Embedded | Production
 
 
 def check_production(settings: Settings) -> None:
-    """Raise ValueError naming what the production backend is missing (a MySQL DSN, a Redis URL)."""
-    if settings.backend == "production" and not (settings.mysql_dsn and settings.redis_url):
-        raise ValueError("--backend production needs --mysql-dsn mysql://user:pass@host:port and --redis-url redis://host:port "
-                         "(or HONGBAO_MYSQL_DSN / HONGBAO_REDIS_URL, or the TOML file)")
+    """Raise ValueError naming what the production backend is missing (a MySQL DSN, a Redis URL)
+    or cannot use (a malformed DSN)."""
+    if settings.backend != "production":
+        return
+    missing = [need for need, value in (("--mysql-dsn mysql://user:pass@host:port (or HONGBAO_MYSQL_DSN)", settings.mysql_dsn),
+                                        ("--redis-url redis://host:port (or HONGBAO_REDIS_URL)", settings.redis_url)) if not value]
+    if missing:
+        raise ValueError(f"--backend production needs {' and '.join(missing)}, or the same in the TOML file")
+    parse_dsn(settings.mysql_dsn)
 
 
 async def open_backend(settings: Settings, admission: hongbao_native.AdmissionTable, clock: Clock,

@@ -184,7 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # before any worker starts; 2 as for a bad flag
         print(f"hongbao: {exc}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError, OSError) as exc:
+    except FileNotFoundError as exc:  # a --config, key or data file named but not there: cannot run, 2
+        print(f"hongbao: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # a setting that cannot work (a missing or malformed DSN...): 2 as for a bad flag
+        print(f"hongbao: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the machine refuses (a port already served...)
         print(f"hongbao: {exc}", file=sys.stderr)
         return 1
 

@@ -23,7 +23,7 @@ from hongbao.core.adapters.sqlite_push_db import open_push_db
 from hongbao.core.embedded import DB_FILE, create_admission
 from hongbao.server.auth import embedded_secret
 from hongbao.server.config import Settings
-from hongbao.server.worker import FINISH_CREDITS_S, GRACE_S, METRICS_DIR, run_worker
+from hongbao.server.worker import FINISH_CREDITS_S, GRACE_S, METRICS_DIR, CannotStart, run_worker
 
 log = logging.getLogger("hongbao.master")
 CRASH_WINDOW_S = 2.0
@@ -104,6 +104,9 @@ def serve(settings: Settings) -> int:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 _die_with_parent(master)
                 run_worker(settings, admission.name, ws_limiter.name)
+            except CannotStart as exc:
+                log.error("worker %d: %s", os.getpid(), exc)
+                code = 3
             except BaseException:
                 log.exception("worker failed")
                 code = 1
@@ -151,7 +154,8 @@ def serve(settings: Settings) -> int:
             reclaimed = admission.reclaim(pid)
             if stopping:
                 continue
-            log.error("worker %d exited (status %d); %d admission slot(s) reclaimed; restarting", pid, status, reclaimed)
+            log.error("worker %d exited (status %d); %d admission slot(s) reclaimed; restarting", pid,
+                      os.waitstatus_to_exitcode(status), reclaimed)
             quick_crashes = quick_crashes + 1 if time.monotonic() - started < CRASH_WINDOW_S else 0
             if quick_crashes >= MAX_QUICK_CRASHES:
                 log.error("workers keep dying at start; giving up")

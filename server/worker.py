@@ -11,6 +11,10 @@ import time
 
 import hongbao_native
 import uvloop
+from asyncmy.errors import MySQLError
+from redis.exceptions import RedisError
+
+from hongbao.core.errors import Degraded
 
 from hongbao.core.clock import Clock, OffsetFileClock, SystemClock
 from hongbao.server.app import App
@@ -23,6 +27,14 @@ from hongbao.server.ws_connection import WsRegistry
 
 log = logging.getLogger("hongbao.worker")
 GRACE_S = 10.0
+#: What a dependency that is down or refuses (MySQL, Redis) raises while a worker starts.
+UNREACHABLE = (Degraded, OSError, RedisError, MySQLError)
+
+
+class CannotStart(Exception):
+    """A worker could not reach its databases at start: the master logs this one line (no
+    traceback) and restarts the worker, until it gives up."""
+
 FINISH_CREDITS_S = 5.0  # beyond the grace: crediting the queue at a stop
 CLOCK_FILE = "test-clock"
 METRICS_DIR = "metrics"
@@ -44,10 +56,17 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
     ws_limiter = hongbao_native.RateLimiter.attach(ws_limiter_name)
     clock: Clock = OffsetFileClock(settings.data_dir / CLOCK_FILE) if settings.test_clock else SystemClock()
     metrics = WorkerMetrics(settings.data_dir / METRICS_DIR)
-    backend = await open_backend(settings, admission, clock, metrics.events)
+    try:
+        backend = await open_backend(settings, admission, clock, metrics.events)
+    except UNREACHABLE as exc:
+        raise CannotStart(f"cannot reach the databases: {exc}") from None
     app = App(settings, backend, verifier_for(settings), metrics, ws_limiter)
     conns = Connections(settings.max_connections, WsRegistry(settings))
-    await app.push.start()  # a live push node with its internal listener before the first connection
+    try:
+        await app.push.start()  # a live push node with its internal listener before the first connection
+    except UNREACHABLE as exc:
+        await close_backend(backend)
+        raise CannotStart(f"cannot start the push node: {exc}") from None
     server = await loop.create_server(lambda: HttpProtocol(app, conns), settings.host, settings.port,
                                       reuse_port=True, backlog=4096)
     money = [loop.create_task(job()) for job in app.background_jobs()]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -78,9 +79,14 @@ def parse_dsn(dsn: str) -> list[dict[str, Any]]:
     servers = []
     for part in (p.strip() for p in dsn.split(",")):
         url = urlsplit(part)
-        if url.scheme not in ("mysql", "mariadb") or not url.hostname:
-            raise ValueError(f"mysql_dsn must look like mysql://user:pass@host:port, got {part!r}")
-        servers.append({"host": url.hostname, "port": url.port or 3306, "user": unquote(url.username or "root"),
+        shown = re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", part)  # never the password in a message
+        try:
+            port = url.port or 3306
+        except ValueError:
+            port = 0
+        if url.scheme not in ("mysql", "mariadb") or not url.hostname or not port:
+            raise ValueError(f"mysql_dsn must look like mysql://user:pass@host:port, got {shown!r}")
+        servers.append({"host": url.hostname, "port": port, "user": unquote(url.username or "root"),
                         "password": unquote(url.password or "")})
     return servers
 

@@ -60,9 +60,9 @@ def test_migrate_is_idempotent_and_refuses_another_layout(mariadb: MariaDb, tmp_
 
 
 def test_migrate_needs_a_dsn(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without --mysql-dsn (or HONGBAO_MYSQL_DSN) migrate exits 1 and says what to give."""
+    """Without --mysql-dsn (or HONGBAO_MYSQL_DSN) migrate exits 2 (it cannot run) and says what to give."""
     monkeypatch.delenv("HONGBAO_MYSQL_DSN", raising=False)
-    assert cli_main(["migrate", "--config", str(_config(tmp_path, "none_"))]) == 1
+    assert cli_main(["migrate", "--config", str(_config(tmp_path, "none_"))]) == 2
     assert "--mysql-dsn" in capsys.readouterr().err
 
 

@@ -69,9 +69,13 @@ def test_production_backend_over_http(mariadb: MariaDb, redis_standalone: RedisT
 
 
 def test_production_needs_its_services(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """`hongbao serve --backend production` without a MySQL DSN and a Redis URL exits 1 and names both flags."""
+    """`hongbao serve --backend production` without a MySQL DSN, or without it and a Redis URL,
+    exits 2 (it cannot run) and names exactly the flags missing."""
     for name in ("HONGBAO_MYSQL_DSN", "HONGBAO_REDIS_URL"):
         monkeypatch.delenv(name, raising=False)
-    assert cli_main(["serve", "--backend", "production", "--redis-url", "redis://127.0.0.1:1"]) == 1
+    assert cli_main(["serve", "--backend", "production", "--redis-url", "redis://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "--mysql-dsn" in err and "--redis-url" not in err
+    assert cli_main(["serve", "--backend", "production"]) == 2
     err = capsys.readouterr().err
     assert "--mysql-dsn" in err and "--redis-url" in err

@@ -187,3 +187,31 @@ def test_workers_get_the_hard_open_files_limit(make_server: Callable[..., Server
         return int(line.split()[3]), int(line.split()[4])
 
     assert [limits(pid) for pid in (server.process.pid, *_workers(server))] == [(hard, hard)] * 2
+
+
+def test_unreachable_databases_at_start_are_one_line_each_and_no_traceback(tmp_path: Path) -> None:
+    """`serve --backend production` with MySQL and Redis both unreachable: every worker attempt logs
+    one line naming the cause, the master gives up (exit 1), and no traceback is printed."""
+    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "serve", "--backend", "production",
+                             "--mysql-dsn", "mysql://hb:pw@127.0.0.1:1", "--redis-url", "redis://127.0.0.1:2",
+                             "--port", "0", "--data-dir", str(tmp_path), "--workers", "1"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    failures = [line for line in result.stderr.splitlines() if "cannot reach the databases: database db_00 is unavailable" in line]
+    assert len(failures) >= 5 and "exited (status 3)" in result.stderr and "giving up" in result.stderr
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["audit", "--backend", "production"], "hongbao audit needs the MySQL DSN"),
+    (["audit", "--backend", "production", "--mysql-dsn", "foo://u:secret@h:1"], "got 'foo://u:***@h:1'"),
+    (["migrate", "--mysql-dsn", "mysql://u:secret@h:badport"], "got 'mysql://u:***@h:badport'"),
+    (["--config", "/nonexistent/hongbao.toml", "audit"], "/nonexistent/hongbao.toml: No such file or directory"),
+    (["serve", "--backend", "production", "--mysql-dsn", "mysql://u:p@h:1"], "needs --redis-url redis://host:port"),
+])
+def test_a_command_that_cannot_run_exits_2_with_one_line(tmp_path: Path, argv: list[str], says: str) -> None:
+    """Misconfigured commands (no or a malformed DSN, a missing --config file, a half-given production
+    backend) print one line naming the problem, never a password, and exit 2 (1 is the audit's violation)."""
+    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", *argv], capture_output=True, text=True,
+                            timeout=60, cwd=tmp_path)
+    assert (result.returncode, len(result.stderr.splitlines())) == (2, 1), result.stderr
+    assert says in result.stderr and "secret" not in result.stderr
