@@ -219,11 +219,11 @@ class App:
             self.metrics.flush()
 
         return [
-            _every(s.credit_interval_s, credits, self.stopping),
-            _every(s.refund_interval_s, svc.refund_due, self.stopping),
-            _every(s.reconcile_interval_s, lambda: svc.reconcile(s.reconcile_window_ms), self.stopping),
-            _every(1.0, svc.sync_flags, self.stopping),
-            _every(1.0, metrics, self.stopping),
+            every("credits", s.credit_interval_s, credits, self.stopping),
+            every("refunds", s.refund_interval_s, svc.refund_due, self.stopping),
+            every("reconcile", s.reconcile_interval_s, lambda: svc.reconcile(s.reconcile_window_ms), self.stopping),
+            every("flags", 1.0, svc.sync_flags, self.stopping),
+            every("metrics", 1.0, metrics, self.stopping),
         ]
 
     async def finish_credits(self, deadline: float) -> int:
@@ -255,15 +255,20 @@ CLOCK_RANGE_MS = (946_684_800_000, 4_102_444_799_999)  # 2000-01-01T00:00:00Z ..
 _HEALTHY = prebuilt(json_response(200, {"status": "ok"}))
 
 
-def _every(interval_s: float, job: Callable[[], Awaitable[Any]], stopping: asyncio.Event) -> Callable[[], Coroutine[Any, Any, None]]:
+def every(name: str, interval_s: float, job: Callable[[], Awaitable[Any]],
+          stopping: asyncio.Event) -> Callable[[], Coroutine[Any, Any, None]]:
+    """The background job ``name``: ``job()`` every ``interval_s`` seconds until ``stopping`` is
+    set. A dependency that is down (BreakerOpen, Degraded) is not logged here: its breaker or
+    pool logged it once; any other failure is logged with its traceback. Either way the job
+    runs again after the interval."""
     async def loop() -> None:
         while not stopping.is_set():
             try:
                 await job()
-            except BreakerOpen:  # a dependency is down: its breaker logged that once; the job retries after the interval
+            except (BreakerOpen, errors.Degraded):
                 pass
             except Exception:
-                log.exception("background job %s failed; retrying in %.2f s", getattr(job, "__name__", job), interval_s)
+                log.exception("background job %s failed; retrying in %.2f s", name, interval_s)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), interval_s)
 
