@@ -134,10 +134,16 @@ class Busy(HongbaoError):
 
 
 class Degraded(HongbaoError):
-    """A dependency is down and the operation has no degraded path (503 degraded)."""
+    """A dependency is down and the operation has no degraded path (503 degraded, with
+    ``Retry-After: 1``: a breaker or a pool tries the dependency again within a second)."""
 
     code = "degraded"
     status = 503
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """Retry-After: 1 (RFC 9110 section 10.2.3)."""
+        return [("retry-after", "1")]
 
 
 class MethodNotAllowed(HongbaoError):

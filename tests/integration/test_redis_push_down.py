@@ -97,6 +97,7 @@ def test_push_while_redis_is_down(tmp_path: Path, private_redis: PrivateRedis) -
                     answer = await pusher.post("/v1/admin/push", json={"user_id": "u1", "event": "hello", "data": i})
                     costs.append(time.perf_counter() - started)
                     assert answer.status_code == 503 and answer.json()["error"]["code"] == "degraded"
+                    assert answer.headers["retry-after"] == "1"
                 assert statistics.median(costs) < 0.05 and max(costs) < 0.25, costs  # ~0.3-1 s each without the breaker
                 started = time.perf_counter()
                 with pytest.raises(InvalidStatus) as refused:
