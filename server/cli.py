@@ -142,7 +142,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--workers", type=int,
-                       help="worker processes (default: one per core with --backend production, 1 on the embedded backend)")
+                       help="worker processes (default, or 0: one per core with --backend production, 1 on the embedded backend)")
     serve.add_argument("--data-dir", dest="data_dir", type=Path)
     serve.add_argument("--backend", choices=["embedded", "production"],
                        help="production: money in MySQL/MariaDB (--mysql-dsn), queues in Redis (--redis-url)")
