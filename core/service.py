@@ -227,27 +227,30 @@ class PacketService:
     async def visible_packet(self, user_id: str, order_id: str, *, reading: bool = False) -> Packet:
         """The packet if ``user_id`` may see it (a member of its group, or the sender or receiver
         of an exclusive packet; when ``reading`` its details, also whoever ``took_part`` and has
-        left the group since). Raises BadOrderId, NotFound, NotPaid, NotMember."""
+        left the group since). A pre-order answers NotPaid to the same audience only. Raises
+        BadOrderId, NotFound, NotPaid, NotMember."""
         check_order_id(order_id)
         packet = await self.ports.packets.get_packet(order_id)
-        if packet is None:
-            raw = await self.ports.preorders.get(order_id, self.ports.clock.now_ms())
-            if raw is None:
-                raise errors.NotFound(f"no packet {order_id}")
-            pre = orjson.loads(raw)  # its audience first: a non-member learns no more of a pre-order than of a packet
-            if user_id not in (pre["sender_id"], pre["receiver_id"]):
-                if pre["group_id"] is None:
-                    raise errors.NotMember(f"packet {order_id} is for someone else")
-                if not await self.ports.groups.is_member(pre["group_id"], user_id):
-                    raise errors.NotMember(f"{user_id} is not a member of the packet's group")
-            raise errors.NotPaid(f"packet {order_id} is awaiting payment")
-        if packet.kind is Kind.EXCLUSIVE:
-            if user_id not in (packet.receiver_id, packet.sender_id):
+        if packet is not None:
+            await self._audience(user_id, order_id, packet.sender_id, packet.receiver_id, packet.group_id, reading)
+            return packet
+        raw = await self.ports.preorders.get(order_id, self.ports.clock.now_ms())
+        if raw is None:
+            raise errors.NotFound(f"no packet {order_id}")
+        pre = orjson.loads(raw)  # a non-member learns no more of a pre-order than of a packet
+        await self._audience(user_id, order_id, pre["sender_id"], pre["receiver_id"], pre["group_id"], reading)
+        raise errors.NotPaid(f"packet {order_id} is awaiting payment")
+
+    async def _audience(self, user_id: str, order_id: str, sender_id: str, receiver_id: str | None, group_id: str | None,
+                        reading: bool) -> None:
+        """Raise NotMember unless ``user_id`` may see packet ``order_id``: its sender or receiver
+        when it has no group, else a member of ``group_id`` (or, ``reading``, one who took part)."""
+        if group_id is None:
+            if user_id not in (sender_id, receiver_id):
                 raise errors.NotMember(f"packet {order_id} is for someone else")
-        elif packet.group_id is not None and not await self.ports.groups.is_member(packet.group_id, user_id):
-            if not (reading and await self.took_part(order_id, packet.sender_id, user_id)):
+        elif not await self.ports.groups.is_member(group_id, user_id):
+            if not (reading and await self.took_part(order_id, sender_id, user_id)):
                 raise errors.NotMember(f"{user_id} is not a member of the packet's group")
-        return packet
 
     async def took_part(self, order_id: str, sender_id: str, user_id: str) -> bool:
         """Whether ``user_id`` sent packet ``order_id`` (of ``sender_id``) or opened a share of it:

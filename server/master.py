@@ -57,12 +57,12 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-def _raise_open_files(settings: Settings) -> int:
+def _raise_open_files(settings: Settings) -> None:
     """Raise the soft limit on open files (RLIMIT_NOFILE, getrlimit(2)) to the hard one, for the
     master and the workers it forks: every connection holds a descriptor, and the usual soft
     default (1024) is far below ``max_connections``, so accept() would fail (EMFILE) and drop
     connections instead of answering 503 at the cap. Warns when the limit stays below
-    ``max_connections`` + FD_RESERVE; returns the soft limit now."""
+    ``max_connections`` + FD_RESERVE."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -70,7 +70,6 @@ def _raise_open_files(settings: Settings) -> int:
     if soft != resource.RLIM_INFINITY and soft < settings.max_connections + FD_RESERVE:
         log.warning("open files limited to %d (RLIMIT_NOFILE), below max_connections %d + %d: raise the hard "
                     "limit (ulimit -Hn, LimitNOFILE=) or lower max_connections", soft, settings.max_connections, FD_RESERVE)
-    return soft
 
 
 def _prepare(settings: Settings) -> None:

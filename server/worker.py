@@ -14,9 +14,8 @@ import uvloop
 from asyncmy.errors import MySQLError
 from redis.exceptions import RedisError
 
-from hongbao.core.errors import Degraded
-
 from hongbao.core.clock import Clock, OffsetFileClock, SystemClock
+from hongbao.core.errors import Degraded
 from hongbao.server.app import App
 from hongbao.server.auth import TokenVerifier, embedded_secret
 from hongbao.server.backends import close_backend, open_backend
@@ -27,6 +26,9 @@ from hongbao.server.ws_connection import WsRegistry
 
 log = logging.getLogger("hongbao.worker")
 GRACE_S = 10.0
+FINISH_CREDITS_S = 5.0  # beyond the grace: crediting the queue at a stop
+CLOCK_FILE = "test-clock"
+METRICS_DIR = "metrics"
 #: What a dependency that is down or refuses (MySQL, Redis) raises while a worker starts.
 UNREACHABLE = (Degraded, OSError, RedisError, MySQLError)
 
@@ -34,10 +36,6 @@ UNREACHABLE = (Degraded, OSError, RedisError, MySQLError)
 class CannotStart(Exception):
     """A worker could not reach its databases at start: the master logs this one line (no
     traceback) and restarts the worker, until it gives up."""
-
-FINISH_CREDITS_S = 5.0  # beyond the grace: crediting the queue at a stop
-CLOCK_FILE = "test-clock"
-METRICS_DIR = "metrics"
 
 
 def verifier_for(settings: Settings) -> TokenVerifier:
