@@ -47,6 +47,9 @@ _PARSE_CODES = {400: "invalid_request", 413: "payload_too_large", 431: "headers_
                 501: "not_implemented", 505: "http_version_not_supported"}
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 SWEEP_S = 0.1  # read deadlines are enforced within this many seconds
+#: After answering a malformed request: how long its connection keeps reading (and dropping) what
+#: the client still sends, half-closed, so its answer is not lost to a reset (RFC 9112 section 9.6).
+LINGER_S = 2.0
 
 
 def start_eagerly(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
@@ -216,18 +219,34 @@ class HttpProtocol(asyncio.Protocol):
             self.deadline = self.loop.time() + timeout
 
     def _refuse(self, exc: HttpParseError) -> None:
-        """Answer the parse error ``exc`` (its status: 400, 413, 431, 501 or 505) and close."""
+        """Answer the parse error ``exc`` (its status: 400, 413, 431, 501 or 505) and close in
+        stages (RFC 9112 section 9.6): half-close after the answer, then drop what the client
+        still sends (a body over the limit, say) until it closes or LINGER_S pass. Closing with
+        unread input at once would send a reset, which can destroy the answer before the client
+        reads it."""
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.timer_state == "lingering":
+            return  # the parser stays failed: every later read lands here and is dropped
         status = int(getattr(exc, "status", 400))
-        self._finish(error_response(status, _PARSE_CODES.get(status, "invalid_request"), str(exc)))
+        response = error_response(status, _PARSE_CODES.get(status, "invalid_request"), str(exc))
+        if not transport.can_write_eof():
+            self._finish(response)
+            return
+        self.flush()
+        transport.write(hongbao_native.encode_response(response.status, [*response.headers, ("connection", "close")], response.body))
+        transport.write_eof()
+        self._cancel_timer("lingering")
+        self.deadline = self.loop.time() + LINGER_S
 
     def _cancel_timer(self, state: str) -> None:
         self.deadline = 0.0
         self.timer_state = state
 
     def timed_out(self, state: str) -> None:
-        """The read deadline of ``state`` passed: close an idle connection, answer 408 otherwise."""
+        """The read deadline of ``state`` passed: close an idle (or lingering) connection, answer
+        408 otherwise."""
         self.deadline = 0.0
-        if state == "idle":
+        if state in ("idle", "lingering"):
             if self.transport is not None:
                 self.flush()
                 self.transport.close()

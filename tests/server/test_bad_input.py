@@ -10,6 +10,7 @@ import json
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -361,6 +362,23 @@ def test_http_limit(world: World, name: str, build: Callable[[World], bytes], st
     assert (got_status, body["error"]["code"]) == (status, code), (name, body)
     assert set(body["error"]) == {"code", "message"}
     assert headers.get("connection") == "close"
+
+
+def test_an_oversized_body_still_being_sent_gets_its_413(world: World) -> None:
+    """A client still sending 4 MiB after the 413 was decided reads the 413: the server half-closes
+    and drops the rest (RFC 9112 section 9.6) instead of closing with unread input (a reset that
+    can destroy the answer), then closes once the client does."""
+    body = b"x" * (4 << 20)
+    head = _head(world, "POST", "/v1/packets", f"Content-Length: {len(body)}\r\n\r\n")
+    with socket.create_connection(_address(world.server), timeout=10) as sock:
+        sender = threading.Thread(target=sock.sendall, args=(head + body,))
+        sender.start()
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        sender.join(10)
+        assert not sender.is_alive()
+    assert data.startswith(b"HTTP/1.1 413 ") and b'"code":"payload_too_large"' in data, data[:200]
 
 
 def test_oversized_body_through_httpx(world: World) -> None:
