@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import asyncmy
-
 from hongbao.core.adapters.mysql_db import Layout, connect_args, parse_dsn
 from hongbao.core.adapters.mysql_schema import day_tables
 from hongbao.core.adapters.sqlite_schema import DAYS, packet_table, receipt_table
@@ -33,9 +32,11 @@ from hongbao.core.embedded import DB_FILE
 
 #: the per-packet row of the audit: order_id, total, count, remaining_fen, remaining_count,
 #: refunded_fen, status, receipts, opened fen, smallest share (1 when there is none).
-PACKET_AUDIT = ("SELECT p.order_id, p.total_fen, p.count, p.remaining_fen, p.remaining_count, p.refunded_fen, p.status, "
-                "COUNT(r.user_id), COALESCE(SUM(r.amount_fen), 0), COALESCE(MIN(r.amount_fen), 1) "
-                "FROM {ptable} p LEFT JOIN {rtable} r ON r.order_id = p.order_id GROUP BY p.order_id")
+PACKET_AUDIT = (
+    "SELECT p.order_id, p.total_fen, p.count, p.remaining_fen, p.remaining_count, p.refunded_fen, p.status, "
+    "COUNT(r.user_id), COALESCE(SUM(r.amount_fen), 0), COALESCE(MIN(r.amount_fen), 1) "
+    "FROM {ptable} p LEFT JOIN {rtable} r ON r.order_id = p.order_id GROUP BY p.order_id"
+)
 RECEIPT_AUDIT = "SELECT order_id, user_id, amount_fen, credit_status FROM {rtable}"
 
 
@@ -69,8 +70,13 @@ class Books:
     ledger: list[tuple[Any, ...]] = field(default_factory=list)
     balances: dict[str, int] = field(default_factory=dict)
 
-    def add(self, packets: Iterable[tuple[Any, ...]], receipts: Iterable[tuple[Any, ...]],
-            ledger: Iterable[tuple[Any, ...]], balances: Iterable[tuple[Any, ...]]) -> None:
+    def add(
+        self,
+        packets: Iterable[tuple[Any, ...]],
+        receipts: Iterable[tuple[Any, ...]],
+        ledger: Iterable[tuple[Any, ...]],
+        balances: Iterable[tuple[Any, ...]],
+    ) -> None:
         """Append the rows of one database (or shard)."""
         self.packets += packets
         self.receipts += receipts
@@ -91,10 +97,18 @@ def audit_sqlite(path: Path, *, drained: bool = True) -> AuditReport:
     try:
         conn.execute("BEGIN")  # one snapshot for every query
         for ptable, rtable in _tables(conn):
-            books.add(conn.execute(PACKET_AUDIT.format(ptable=ptable, rtable=rtable)),
-                      conn.execute(RECEIPT_AUDIT.format(rtable=rtable)), (), ())
-        books.add((), (), conn.execute("SELECT user_id, kind, ref, amount_fen FROM t_ledger"),
-                  conn.execute("SELECT user_id, balance_fen FROM t_account"))
+            books.add(
+                conn.execute(PACKET_AUDIT.format(ptable=ptable, rtable=rtable)),
+                conn.execute(RECEIPT_AUDIT.format(rtable=rtable)),
+                (),
+                (),
+            )
+        books.add(
+            (),
+            (),
+            conn.execute("SELECT user_id, kind, ref, amount_fen FROM t_ledger"),
+            conn.execute("SELECT user_id, balance_fen FROM t_account"),
+        )
         conn.execute("ROLLBACK")
     finally:
         conn.close()
@@ -155,8 +169,10 @@ def check(books: Books, *, drained: bool) -> AuditReport:
             bad.append(f"{user_id}: balance {balances.get(user_id, 0)} != ledger sum {ledger_sums.get(user_id, 0)}")
     held = sum(balances.values()) + active_remaining + uncredited + unpaid_refunds
     if held != topups:
-        bad.append(f"money made or lost: balances {sum(balances.values())} + active {active_remaining} + uncredited "
-                   f"{uncredited} + unpaid refunds {unpaid_refunds} = {held} != top-ups {topups}")
+        bad.append(
+            f"money made or lost: balances {sum(balances.values())} + active {active_remaining} + uncredited "
+            f"{uncredited} + unpaid refunds {unpaid_refunds} = {held} != top-ups {topups}"
+        )
     for (kind, ref), amount in ledger.items():
         if kind == "send" and (ref not in packets or packets[ref][0] != -amount):
             bad.append(f"send debit {ref} of {-amount} fen has no packet of that total")
@@ -180,19 +196,29 @@ async def audit_mysql(dsn: str, layout: Layout, *, drained: bool = True) -> Audi
             async with conn.cursor() as cur:
                 await cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 await cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-                await cur.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema IN (%s, %s)",
-                                  (layout.db_name(db), layout.cold_name(db)))
+                await cur.execute(
+                    "SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema IN (%s, %s)",
+                    (layout.db_name(db), layout.cold_name(db)),
+                )
                 present = {(str(s), str(t)) for s, t in await cur.fetchall()}
-                pairs = [(f"`{schema}`.{p}", f"`{schema}`.{r}") for schema in (layout.db_name(db), layout.cold_name(db))
-                         for p, r in day_tables(layout) if (schema, p) in present]
+                pairs = [
+                    (f"`{schema}`.{p}", f"`{schema}`.{r}")
+                    for schema in (layout.db_name(db), layout.cold_name(db))
+                    for p, r in day_tables(layout)
+                    if (schema, p) in present
+                ]
                 rows = []
                 for template in (PACKET_AUDIT, RECEIPT_AUDIT):
                     await cur.execute(" UNION ALL ".join(f"({template.format(ptable=p, rtable=r)})" for p, r in pairs))
                     rows.append(await cur.fetchall())
                 by_user = range(layout.n_tables)
-                await cur.execute(" UNION ALL ".join(f"(SELECT user_id, kind, ref, amount_fen FROM t_ledger_{t:02})" for t in by_user))
+                await cur.execute(
+                    " UNION ALL ".join(f"(SELECT user_id, kind, ref, amount_fen FROM t_ledger_{t:02})" for t in by_user)
+                )
                 ledger = await cur.fetchall()
-                await cur.execute(" UNION ALL ".join(f"(SELECT user_id, balance_fen FROM t_account_{t:02})" for t in by_user))
+                await cur.execute(
+                    " UNION ALL ".join(f"(SELECT user_id, balance_fen FROM t_account_{t:02})" for t in by_user)
+                )
                 books.add(rows[0], rows[1], ledger, await cur.fetchall())
                 await conn.rollback()
         finally:

@@ -16,6 +16,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("benchmark_disable", default=False):
         return
     if hongbao_native.build_profile != "release":
-        raise pytest.UsageError(f"refusing to benchmark a {hongbao_native.build_profile} build of hongbao_native; run `make install`")
+        raise pytest.UsageError(
+            f"refusing to benchmark a {hongbao_native.build_profile} build of hongbao_native; run `make install`"
+        )
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[-1]})

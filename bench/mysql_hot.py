@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from itertools import count
 
 import hongbao_native
-
 from hongbao.core.adapters.mysql_db import Layout, MysqlShards
 from hongbao.core.adapters.mysql_packets import MysqlPacketStore
 from hongbao.core.batching import OpenBatcher
@@ -58,18 +57,35 @@ class HotResult:
 def _packet(now_ms: int, shares: int) -> Packet:
     order_id = hongbao_native.encode_order_id(1, 260101, 1, next(_sequence))
     total = shares * (shares + 1) // 2
-    return Packet(order_id, "bench-sender", Kind.LUCKY, shares, total, "bench", None, total, shares, Status.ACTIVE,
-                  now_ms, now_ms, now_ms + DAY_MS)
+    return Packet(
+        order_id,
+        "bench-sender",
+        Kind.LUCKY,
+        shares,
+        total,
+        "bench",
+        None,
+        total,
+        shares,
+        Status.ACTIVE,
+        now_ms,
+        now_ms,
+        now_ms + DAY_MS,
+    )
 
 
-async def run_mode(shards: MysqlShards, batched: bool, *, rounds: int, openers: int = 300, shares: int = 100,
-                   max_in_db: int = 2) -> HotResult:
+async def run_mode(
+    shards: MysqlShards, batched: bool, *, rounds: int, openers: int = 300, shares: int = 100, max_in_db: int = 2
+) -> HotResult:
     """``rounds`` fresh packets, each opened by ``openers`` users at once; the time covers the opens only."""
     store = MysqlPacketStore(shards)
     now_ms = int(time.time() * 1000)
     admission = hongbao_native.AdmissionTable.create(f"bench-hot-{os.getpid()}-{int(batched)}", 1024)
-    batcher = OpenBatcher(lambda order_id, users: store.open_batch(order_id, users, now_ms, hongbao_native.split_lucky),
-                          admission, max_in_db=max_in_db)
+    batcher = OpenBatcher(
+        lambda order_id, users: store.open_batch(order_id, users, now_ms, hongbao_native.split_lucky),
+        admission,
+        max_in_db=max_in_db,
+    )
     users = [f"bench-user-{i}" for i in range(openers)]
     opens, seconds, correct = 0, 0.0, True
     try:
@@ -80,8 +96,13 @@ async def run_mode(shards: MysqlShards, batched: bool, *, rounds: int, openers: 
             if batched:
                 results = await asyncio.gather(*(batcher.open(packet.order_id, u) for u in users))
             else:
-                results = [r for rs in await asyncio.gather(*(
-                    store.open_batch(packet.order_id, [u], now_ms, hongbao_native.split_lucky) for u in users)) for r in rs]
+                results = [
+                    r
+                    for rs in await asyncio.gather(
+                        *(store.open_batch(packet.order_id, [u], now_ms, hongbao_native.split_lucky) for u in users)
+                    )
+                    for r in rs
+                ]
             seconds += time.perf_counter() - started
             opens += sum(r.receipt is not None for r in results)
             correct = correct and await _right(store, packet, results)
@@ -93,10 +114,14 @@ async def run_mode(shards: MysqlShards, batched: bool, *, rounds: int, openers: 
 async def _right(store: MysqlPacketStore, packet: Packet, results: list[OpenResult]) -> bool:
     receipts = await store.receipts(packet.order_id)
     stored = await store.get_packet(packet.order_id)
-    return (sum(r.receipt is not None for r in results) == packet.count == len(receipts)
-            and sum(r.amount_fen for r in receipts) == packet.total_fen and min(r.amount_fen for r in receipts) >= 1
-            and all(r.refusal == "finished" for r in results if r.receipt is None)
-            and stored is not None and stored.status is Status.FINISHED)
+    return (
+        sum(r.receipt is not None for r in results) == packet.count == len(receipts)
+        and sum(r.amount_fen for r in receipts) == packet.total_fen
+        and min(r.amount_fen for r in receipts) >= 1
+        and all(r.refusal == "finished" for r in results if r.receipt is None)
+        and stored is not None
+        and stored.status is Status.FINISHED
+    )
 
 
 async def compare(dsn: str, layout: Layout, *, rounds: int = 10, pool_size: int = 10) -> tuple[HotResult, HotResult]:
@@ -124,8 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     batched, single = asyncio.run(compare(ns.mysql_dsn, Layout(ns.dbs, ns.tables, ns.prefix), rounds=ns.rounds))
     ratio = batched.opens_per_s / single.opens_per_s
     for result in (batched, single):
-        print(f"{result.mode:>9}: {result.opens_per_s:10.0f} opens/s ({result.opens} opens in {result.seconds:.2f} s, "
-              f"{'correct' if result.correct else 'INCORRECT'})")
+        print(
+            f"{result.mode:>9}: {result.opens_per_s:10.0f} opens/s ({result.opens} opens in {result.seconds:.2f} s, "
+            f"{'correct' if result.correct else 'INCORRECT'})"
+        )
     print(f"    ratio: {ratio:.1f}x (floor {ns.floor}x)")
     return 0 if batched.correct and single.correct and ratio >= ns.floor else 1
 

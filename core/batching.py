@@ -13,7 +13,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 import hongbao_native
-
 from hongbao.core.errors import Busy
 from hongbao.core.ports import OpenResult
 
@@ -39,8 +38,16 @@ class OpenBatcher:
 
     __slots__ = ("_run", "_admission", "_max_in_db", "_max_batch", "_max_waiting", "_wait_s", "_batches")
 
-    def __init__(self, run: RunBatch, admission: hongbao_native.AdmissionTable, *, max_in_db: int = 2,
-                 max_batch: int = 100, max_waiting: int = 1000, admission_wait_s: float = 0.001) -> None:
+    def __init__(
+        self,
+        run: RunBatch,
+        admission: hongbao_native.AdmissionTable,
+        *,
+        max_in_db: int = 2,
+        max_batch: int = 100,
+        max_waiting: int = 1000,
+        admission_wait_s: float = 0.001,
+    ) -> None:
         self._run, self._admission = run, admission
         self._max_in_db, self._max_batch, self._max_waiting = max_in_db, max_batch, max_waiting
         self._wait_s = admission_wait_s

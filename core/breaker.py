@@ -42,8 +42,16 @@ class Breaker:
 
     __slots__ = ("name", "errors", "threshold", "cooldown_s", "counts", "_now", "_failures", "_open_until")
 
-    def __init__(self, name: str, errors: tuple[type[BaseException], ...], counts: dict[str, int], *, threshold: int = 2,
-                 cooldown_s: float = 1.0, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        name: str,
+        errors: tuple[type[BaseException], ...],
+        counts: dict[str, int],
+        *,
+        threshold: int = 2,
+        cooldown_s: float = 1.0,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.name, self.errors, self.counts = name, errors, counts
         self.threshold, self.cooldown_s, self._now = threshold, cooldown_s, now
         self._failures = 0
@@ -84,6 +92,8 @@ class Breaker:
         if self._open_until is None and self._failures >= self.threshold:
             self._open_until = self._now() + self.cooldown_s
             tally(self.counts, f"{self.name}_breaker_opens")
-            log.warning("%s is down (%r): breaker open, fallbacks for %.1f s before a trial", self.name, exc, self.cooldown_s)
+            log.warning(
+                "%s is down (%r): breaker open, fallbacks for %.1f s before a trial", self.name, exc, self.cooldown_s
+            )
         elif self._open_until is not None:
             self._open_until = self._now() + self.cooldown_s

@@ -62,15 +62,29 @@ def _audience(packet: Packet) -> tuple[tuple[str, ...], str | None]:
 def packet_received(packet: Packet, greeting: str) -> Event:
     """A packet was paid: its audience may open it."""
     users, group = _audience(packet)
-    return Event("packet_received", {
-        "order_id": packet.order_id, "sender_id": packet.sender_id, "kind": packet.kind.value, "count": packet.count,
-        "total_fen": packet.total_fen, "greeting": greeting, "expires_at": rfc3339(packet.expires_at_ms)}, users, group)
+    return Event(
+        "packet_received",
+        {
+            "order_id": packet.order_id,
+            "sender_id": packet.sender_id,
+            "kind": packet.kind.value,
+            "count": packet.count,
+            "total_fen": packet.total_fen,
+            "greeting": greeting,
+            "expires_at": rfc3339(packet.expires_at_ms),
+        },
+        users,
+        group,
+    )
 
 
 def opened(receipt: Receipt) -> Event:
     """The opener's share."""
-    return Event("opened", {"order_id": receipt.order_id, "amount_fen": receipt.amount_fen,
-                            "opened_at": rfc3339(receipt.opened_at_ms)}, (receipt.user_id,))
+    return Event(
+        "opened",
+        {"order_id": receipt.order_id, "amount_fen": receipt.amount_fen, "opened_at": rfc3339(receipt.opened_at_ms)},
+        (receipt.user_id,),
+    )
 
 
 def credited(order_id: str, user_id: str, amount_fen: int) -> Event:
@@ -81,8 +95,12 @@ def credited(order_id: str, user_id: str, amount_fen: int) -> Event:
 def finished(packet: Packet, best_luck_user_id: str, best_luck_fen: int) -> Event:
     """The last share went: best luck (the largest share, ties to the earliest open)."""
     users, group = ((), packet.group_id) if packet.group_id is not None else ((packet.sender_id,), None)
-    return Event("finished", {"order_id": packet.order_id, "best_luck_user_id": best_luck_user_id,
-                              "best_luck_fen": best_luck_fen}, users, group)
+    return Event(
+        "finished",
+        {"order_id": packet.order_id, "best_luck_user_id": best_luck_user_id, "best_luck_fen": best_luck_fen},
+        users,
+        group,
+    )
 
 
 def expired(packet: Packet) -> Event:

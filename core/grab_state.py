@@ -37,8 +37,16 @@ class PacketState:
     @classmethod
     def of(cls, packet: Packet) -> PacketState:
         """The state of a packet row."""
-        return cls(packet.order_id, packet.kind, packet.count, packet.remaining_count, packet.status,
-                   packet.group_id, packet.receiver_id, packet.expires_at_ms)
+        return cls(
+            packet.order_id,
+            packet.kind,
+            packet.count,
+            packet.remaining_count,
+            packet.status,
+            packet.group_id,
+            packet.receiver_id,
+            packet.expires_at_ms,
+        )
 
 
 @dataclass(slots=True)  # not frozen: made for every grab on the shared level, and frozen __init__ costs ~0.5 us

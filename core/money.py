@@ -50,10 +50,10 @@ def parse_yuan(value: object, field: str = "amount_yuan") -> int:
     floats or numbers instead of strings), naming ``field``.
     """
     if not isinstance(value, str):
-        raise InvalidAmount(f"{field} must be a string such as \"12.34\"")
+        raise InvalidAmount(f'{field} must be a string such as "12.34"')
     match = _YUAN.fullmatch(value)
     if match is None:
-        raise InvalidAmount(f"{field} must look like \"12.34\" (at most two decimals), got {value!r}")
+        raise InvalidAmount(f'{field} must look like "12.34" (at most two decimals), got {value!r}')
     whole, decimals = match.group(1), match.group(2) or ""
     fen = int(whole) * FEN_PER_YUAN + int(decimals.ljust(2, "0"))
     if fen <= 0:

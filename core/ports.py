@@ -254,7 +254,9 @@ class UserListStore(Protocol):
         received row as best luck (one not recorded yet stays unflagged); one write per database."""
         ...
 
-    async def page(self, user_id: str, direction: str, start_ms: int, end_ms: int, offset: int, limit: int) -> list[ListItem]:
+    async def page(
+        self, user_id: str, direction: str, start_ms: int, end_ms: int, offset: int, limit: int
+    ) -> list[ListItem]:
         """Rows created in [start_ms, end_ms), newest first."""
         ...
 

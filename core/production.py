@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import hongbao_native
-
 from hongbao.core.adapters.guarded_queue import GuardedQueue
 from hongbao.core.adapters.mysql_db import MysqlShards
 from hongbao.core.adapters.mysql_ledger import MysqlLedgerStore
@@ -52,9 +51,15 @@ class Production:
             await self.redis.client.aclose()
 
 
-def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: Pipelines | None = None,
-                counts: dict[str, int] | None = None, grab_db_rate_per_s: float = DB_RATE_PER_S,
-                breaker: Breaker | None = None) -> tuple[Ports, RedisGrabState | None]:
+def mysql_ports(
+    shards: MysqlShards,
+    queue: Queue,
+    clock: Clock,
+    redis: Pipelines | None = None,
+    counts: dict[str, int] | None = None,
+    grab_db_rate_per_s: float = DB_RATE_PER_S,
+    breaker: Breaker | None = None,
+) -> tuple[Ports, RedisGrabState | None]:
     """Every port on MySQL/MariaDB except the queue (``queue``: Redis Streams in production); with
     ``redis``, the sequence and pre-orders on Redis first, MySQL while it is down, and the grab
     filter's shared level, and ``queue`` (on that Redis) behind the same breaker (fallbacks and breaker
@@ -70,15 +75,34 @@ def mysql_ports(shards: MysqlShards, queue: Queue, clock: Clock, redis: Pipeline
         preorders = RedisPreOrderStore(pipes, breaker, preorders, counts)
         sequence = RedisSequenceSource(pipes, breaker, shards, sequence, counts)
         grab_state = RedisGrabState(pipes, breaker, counts, db_rate_per_s=grab_db_rate_per_s)
-    ports = Ports(MysqlPacketStore(shards), MysqlLedgerStore(shards), preorders, MysqlGroupStore(shards),
-                  sequence, queue, clock, MysqlUserListStore(shards), MysqlProfileStore(shards), MysqlFlags(shards))
+    ports = Ports(
+        MysqlPacketStore(shards),
+        MysqlLedgerStore(shards),
+        preorders,
+        MysqlGroupStore(shards),
+        sequence,
+        queue,
+        clock,
+        MysqlUserListStore(shards),
+        MysqlProfileStore(shards),
+        MysqlFlags(shards),
+    )
     return ports, grab_state
 
 
-def open_mysql(shards: MysqlShards, admission: hongbao_native.AdmissionTable, queue: Queue, *, clock: Clock | None = None,
-               limits: Limits | None = None, draw: Draw = hongbao_native.split_lucky, max_in_db: int = 2,
-               redis: Pipelines | None = None, counts: dict[str, int] | None = None,
-               grab_db_rate_per_s: float = DB_RATE_PER_S) -> Production:
+def open_mysql(
+    shards: MysqlShards,
+    admission: hongbao_native.AdmissionTable,
+    queue: Queue,
+    *,
+    clock: Clock | None = None,
+    limits: Limits | None = None,
+    draw: Draw = hongbao_native.split_lucky,
+    max_in_db: int = 2,
+    redis: Pipelines | None = None,
+    counts: dict[str, int] | None = None,
+    grab_db_rate_per_s: float = DB_RATE_PER_S,
+) -> Production:
     """The service over ``shards`` (pools open on first use) and ``queue`` for one worker.
 
     ``max_in_db``: open transactions per packet in the database at once (K of DESIGN.md
@@ -92,6 +116,14 @@ def open_mysql(shards: MysqlShards, admission: hongbao_native.AdmissionTable, qu
     views = None if redis is None or breaker is None else ViewCache(RedisViews(redis, breaker, counts), counts)
     packets = ports.packets
     assert isinstance(packets, MysqlPacketStore)
-    service = PacketService(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw, grab_state=grab_state,
-                            views=views, list_scans=packets)
+    service = PacketService(
+        ports,
+        limits or Limits(),
+        admission,
+        max_in_db=max_in_db,
+        draw=draw,
+        grab_state=grab_state,
+        views=views,
+        list_scans=packets,
+    )
     return Production(service, shards, admission, redis, breaker)

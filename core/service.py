@@ -15,7 +15,6 @@ from enum import StrEnum
 
 import hongbao_native
 import orjson
-
 from hongbao.core import errors, events
 from hongbao.core.batching import OpenBatcher
 from hongbao.core.breaker import BreakerOpen
@@ -24,8 +23,20 @@ from hongbao.core.events import Event, Notifier, NullNotifier
 from hongbao.core.grab_state import Lookup, PacketState, SharedGrabState
 from hongbao.core.packet import Kind, Packet, Receipt, Status
 from hongbao.core.ports import (
-    Draw, Flags, GroupStore, LedgerEntry, LedgerStore, ListRow, ListScans, OpenResult, PacketStore, PreOrderStore,
-    ProfileStore, Queue, SequenceSource, UserListStore,
+    Draw,
+    Flags,
+    GroupStore,
+    LedgerEntry,
+    LedgerStore,
+    ListRow,
+    ListScans,
+    OpenResult,
+    PacketStore,
+    PreOrderStore,
+    ProfileStore,
+    Queue,
+    SequenceSource,
+    UserListStore,
 )
 from hongbao.core.rules import Limits, validate_send
 from hongbao.core.soon import Later, Soon
@@ -44,7 +55,8 @@ LISTS_LOOKBACK_MS = 3600_000  # how far back the first (or a long-stalled) list 
 GRAB_OK: dict[str, object] = {"status": "ok"}  # grab's common answer, shared: never mutate it
 #: An open's refusal -> (its error, its message about order id {}), worded as grab's.
 _REFUSALS: dict[str, tuple[type[errors.HongbaoError], str]] = {
-    "finished": (errors.Finished, "packet {} is finished"), "expired": (errors.Expired, "packet {} has expired"),
+    "finished": (errors.Finished, "packet {} is finished"),
+    "expired": (errors.Expired, "packet {} has expired"),
     "not_found": (errors.NotFound, "no packet {}"),
 }
 
@@ -98,14 +110,38 @@ class PacketService:
     lost lists queue carried (None: not needed, the queue cannot be lost).
     """
 
-    __slots__ = ("ports", "limits", "batcher", "draw", "region", "crediting_mode", "realtime_threshold_fen", "notifier",
-                 "grab_state", "views", "list_scans", "_packets", "_members", "_opened")
+    __slots__ = (
+        "ports",
+        "limits",
+        "batcher",
+        "draw",
+        "region",
+        "crediting_mode",
+        "realtime_threshold_fen",
+        "notifier",
+        "grab_state",
+        "views",
+        "list_scans",
+        "_packets",
+        "_members",
+        "_opened",
+    )
 
-    def __init__(self, ports: Ports, limits: Limits, admission: hongbao_native.AdmissionTable, *, max_in_db: int = 2,
-                 draw: Draw = hongbao_native.split_lucky, region: int = 1,
-                 crediting_mode: CreditingMode = CreditingMode.REALTIME_LARGE, realtime_threshold_fen: int = 2000,
-                 grab_state: SharedGrabState | None = None, views: ViewCache | None = None,
-                 list_scans: ListScans | None = None) -> None:
+    def __init__(
+        self,
+        ports: Ports,
+        limits: Limits,
+        admission: hongbao_native.AdmissionTable,
+        *,
+        max_in_db: int = 2,
+        draw: Draw = hongbao_native.split_lucky,
+        region: int = 1,
+        crediting_mode: CreditingMode = CreditingMode.REALTIME_LARGE,
+        realtime_threshold_fen: int = 2000,
+        grab_state: SharedGrabState | None = None,
+        views: ViewCache | None = None,
+        list_scans: ListScans | None = None,
+    ) -> None:
         self.ports, self.limits, self.draw, self.grab_state = ports, limits, draw, grab_state
         self.views, self.list_scans = views, list_scans
         self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
@@ -128,8 +164,18 @@ class PacketService:
             receipt = result.receipt
             if receipt is None or result.repeat:
                 continue
-            messages.append((LISTS_STREAM, {"t": "received", "u": receipt.user_id, "o": order_id,
-                                            "a": receipt.amount_fen, "c": receipt.opened_at_ms}))
+            messages.append(
+                (
+                    LISTS_STREAM,
+                    {
+                        "t": "received",
+                        "u": receipt.user_id,
+                        "o": order_id,
+                        "a": receipt.amount_fen,
+                        "c": receipt.opened_at_ms,
+                    },
+                )
+            )
             if result.last:
                 messages.append((LISTS_STREAM, {"t": "best", "o": order_id}))
             if not self._credit_in_request(receipt) and self.crediting_mode is not CreditingMode.DEFERRED:
@@ -162,9 +208,17 @@ class PacketService:
         source, sequence = await self.ports.sequence.next(self.region, yymmdd)
         order_id = hongbao_native.encode_order_id(self.region, yymmdd, source, sequence)
         pay_by = now + self.limits.pay_ttl_ms
-        preorder = {"sender_id": sender_id, "kind": spec.kind.value, "count": spec.count, "total_fen": spec.total_fen,
-                    "group_id": spec.group_id, "receiver_id": spec.receiver_id, "greeting": spec.greeting,
-                    "created_at": now, "pay_by": pay_by}
+        preorder = {
+            "sender_id": sender_id,
+            "kind": spec.kind.value,
+            "count": spec.count,
+            "total_fen": spec.total_fen,
+            "group_id": spec.group_id,
+            "receiver_id": spec.receiver_id,
+            "greeting": spec.greeting,
+            "created_at": now,
+            "pay_by": pay_by,
+        }
         await self.ports.preorders.put(order_id, orjson.dumps(preorder), pay_by, now)
         return order_id, pay_by
 
@@ -194,15 +248,29 @@ class PacketService:
         except errors.InsufficientBalance:
             await self.ports.preorders.release(order_id)  # nothing moved: the sender may cancel again
             raise
-        packet = Packet(order_id, sender_id, Kind(pre["kind"]), pre["count"], pre["total_fen"], pre["group_id"],
-                        pre["receiver_id"], pre["total_fen"], pre["count"], Status.ACTIVE, pre["created_at"],
-                        pre["pay_by"], now + self.limits.expiry_ms)
+        packet = Packet(
+            order_id,
+            sender_id,
+            Kind(pre["kind"]),
+            pre["count"],
+            pre["total_fen"],
+            pre["group_id"],
+            pre["receiver_id"],
+            pre["total_fen"],
+            pre["count"],
+            Status.ACTIVE,
+            pre["created_at"],
+            pre["pay_by"],
+            now + self.limits.expiry_ms,
+        )
         if await self.ports.packets.insert_packet(packet):
             if self.grab_state is not None:
                 await self.grab_state.put(packet, now)
             await self._note(pre["greeting"], order_id)
             self._notify(events.packet_received(packet, pre["greeting"]))
-            await self._publish([(LISTS_STREAM, {"t": "sent", "u": sender_id, "o": order_id, "a": packet.total_fen, "c": now})])
+            await self._publish(
+                [(LISTS_STREAM, {"t": "sent", "u": sender_id, "o": order_id, "a": packet.total_fen, "c": now})]
+            )
         await self.ports.preorders.delete(order_id)
         stored = await self.ports.packets.get_packet(order_id)
         return stored if stored is not None else packet
@@ -241,8 +309,9 @@ class PacketService:
         await self._audience(user_id, order_id, pre["sender_id"], pre["receiver_id"], pre["group_id"], reading)
         raise errors.NotPaid(f"packet {order_id} is awaiting payment")
 
-    async def _audience(self, user_id: str, order_id: str, sender_id: str, receiver_id: str | None, group_id: str | None,
-                        reading: bool) -> None:
+    async def _audience(
+        self, user_id: str, order_id: str, sender_id: str, receiver_id: str | None, group_id: str | None, reading: bool
+    ) -> None:
         """Raise NotMember unless ``user_id`` may see packet ``order_id``: its sender or receiver
         when it has no group, else a member of ``group_id`` (or, ``reading``, one who took part)."""
         if group_id is None:
@@ -325,8 +394,9 @@ class PacketService:
             raise Later(f"grab of {order_id} by {user_id} needs the database")
         return answer
 
-    def _grab_decided(self, user_id: str, state: PacketState, amount: int | None, complete: bool, now_ms: int, *,
-                      member: bool = False) -> dict[str, object] | None:
+    def _grab_decided(
+        self, user_id: str, state: PacketState, amount: int | None, complete: bool, now_ms: int, *, member: bool = False
+    ) -> dict[str, object] | None:
         """grab's answer from ``state`` and what ``user_id`` opened (``amount``, certain when
         ``complete``), with membership from this worker's cache unless ``member`` (known); None
         when the database must be asked (membership not cached, or an amount not certain)."""
@@ -389,7 +459,9 @@ class PacketService:
         result = await self.batcher.open(order_id, user_id)
         if result.receipt is None:
             self._packets.drop(order_id)
-            error, message = _REFUSALS.get(result.refusal or "", (errors.HongbaoError, f"packet {{}}: {result.refusal}"))
+            error, message = _REFUSALS.get(
+                result.refusal or "", (errors.HongbaoError, f"packet {{}}: {result.refusal}")
+            )
             raise error(message.format(order_id))
         self._opened.put((order_id, user_id), result.receipt.amount_fen, self.ports.clock.now_ms())
         self._packets.drop(order_id)
@@ -446,8 +518,10 @@ class PacketService:
         except BreakerOpen:  # the queue is down: its breaker logged it and counts what is skipped
             pass  # money is safe: the reconciler credits pending receipts from the DB (list rows are lost)
         except Exception:  # money is safe: the reconciler credits pending receipts from the DB
-            log.exception("could not queue %d follow-up message(s); credits fall to the reconciler, list rows are lost",
-                          len(messages))
+            log.exception(
+                "could not queue %d follow-up message(s); credits fall to the reconciler, list rows are lost",
+                len(messages),
+            )
 
     async def credit(self, order_id: str, user_id: str) -> bool:
         """Credit one receipt to its receiver, once (the receipt is the ledger ref); False if
@@ -468,7 +542,8 @@ class PacketService:
             return
         now = self.ports.clock.now_ms()
         applied = await self.ports.ledger.post_many(
-            [LedgerEntry(r.user_id, "credit", f"{r.order_id}:{r.user_id}", r.amount_fen, now) for r in due])
+            [LedgerEntry(r.user_id, "credit", f"{r.order_id}:{r.user_id}", r.amount_fen, now) for r in due]
+        )
         for receipt, new in zip(due, applied, strict=True):
             if new:
                 self._notify(events.credited(receipt.order_id, receipt.user_id, receipt.amount_fen))
@@ -535,7 +610,9 @@ class PacketService:
     async def _best_lucks(self, order_ids: set[str]) -> dict[str, str | None]:
         """Each packet's best-luck user (None: not finished)."""
         ordered = sorted(order_ids)
-        return dict(zip(ordered, await asyncio.gather(*(self.ports.packets.best_luck(o) for o in ordered)), strict=True))
+        return dict(
+            zip(ordered, await asyncio.gather(*(self.ports.packets.best_luck(o) for o in ordered)), strict=True)
+        )
 
     async def reconcile(self, window_ms: int, limit: int = 500) -> int:
         """Credit receipts still pending ``window_ms`` after their open, pay recorded refunds not
@@ -561,13 +638,17 @@ class PacketService:
             return 0
         end = self.ports.clock.now_ms() - window_ms
         cursor = int(await self.ports.flags.get(LISTS_CURSOR) or 0)
-        start = cursor if end - LISTS_LOOKBACK_MS <= cursor <= end else end - LISTS_LOOKBACK_MS  # a clock moved back: look back
+        start = (
+            cursor if end - LISTS_LOOKBACK_MS <= cursor <= end else end - LISTS_LOOKBACK_MS
+        )  # a clock moved back: look back
         if start >= end:
             return 0
         opened = await scans.opened_between(start, end, limit)
         paid = await scans.paid_between(start, end, self.limits.expiry_ms, limit)
         rows = [ListRow(r.user_id, "received", r.order_id, r.amount_fen, r.opened_at_ms) for r in opened]
-        rows += [ListRow(p.sender_id, "sent", p.order_id, p.total_fen, p.expires_at_ms - self.limits.expiry_ms) for p in paid]
+        rows += [
+            ListRow(p.sender_id, "sent", p.order_id, p.total_fen, p.expires_at_ms - self.limits.expiry_ms) for p in paid
+        ]
         bests = {o: b for o, b in (await self._best_lucks({r.order_id for r in opened})).items() if b is not None}
         keys = [(r.user_id, r.direction, r.order_id) for r in rows]
         recorded = await self.ports.lists.recorded([*keys, *((b, "received", o) for o, b in bests.items())])

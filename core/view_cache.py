@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import orjson
-
 from hongbao.core.breaker import BreakerOpen, tally
 from hongbao.core.ttl_cache import TtlCache
 
@@ -80,7 +79,9 @@ class ViewCache:
         fields[field] = (now_ms + (FINAL_MEMORY_TTL_MS if final else MEMORY_TTL_MS), view)
         self._memory.put(entry, fields, now_ms)
 
-    async def read(self, entry: str, field: str, now_ms: int, load: Callable[[], Awaitable[tuple[View, bool]]], kind: str) -> View:
+    async def read(
+        self, entry: str, field: str, now_ms: int, load: Callable[[], Awaitable[tuple[View, bool]]], kind: str
+    ) -> View:
         """The view from the first level holding it; else ``load()`` -> (view, final), kept on
         both levels. Raises what ``load`` raises (nothing is kept then)."""
         held = (self._memory.get(entry, now_ms) or {}).get(field)

@@ -73,12 +73,24 @@ async def _details_of(svc: PacketService, packet: Packet) -> tuple[View, bool]:
     except Exception:  # non-critical store down: default greeting
         greeting = ""
     return {
-        "order_id": order_id, "sender_id": packet.sender_id, "kind": packet.kind.value, "status": packet.status.value,
-        "count": packet.count, "total_fen": packet.total_fen, "opened_count": len(receipts),
-        "opened_fen": sum(r.amount_fen for r in receipts), "remaining_count": packet.remaining_count,
-        "refunded_fen": packet.refunded_fen, "group_id": packet.group_id, "receiver_id": packet.receiver_id,
-        "greeting": greeting, "created_at": rfc3339(packet.created_at_ms), "expires_at": rfc3339(packet.expires_at_ms),
-        "receipts": [{"user_id": r.user_id, "amount_fen": r.amount_fen, "opened_at": rfc3339(r.opened_at_ms)} for r in receipts],
+        "order_id": order_id,
+        "sender_id": packet.sender_id,
+        "kind": packet.kind.value,
+        "status": packet.status.value,
+        "count": packet.count,
+        "total_fen": packet.total_fen,
+        "opened_count": len(receipts),
+        "opened_fen": sum(r.amount_fen for r in receipts),
+        "remaining_count": packet.remaining_count,
+        "refunded_fen": packet.refunded_fen,
+        "group_id": packet.group_id,
+        "receiver_id": packet.receiver_id,
+        "greeting": greeting,
+        "created_at": rfc3339(packet.created_at_ms),
+        "expires_at": rfc3339(packet.expires_at_ms),
+        "receipts": [
+            {"user_id": r.user_id, "amount_fen": r.amount_fen, "opened_at": rfc3339(r.opened_at_ms)} for r in receipts
+        ],
         "best_luck_user_id": best,
     }, packet.status in (Status.FINISHED, Status.REFUNDED)
 
@@ -94,10 +106,18 @@ async def user_list(svc: PacketService, user_id: str, direction: str, year: int,
         rows = await svc.ports.lists.page(user_id, direction, start, end, (page - 1) * PAGE_SIZE, PAGE_SIZE)
         count, total, best = await svc.ports.lists.summary(user_id, direction, start, end)
         return {
-            "year": year, "page": page,
+            "year": year,
+            "page": page,
             "summary": {"count": count, "total_fen": total, "best_luck_count": best},
-            "items": [{"order_id": r.order_id, "amount_fen": r.amount_fen, "created_at": rfc3339(r.created_at_ms),
-                       "best_luck": r.best_luck} for r in rows],
+            "items": [
+                {
+                    "order_id": r.order_id,
+                    "amount_fen": r.amount_fen,
+                    "created_at": rfc3339(r.created_at_ms),
+                    "best_luck": r.best_luck,
+                }
+                for r in rows
+            ],
         }, False
 
     if cache is None or page > CACHED_PAGES:
@@ -110,6 +130,8 @@ async def bill(svc: PacketService, user_id: str, page: int) -> dict[str, object]
     entries = await svc.ports.ledger.entries(user_id, (page - 1) * PAGE_SIZE, PAGE_SIZE)
     return {
         "page": page,
-        "items": [{"kind": e.kind, "ref": e.ref, "amount_fen": e.amount_fen, "created_at": rfc3339(e.created_at_ms)} for e in entries],
+        "items": [
+            {"kind": e.kind, "ref": e.ref, "amount_fen": e.amount_fen, "created_at": rfc3339(e.created_at_ms)}
+            for e in entries
+        ],
     }
-

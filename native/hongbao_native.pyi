@@ -14,24 +14,24 @@ __version__: str
 build_profile: str
 """Either "release" or "debug": benchmarks refuse to run on a debug build."""
 __all__ = [
-    "__version__",
-    "AdmissionTable",
-    "AdmissionTableFull",
-    "Frame",
-    "FrameDecoder",
-    "HttpParseError",
     "OP_BINARY",
     "OP_CLOSE",
     "OP_CONT",
     "OP_PING",
     "OP_PONG",
     "OP_TEXT",
+    "AdmissionTable",
+    "AdmissionTableFull",
+    "Frame",
+    "FrameDecoder",
+    "HttpParseError",
     "OrderIdParts",
     "ProtocolError",
     "RateLimiter",
     "Request",
     "RequestParser",
     "Splitter",
+    "__version__",
     "accept_key",
     "build_profile",
     "decode_order_id",
@@ -135,7 +135,7 @@ class Splitter:
 
     Raises ValueError if `seed` is an int outside [0, 2**64); TypeError if it is not an int."""
 
-    def __new__(cls, seed: int | None = None) -> "Splitter": ...
+    def __new__(cls, seed: int | None = None) -> Splitter: ...
     def next(self, remaining_fen: int, remaining_count: int) -> int:
         """One lucky share in fen, by the rule and draw order above; the arguments and errors are
         those of `split_lucky`."""
@@ -607,7 +607,9 @@ class RequestParser:
     the parser stays failed: every later `feed` raises the same error. Not thread-safe.
     A negative limit raises OverflowError."""
 
-    def __new__(cls, max_header_size: int = 8192, max_headers: int = 64, max_body_size: int = 1048576) -> RequestParser: ...
+    def __new__(
+        cls, max_header_size: int = 8192, max_headers: int = 64, max_body_size: int = 1048576
+    ) -> RequestParser: ...
     def feed(self, data: bytes) -> list[Request]:
         """Add `data` and return the requests it completed (possibly none, possibly several).
 

@@ -16,8 +16,6 @@ from functools import partial
 from time import perf_counter
 from typing import Any
 
-from hongbao_native import RateLimiter, Request
-
 from hongbao.core import errors
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import OffsetFileClock
@@ -38,6 +36,7 @@ from hongbao.server.push_stores import open_push_stores
 from hongbao.server.responses import Response, error_response, from_error, json_response, prebuilt
 from hongbao.server.router import Route, Router
 from hongbao.server.ws_handshake import Gate
+from hongbao_native import RateLimiter, Request
 
 log = logging.getLogger("hongbao.server")
 
@@ -45,12 +44,22 @@ log = logging.getLogger("hongbao.server")
 class App:
     """Routes of DESIGN.md section 12 over one backend (embedded or production), for one worker process."""
 
-    def __init__(self, settings: Settings, backend: Backend, verifier: TokenVerifier, metrics: WorkerMetrics,
-                 ws_limiter: RateLimiter) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        backend: Backend,
+        verifier: TokenVerifier,
+        metrics: WorkerMetrics,
+        ws_limiter: RateLimiter,
+    ) -> None:
         """``ws_limiter``: the host-wide admission rate of new WebSocket connections (made by the master)."""
         self.settings, self.backend, self.verifier, self.metrics = settings, backend, verifier, metrics
-        stores = open_push_stores(settings, backend.push_db if isinstance(backend, Embedded) else None, metrics.events,
-                                  *((backend.breaker, backend.redis) if isinstance(backend, Production) else ()))
+        stores = open_push_stores(
+            settings,
+            backend.push_db if isinstance(backend, Embedded) else None,
+            metrics.events,
+            *((backend.breaker, backend.redis) if isinstance(backend, Production) else ()),
+        )
         self.ws_gate = Gate(settings, verifier, ws_limiter, stores.down)
         self.push = PushHub(settings, stores, metrics, stores.queue, backend.service.ports.groups)
         backend.service.notifier = self.push
@@ -90,7 +99,9 @@ class App:
         self.stopping = asyncio.Event()  # set at a graceful stop: the background jobs end after their step
         self.debug_log = log.isEnabledFor(logging.DEBUG)
 
-    def dispatch(self, request: Request) -> Response | Coroutine[Any, Any, Response] | Soon[Response | Coroutine[Any, Any, Response]]:
+    def dispatch(
+        self, request: Request
+    ) -> Response | Coroutine[Any, Any, Response] | Soon[Response | Coroutine[Any, Any, Response]]:
         """Answer one parsed request (the native parser's Request); never raises. The Response
         itself when the route needs no I/O (errors included), so the protocol answers it without
         a coroutine; a Soon of it when the handler waits for one reply without a coroutine (whose
@@ -101,8 +112,9 @@ class App:
         try:
             if route is None:
                 if path_known:
-                    raise errors.MethodNotAllowed(f"{request.method} is not allowed on {request.path}",
-                                                  self.router.allowed(request.path))
+                    raise errors.MethodNotAllowed(
+                        f"{request.method} is not allowed on {request.path}", self.router.allowed(request.path)
+                    )
                 raise errors.NotFound(f"no route {request.method} {request.path}")
             auth = route.auth
             if auth == "none":
@@ -117,11 +129,19 @@ class App:
         if isinstance(result, Response):
             return self._done(request, route, result, started)
         if isinstance(result, Soon):
-            return result.outcome(partial(self._settled, request, route, started))  # no closure: no cells for every request
+            return result.outcome(
+                partial(self._settled, request, route, started)
+            )  # no closure: no cells for every request
         return self._complete(request, route, result, started)
 
-    def _settled(self, request: Request, route: Route, started: float, answer: Response | Awaitable[Response] | None,
-                 error: BaseException | None) -> Response | Coroutine[Any, Any, Response]:
+    def _settled(
+        self,
+        request: Request,
+        route: Route,
+        started: float,
+        answer: Response | Awaitable[Response] | None,
+        error: BaseException | None,
+    ) -> Response | Coroutine[Any, Any, Response]:
         """A handler's Soon settled: its Response (an error's included), or the coroutine it fell back to."""
         if error is not None:
             failed = error if isinstance(error, Exception) else RuntimeError(f"the reply was lost: {error!r}")
@@ -160,8 +180,13 @@ class App:
             if event is not None and (event != "opens" or status == 200):
                 self.metrics.events[event] += 1
         if self.debug_log:  # one structured line per request; never headers, so never a token
-            log.debug("request method=%s route=%s status=%d ms=%.3f", request.method,
-                      "unmatched" if route is None else route.template, status, elapsed * 1000)
+            log.debug(
+                "request method=%s route=%s status=%d ms=%.3f",
+                request.method,
+                "unmatched" if route is None else route.template,
+                status,
+                elapsed * 1000,
+            )
         return response
 
     def healthz(self, _ctx: Context) -> Response:
@@ -255,12 +280,14 @@ CLOCK_RANGE_MS = (946_684_800_000, 4_102_444_799_999)  # 2000-01-01T00:00:00Z ..
 _HEALTHY = prebuilt(json_response(200, {"status": "ok"}))
 
 
-def every(name: str, interval_s: float, job: Callable[[], Awaitable[Any]],
-          stopping: asyncio.Event) -> Callable[[], Coroutine[Any, Any, None]]:
+def every(
+    name: str, interval_s: float, job: Callable[[], Awaitable[Any]], stopping: asyncio.Event
+) -> Callable[[], Coroutine[Any, Any, None]]:
     """The background job ``name``: ``job()`` every ``interval_s`` seconds until ``stopping`` is
     set. A dependency that is down (BreakerOpen, Degraded) is not logged here: its breaker or
     pool logged it once; any other failure is logged with its traceback. Either way the job
     runs again after the interval."""
+
     async def loop() -> None:
         while not stopping.is_set():
             try:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jwt
-
 from hongbao.core.errors import Unauthorized
 from hongbao.core.rules import valid_user_id
 
@@ -88,8 +87,13 @@ class TokenVerifier:
                 return cached
             del self._cache[token]
         try:
-            claims = jwt.decode(token, self._key, algorithms=self._algorithms, leeway=self._leeway_s,
-                                options={"require": ["exp", "sub"]})
+            claims = jwt.decode(
+                token,
+                self._key,
+                algorithms=self._algorithms,
+                leeway=self._leeway_s,
+                options={"require": ["exp", "sub"]},
+            )
         except jwt.PyJWTError as exc:
             raise Unauthorized(f"invalid token: {exc}") from None
         if type(claims["exp"]) not in (int, float):

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import hongbao_native
-
 from hongbao.core.adapters.mysql_db import MysqlShards, parse_dsn
 from hongbao.core.adapters.redis_client import Pipelines, redis_client
 from hongbao.core.adapters.redis_queue import RedisQueue
@@ -29,15 +28,22 @@ def check_production(settings: Settings) -> None:
     or cannot use (a malformed DSN)."""
     if settings.backend != "production":
         return
-    missing = [need for need, value in (("--mysql-dsn mysql://user:pass@host:port (or HONGBAO_MYSQL_DSN)", settings.mysql_dsn),
-                                        ("--redis-url redis://host:port (or HONGBAO_REDIS_URL)", settings.redis_url)) if not value]
+    missing = [
+        need
+        for need, value in (
+            ("--mysql-dsn mysql://user:pass@host:port (or HONGBAO_MYSQL_DSN)", settings.mysql_dsn),
+            ("--redis-url redis://host:port (or HONGBAO_REDIS_URL)", settings.redis_url),
+        )
+        if not value
+    ]
     if missing:
         raise ValueError(f"--backend production needs {' and '.join(missing)}, or the same in the TOML file")
     parse_dsn(settings.mysql_dsn)
 
 
-async def open_backend(settings: Settings, admission: hongbao_native.AdmissionTable, clock: Clock,
-                       counts: dict[str, int] | None = None) -> Backend:
+async def open_backend(
+    settings: Settings, admission: hongbao_native.AdmissionTable, clock: Clock, counts: dict[str, int] | None = None
+) -> Backend:
     """The worker's backend, with the configured crediting mode; ``counts``: the worker's metrics
     events, where the production backend counts its Redis fallbacks. Raises ValueError for missing
     settings, Degraded when the production databases cannot be reached (or were not migrated)."""
@@ -50,10 +56,20 @@ async def open_backend(settings: Settings, admission: hongbao_native.AdmissionTa
         await client.initialize()  # a cluster's topology, alone, before concurrent use
         redis = Pipelines(client)  # the worker's one: money, caches, queues and push share its ticks
         queue = RedisQueue(redis, node_id(settings.node_name))
-        backend = open_mysql(shards, admission, queue, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db,
-                             redis=redis, counts=counts)
+        backend = open_mysql(
+            shards,
+            admission,
+            queue,
+            clock=clock,
+            limits=settings.limits,
+            max_in_db=settings.max_in_db,
+            redis=redis,
+            counts=counts,
+        )
     else:
-        backend = open_embedded(settings.data_dir, admission, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db)
+        backend = open_embedded(
+            settings.data_dir, admission, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db
+        )
     backend.service.crediting_mode = CreditingMode(settings.crediting_mode)
     backend.service.realtime_threshold_fen = settings.realtime_threshold_fen
     return backend

@@ -19,7 +19,6 @@ from hongbao.bench.storm.cli import add_parser as add_storm_parser
 from hongbao.server.auth import KEY_FILE, embedded_secret, mint
 from hongbao.server.config import ConfigError, Settings, load_settings
 
-
 MAX_TOKEN_TTL_S = 10 * 365 * 24 * 3600  # ten years
 
 
@@ -30,12 +29,17 @@ def _ttl(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not 0 < seconds <= MAX_TOKEN_TTL_S:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {MAX_TOKEN_TTL_S} seconds (10 years), got {text}")
+        raise argparse.ArgumentTypeError(
+            f"must be more than 0 and at most {MAX_TOKEN_TTL_S} seconds (10 years), got {text}"
+        )
     return seconds
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    flags = {k: getattr(args, k, None) for k in ("host", "port", "workers", "data_dir", "backend", "mysql_dsn", "redis_url", "redis_cluster")}
+    flags = {
+        k: getattr(args, k, None)
+        for k in ("host", "port", "workers", "data_dir", "backend", "mysql_dsn", "redis_url", "redis_cluster")
+    }
     return load_settings(args.config, flags=flags)
 
 
@@ -44,8 +48,11 @@ def _serve(args: argparse.Namespace) -> int:
     from hongbao.server.backends import check_production
 
     check_production(settings)
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s",
+    )
     from hongbao.server.master import serve
 
     return serve(settings)
@@ -57,8 +64,11 @@ def _token(args: argparse.Namespace) -> int:
         print("hongbao token: give --user ID (repeatable) or --admin", file=sys.stderr)
         return 2
     if not settings.jwt_secret and not (settings.data_dir / KEY_FILE).exists():
-        print(f"hongbao token: no key in {settings.data_dir}/ yet: created {settings.data_dir / KEY_FILE}; only a server "
-              f"started with --data-dir {settings.data_dir} accepts these tokens", file=sys.stderr)
+        print(
+            f"hongbao token: no key in {settings.data_dir}/ yet: created {settings.data_dir / KEY_FILE}; only a server "
+            f"started with --data-dir {settings.data_dir} accepts these tokens",
+            file=sys.stderr,
+        )
     secret = settings.jwt_secret or embedded_secret(settings.data_dir)
     try:
         for user in args.user or []:
@@ -73,8 +83,10 @@ def _token(args: argparse.Namespace) -> int:
 
 def _mysql_dsn(settings: Settings, command: str) -> str:
     if not settings.mysql_dsn:
-        raise ValueError(f"{command} needs the MySQL DSN: --mysql-dsn mysql://user:pass@host:port (or HONGBAO_MYSQL_DSN, "
-                         "or mysql_dsn in the TOML file)")
+        raise ValueError(
+            f"{command} needs the MySQL DSN: --mysql-dsn mysql://user:pass@host:port (or HONGBAO_MYSQL_DSN, "
+            "or mysql_dsn in the TOML file)"
+        )
     return settings.mysql_dsn
 
 
@@ -91,14 +103,15 @@ def _migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     dsn, layout = _mysql_dsn(settings, "hongbao migrate"), settings.mysql_layout()
     from asyncmy.errors import MySQLError
-
     from hongbao.core.adapters.mysql_cold import move_cold
     from hongbao.core.adapters.mysql_schema import SCHEMA_VERSION, migrate
 
     try:
         report = asyncio.run(migrate(dsn, layout))
-        print(f"migrate: {report.databases} databases x {layout.n_tables} tables x 31 days, schema {SCHEMA_VERSION}, "
-              f"{report.tables_created} tables created")
+        print(
+            f"migrate: {report.databases} databases x {layout.n_tables} tables x 31 days, schema {SCHEMA_VERSION}, "
+            f"{report.tables_created} tables created"
+        )
         if args.cold:
             moved = asyncio.run(move_cold(dsn, layout, int(time.time() * 1000)))
             print(f"cold: {moved} closed packets older than {layout.hot_days} days moved to the cold databases")
@@ -123,7 +136,10 @@ def _audit(args: argparse.Namespace) -> int:
             _mysql_failed("audit", dsn, exc)
             return 2
     elif not (settings.data_dir / DB_FILE).is_file():
-        print(f"hongbao audit: no database at {settings.data_dir / DB_FILE} (serve there first, or give --data-dir)", file=sys.stderr)
+        print(
+            f"hongbao audit: no database at {settings.data_dir / DB_FILE} (serve there first, or give --data-dir)",
+            file=sys.stderr,
+        )
         return 2
     else:
         report = audit_sqlite(settings.data_dir, drained=not args.not_drained)
@@ -137,40 +153,70 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--config", type=Path, help="TOML file (default: ./hongbao.toml when present)")
     sub = top.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML file (also accepted before the command)")
+    common.add_argument(
+        "--config", type=Path, default=argparse.SUPPRESS, help="TOML file (also accepted before the command)"
+    )
     serve = sub.add_parser("serve", parents=[common], help="run the server (master + workers)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
-    serve.add_argument("--workers", type=int,
-                       help="worker processes (default, or 0: one per core with --backend production, 1 on the embedded backend)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes (default, or 0: one per core with --backend production, 1 on the embedded backend)",
+    )
     serve.add_argument("--data-dir", dest="data_dir", type=Path)
-    serve.add_argument("--backend", choices=["embedded", "production"],
-                       help="production: money in MySQL/MariaDB (--mysql-dsn), queues in Redis (--redis-url)")
+    serve.add_argument(
+        "--backend",
+        choices=["embedded", "production"],
+        help="production: money in MySQL/MariaDB (--mysql-dsn), queues in Redis (--redis-url)",
+    )
     serve.add_argument("--mysql-dsn", dest="mysql_dsn", help="mysql://user:pass@host:port (also HONGBAO_MYSQL_DSN)")
-    serve.add_argument("--redis-url", dest="redis_url", help="redis://host:port: push state in Redis (also HONGBAO_REDIS_URL)")
-    serve.add_argument("--redis-cluster", dest="redis_cluster", action="store_true", default=None,
-                       help="--redis-url names a node of a Redis Cluster (also HONGBAO_REDIS_CLUSTER)")
+    serve.add_argument(
+        "--redis-url", dest="redis_url", help="redis://host:port: push state in Redis (also HONGBAO_REDIS_URL)"
+    )
+    serve.add_argument(
+        "--redis-cluster",
+        dest="redis_cluster",
+        action="store_true",
+        default=None,
+        help="--redis-url names a node of a Redis Cluster (also HONGBAO_REDIS_CLUSTER)",
+    )
     serve.set_defaults(run=_serve)
     mysql = argparse.ArgumentParser(add_help=False)
     mysql.add_argument("--mysql-dsn", dest="mysql_dsn", help="mysql://user:pass@host:port (also HONGBAO_MYSQL_DSN)")
-    migrate = sub.add_parser("migrate", parents=[common, mysql],
-                             help="create or upgrade the sharded MySQL/MariaDB schema (idempotent); --cold archives old packets")
-    migrate.add_argument("--cold", action="store_true", help="also move closed packets older than mysql_hot_days to the cold databases")
+    migrate = sub.add_parser(
+        "migrate",
+        parents=[common, mysql],
+        help="create or upgrade the sharded MySQL/MariaDB schema (idempotent); --cold archives old packets",
+    )
+    migrate.add_argument(
+        "--cold", action="store_true", help="also move closed packets older than mysql_hot_days to the cold databases"
+    )
     migrate.set_defaults(run=_migrate)
     token = sub.add_parser("token", parents=[common], help="mint bearer tokens with this directory's key")
     token.add_argument("--user", action="append", help="user id (repeatable; one token per line)")
     token.add_argument("--admin", action="store_true", help="also mint an admin token")
     token.add_argument("--admin-id", default="admin", help="the admin token's sub (default: admin)")
-    token.add_argument("--ttl", type=_ttl, default=24 * 3600, help=f"lifetime in seconds, up to {MAX_TOKEN_TTL_S} (default: 86400)")
+    token.add_argument(
+        "--ttl", type=_ttl, default=24 * 3600, help=f"lifetime in seconds, up to {MAX_TOKEN_TTL_S} (default: 86400)"
+    )
     token.add_argument("--data-dir", dest="data_dir", type=Path)
     token.set_defaults(run=_token)
-    audit = sub.add_parser("audit", parents=[common, mysql],
-                           help="check the money invariants of DESIGN.md section 11; exit 1 on any violation, 2 without a database "
-                           "(or when MySQL refuses or cannot be reached)")
+    audit = sub.add_parser(
+        "audit",
+        parents=[common, mysql],
+        help="check the money invariants of DESIGN.md section 11; exit 1 on any violation, 2 without a database "
+        "(or when MySQL refuses or cannot be reached)",
+    )
     audit.add_argument("--data-dir", dest="data_dir", type=Path)
-    audit.add_argument("--backend", choices=["embedded", "production"], help="production: audit the MySQL shards of --mysql-dsn")
-    audit.add_argument("--not-drained", action="store_true",
-                       help="the reconciler has not run yet: pending credits and refunds are not violations")
+    audit.add_argument(
+        "--backend", choices=["embedded", "production"], help="production: audit the MySQL shards of --mysql-dsn"
+    )
+    audit.add_argument(
+        "--not-drained",
+        action="store_true",
+        help="the reconciler has not run yet: pending credits and refunds are not violations",
+    )
     audit.set_defaults(run=_audit)
     add_storm_parser(sub, [common])
     return top

@@ -117,7 +117,9 @@ class Settings:
     push_store_failures: int = 3  # consecutive push store failures before this node drops its connections
     push_log_max_messages: int = 1000  # per-user offline queue: the newest N messages are kept...
     push_log_max_age_s: float = 86_400.0  # ... none older than this
-    redis_url: str = ""  # redis://[user:pass@]host:port: push state (sessions, logs, topics, group queue) in Redis; empty: embedded
+    redis_url: str = (
+        ""  # redis://[user:pass@]host:port: push state (sessions, logs, topics, group queue) in Redis; empty: embedded
+    )
     redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
     limits: Limits = field(default_factory=Limits)
 
@@ -169,7 +171,8 @@ class Settings:
             if unknown:
                 raise ValueError(f"unknown setting limits.{min(unknown)}")
             changes["limits"] = dataclasses.replace(
-                limits, **{k: _convert(f"limits.{k}", v, type(getattr(limits, k))) for k, v in limit_changes.items()})
+                limits, **{k: _convert(f"limits.{k}", v, type(getattr(limits, k))) for k, v in limit_changes.items()}
+            )
         return dataclasses.replace(self, **changes)
 
 
@@ -197,8 +200,9 @@ def _converted(value: Any, kind: type) -> Any:
     return kind(value)
 
 
-def load_settings(config_file: Path | None = None, env: Mapping[str, str] | None = None,
-                  flags: Mapping[str, Any] | None = None) -> Settings:
+def load_settings(
+    config_file: Path | None = None, env: Mapping[str, str] | None = None, flags: Mapping[str, Any] | None = None
+) -> Settings:
     """Defaults <- TOML file (``config_file``, else ./hongbao.toml when present) <- HONGBAO_* env <- flags.
 
     Raises FileNotFoundError for a named config file that is missing, ConfigError (a ValueError)
@@ -222,7 +226,9 @@ def load_settings(config_file: Path | None = None, env: Mapping[str, str] | None
     env = os.environ if env is None else env
     for key, value in sorted(env.items()):
         if key.startswith("HONGBAO_"):
-            settings = _overridden(settings, {key[len("HONGBAO_"):].lower(): value}, f"environment variable {key}={value!r}")
+            settings = _overridden(
+                settings, {key[len("HONGBAO_") :].lower(): value}, f"environment variable {key}={value!r}"
+            )
     if flags:
         settings = _overridden(settings, {k: v for k, v in flags.items() if v is not None}, "command line")
     return settings.checked()

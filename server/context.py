@@ -7,10 +7,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
-from hongbao_native import Request
-
 from hongbao.core.errors import InvalidRequest
 from hongbao.server.auth import Identity
+from hongbao_native import Request
 
 
 @dataclass(slots=True)

@@ -37,7 +37,9 @@ def _members(body: dict[str, Any], limit: int) -> list[str]:
         raise errors.InvalidRequest("members must be a list of user ids (1..64 of [A-Za-z0-9_-])")
     unique = list(dict.fromkeys(members))  # repeats are ignored, so they do not count
     if len(unique) > limit:
-        raise errors.InvalidRequest(f"at most {limit} members can be given here (a group has at most {limit + 1} with its creator)")
+        raise errors.InvalidRequest(
+            f"at most {limit} members can be given here (a group has at most {limit + 1} with its creator)"
+        )
     return unique
 
 
@@ -66,13 +68,17 @@ class Handlers:
         ref = f"{user_id}:{key}"
         applied = await self.svc.topup(user_id, amount, ref)
         if not applied and (first := await self.svc.ports.ledger.amount(user_id, "topup", ref)) != amount:
-            raise errors.IdempotencyKeyReused(f"Idempotency-Key {key} was used for a top-up of {first} fen, not {amount} fen")
+            raise errors.IdempotencyKeyReused(
+                f"Idempotency-Key {key} was used for a top-up of {first} fen, not {amount} fen"
+            )
         balance = await self.svc.ports.ledger.balance(user_id)
         return json_response(200, {"user_id": user_id, "balance_fen": balance, "applied": applied})
 
     async def balance(self, ctx: Context) -> Response:
         """GET /v1/balance -> {user_id, balance_fen}."""
-        return json_response(200, {"user_id": ctx.user_id, "balance_fen": await self.svc.ports.ledger.balance(ctx.user_id)})
+        return json_response(
+            200, {"user_id": ctx.user_id, "balance_fen": await self.svc.ports.ledger.balance(ctx.user_id)}
+        )
 
     async def create_group(self, ctx: Context) -> Response:
         """POST /v1/groups {members} -> {group_id}; the caller is a member and the creator."""
@@ -93,8 +99,14 @@ class Handlers:
         """GET /v1/groups/{group_id} -> {group_id, creator_id, members} (members only)."""
         group_id = await self._group_member(ctx)
         groups = self.svc.ports.groups
-        return json_response(200, {"group_id": group_id, "creator_id": await groups.creator(group_id),
-                                   "members": await groups.members(group_id)})
+        return json_response(
+            200,
+            {
+                "group_id": group_id,
+                "creator_id": await groups.creator(group_id),
+                "members": await groups.members(group_id),
+            },
+        )
 
     async def add_members(self, ctx: Context) -> Response:
         """POST /v1/groups/{group_id}/members {members}: a member adds others."""
@@ -124,8 +136,10 @@ class Handlers:
     async def pay(self, ctx: Context) -> Response:
         """POST /v1/packets/{order_id}/pay -> {order_id, status, expires_at}; a repeat changes nothing."""
         packet = await self.svc.pay(ctx.user_id, ctx.params["order_id"])
-        return json_response(200, {"order_id": packet.order_id, "status": packet.status.value,
-                                   "expires_at": rfc3339(packet.expires_at_ms)})
+        return json_response(
+            200,
+            {"order_id": packet.order_id, "status": packet.status.value, "expires_at": rfc3339(packet.expires_at_ms)},
+        )
 
     async def cancel(self, ctx: Context) -> Response:
         """DELETE /v1/packets/{order_id}: the sender drops an unpaid pre-order."""
@@ -147,7 +161,9 @@ class Handlers:
             return self._grab(ctx)
         return soon.outcome(partial(self._grab_settled, ctx))  # no closure: no cells for every grab
 
-    def _grab_settled(self, ctx: Context, answer: dict[str, object] | None, error: BaseException | None) -> Response | Awaitable[Response]:
+    def _grab_settled(
+        self, ctx: Context, answer: dict[str, object] | None, error: BaseException | None
+    ) -> Response | Awaitable[Response]:
         """The answer of grab's Soon: its Response, its error raised again, or after a Later the coroutine."""
         if isinstance(error, Later):
             return self._grab(ctx)
@@ -162,8 +178,15 @@ class Handlers:
     async def open(self, ctx: Context) -> Response:
         """POST /v1/packets/{order_id}/open -> {order_id, amount_fen, opened_at, repeat}."""
         receipt, repeat = await self.svc.open(ctx.user_id, ctx.params["order_id"])
-        return json_response(200, {"order_id": receipt.order_id, "amount_fen": receipt.amount_fen,
-                                   "opened_at": rfc3339(receipt.opened_at_ms), "repeat": repeat})
+        return json_response(
+            200,
+            {
+                "order_id": receipt.order_id,
+                "amount_fen": receipt.amount_fen,
+                "opened_at": rfc3339(receipt.opened_at_ms),
+                "repeat": repeat,
+            },
+        )
 
     async def details(self, ctx: Context) -> Response:
         """GET /v1/packets/{order_id} -> details with receipts and best luck."""

@@ -34,17 +34,21 @@ from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, cast
 
 import hongbao_native
-from hongbao_native import HttpParseError, RequestParser
-
 from hongbao.core.soon import Soon
 from hongbao.server.app import App
 from hongbao.server.responses import Response, error_response
 from hongbao.server.ws_connection import WsRegistry, take_over
+from hongbao_native import HttpParseError, RequestParser
 
 log = logging.getLogger("hongbao.http")
 MAX_PIPELINED = 32
-_PARSE_CODES = {400: "invalid_request", 413: "payload_too_large", 431: "headers_too_large",
-                501: "not_implemented", 505: "http_version_not_supported"}
+_PARSE_CODES = {
+    400: "invalid_request",
+    413: "payload_too_large",
+    431: "headers_too_large",
+    501: "not_implemented",
+    505: "http_version_not_supported",
+}
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 SWEEP_S = 0.1  # read deadlines are enforced within this many seconds
 #: After answering a malformed request: how long its connection keeps reading (and dropping) what
@@ -100,7 +104,7 @@ class _Rest:
 def _head_only(wire: bytes, response: Response) -> bytes:
     """The encoded ``response`` (``wire``) as the answer to a HEAD: its status line and header
     fields, Content-Length of the body included, without the body (RFC 9110 section 9.3.2)."""
-    return wire[:len(wire) - len(response.body)]
+    return wire[: len(wire) - len(response.body)]
 
 
 class Connections:
@@ -150,8 +154,20 @@ class Connections:
 class HttpProtocol(asyncio.Protocol):
     """One client connection: parse, dispatch to ``app``, write answers in order."""
 
-    __slots__ = ("app", "conns", "loop", "timeouts", "transport", "parser", "pending", "task", "deadline", "timer_state",
-                 "paused", "out")
+    __slots__ = (
+        "app",
+        "conns",
+        "loop",
+        "timeouts",
+        "transport",
+        "parser",
+        "pending",
+        "task",
+        "deadline",
+        "timer_state",
+        "paused",
+        "out",
+    )
 
     def __init__(self, app: App, conns: Connections) -> None:
         s = app.settings
@@ -233,7 +249,9 @@ class HttpProtocol(asyncio.Protocol):
             self._finish(response)
             return
         self.flush()
-        transport.write(hongbao_native.encode_response(response.status, [*response.headers, ("connection", "close")], response.body))
+        transport.write(
+            hongbao_native.encode_response(response.status, [*response.headers, ("connection", "close")], response.body)
+        )
         transport.write_eof()
         self._cancel_timer("lingering")
         self.deadline = self.loop.time() + LINGER_S
@@ -300,8 +318,15 @@ class HttpProtocol(asyncio.Protocol):
         transport.write(accepted.response)
         self.conns.open.discard(self)
         self.transport, self.deadline = None, 0.0
-        take_over(transport, accepted.identity, accepted.sid, self.app.push, self.conns.ws,
-                  (accepted.offset, accepted.epoch), self.parser.take_buffered())
+        take_over(
+            transport,
+            accepted.identity,
+            accepted.sid,
+            self.app.push,
+            self.conns.ws,
+            (accepted.offset, accepted.epoch),
+            self.parser.take_buffered(),
+        )
         if self.paused:
             transport.resume_reading()
 
@@ -380,8 +405,9 @@ class HttpProtocol(asyncio.Protocol):
             self.paused = False
         return True
 
-    async def _serve(self, request: hongbao_native.Request | None = None,
-                     answer: Awaitable[Response] | None = None) -> None:
+    async def _serve(
+        self, request: hongbao_native.Request | None = None, answer: Awaitable[Response] | None = None
+    ) -> None:
         """Answer pending requests in order, awaiting the handlers that need I/O; ``request`` and
         its ``answer`` in the making come first when ``_serve_now`` handed them over."""
         try:

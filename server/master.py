@@ -17,7 +17,6 @@ import socket
 import time
 
 import hongbao_native
-
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push_db import open_push_db
 from hongbao.core.embedded import DB_FILE, create_admission
@@ -68,8 +67,13 @@ def _raise_open_files(settings: Settings) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         soft = hard
     if soft != resource.RLIM_INFINITY and soft < settings.max_connections + FD_RESERVE:
-        log.warning("open files limited to %d (RLIMIT_NOFILE), below max_connections %d + %d: raise the hard "
-                    "limit (ulimit -Hn, LimitNOFILE=) or lower max_connections", soft, settings.max_connections, FD_RESERVE)
+        log.warning(
+            "open files limited to %d (RLIMIT_NOFILE), below max_connections %d + %d: raise the hard "
+            "limit (ulimit -Hn, LimitNOFILE=) or lower max_connections",
+            soft,
+            settings.max_connections,
+            FD_RESERVE,
+        )
 
 
 def _prepare(settings: Settings) -> None:
@@ -88,7 +92,9 @@ def serve(settings: Settings) -> int:
     _raise_open_files(settings)
     _prepare(settings)
     admission = create_admission(f"hongbao-{settings.port}-{os.getpid()}")
-    ws_limiter = hongbao_native.RateLimiter.create(f"ws-{settings.port}-{os.getpid()}", settings.ws_rate_per_s, settings.ws_burst)
+    ws_limiter = hongbao_native.RateLimiter.create(
+        f"ws-{settings.port}-{os.getpid()}", settings.ws_rate_per_s, settings.ws_burst
+    )
     workers: dict[int, float] = {}
     master = os.getpid()
     stopping = False
@@ -128,7 +134,13 @@ def serve(settings: Settings) -> int:
     signal.signal(signal.SIGINT, stop)
     for _ in range(settings.worker_count()):
         spawn()
-    log.info("master %d serving http://%s:%d with %d worker(s)", os.getpid(), settings.host, settings.port, settings.worker_count())
+    log.info(
+        "master %d serving http://%s:%d with %d worker(s)",
+        os.getpid(),
+        settings.host,
+        settings.port,
+        settings.worker_count(),
+    )
     deadline = None
     try:
         while workers:
@@ -143,8 +155,11 @@ def serve(settings: Settings) -> int:
             if pid == 0:
                 if deadline is not None and time.monotonic() > deadline:
                     for straggler in workers:
-                        log.warning("worker %d still running %.0f s after the stop: killed", straggler,
-                                    GRACE_S + FINISH_CREDITS_S + 1)
+                        log.warning(
+                            "worker %d still running %.0f s after the stop: killed",
+                            straggler,
+                            GRACE_S + FINISH_CREDITS_S + 1,
+                        )
                         os.kill(straggler, signal.SIGKILL)
                     deadline = time.monotonic() + 1  # once a second at most
                 time.sleep(0.05)
@@ -153,8 +168,12 @@ def serve(settings: Settings) -> int:
             reclaimed = admission.reclaim(pid)
             if stopping:
                 continue
-            log.error("worker %d exited (status %d); %d admission slot(s) reclaimed; restarting", pid,
-                      os.waitstatus_to_exitcode(status), reclaimed)
+            log.error(
+                "worker %d exited (status %d); %d admission slot(s) reclaimed; restarting",
+                pid,
+                os.waitstatus_to_exitcode(status),
+                reclaimed,
+            )
             quick_crashes = quick_crashes + 1 if time.monotonic() - started < CRASH_WINDOW_S else 0
             if quick_crashes >= MAX_QUICK_CRASHES:
                 log.error("workers keep dying at start; giving up")

@@ -17,7 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -128,12 +134,16 @@ class _Merged:
                 latency[route] = [a + b for a, b in zip(merged, hist)]
             for name, value in snap["events"].items():
                 events[name] = events.get(name, 0) + value
-        total = CounterMetricFamily("hongbao_http_requests", "HTTP requests by route and status", labels=["route", "status"])
+        total = CounterMetricFamily(
+            "hongbao_http_requests", "HTTP requests by route and status", labels=["route", "status"]
+        )
         for key, value in sorted(requests.items()):
             route, status = key.rsplit("|", 1)
             total.add_metric([route, status], value)
         yield total
-        hist_family = HistogramMetricFamily("hongbao_http_request_duration_seconds", "Request latency by route", labels=["route"])
+        hist_family = HistogramMetricFamily(
+            "hongbao_http_request_duration_seconds", "Request latency by route", labels=["route"]
+        )
         for route, hist in sorted(latency.items()):
             cumulative, buckets = 0.0, []
             for bound, count in zip((*map(str, BUCKETS_S), "+Inf"), hist[:-1]):

@@ -118,12 +118,26 @@ class PushClient:
     a cursor the app kept from an earlier client (e.g. across restarts), else None. Times in seconds.
     """
 
-    def __init__(self, url: str, token_provider: TokenProvider, *, on_event: EventHandler,
-                 on_reset: ResetHandler | None = None, on_retry: RetryHandler | None = None,
-                 topics: tuple[str, ...] = (), ping_interval_s: float = 30.0, pong_timeout_s: float = 10.0,
-                 backoff_base_s: float = 0.5, backoff_cap_s: float = 30.0, stable_after_s: float = 10.0,
-                 max_auth_failures: int = 3, open_timeout_s: float = 10.0, rng: random.Random | None = None,
-                 offset: int | None = None, epoch: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token_provider: TokenProvider,
+        *,
+        on_event: EventHandler,
+        on_reset: ResetHandler | None = None,
+        on_retry: RetryHandler | None = None,
+        topics: tuple[str, ...] = (),
+        ping_interval_s: float = 30.0,
+        pong_timeout_s: float = 10.0,
+        backoff_base_s: float = 0.5,
+        backoff_cap_s: float = 30.0,
+        stable_after_s: float = 10.0,
+        max_auth_failures: int = 3,
+        open_timeout_s: float = 10.0,
+        rng: random.Random | None = None,
+        offset: int | None = None,
+        epoch: str | None = None,
+    ) -> None:
         self.url, self._token_provider = url, token_provider
         self._on_event, self._on_reset, self._on_retry = on_event, on_reset, on_retry
         self.topics: set[str] = set(topics)
@@ -152,7 +166,11 @@ class PushClient:
 
     def resume_url(self) -> str:
         """``url`` with ``offset`` and ``epoch`` of the last delivered message, when there is one."""
-        params = {"offset": str(self.last_offset), "epoch": self.epoch} if self.last_offset is not None and self.epoch else {}
+        params = (
+            {"offset": str(self.last_offset), "epoch": self.epoch}
+            if self.last_offset is not None and self.epoch
+            else {}
+        )
         scheme, netloc, path, query, _ = urlsplit(self.url)
         query = "&".join(q for q in (query, urlencode(params)) if q)
         return urlunsplit((scheme, netloc, path, query, ""))
@@ -203,9 +221,15 @@ class PushClient:
             wait_s, reason = 0.0, ""
             try:
                 token = await _call(self._token_provider)
-                async with connect(self.resume_url(), subprotocols=[Subprotocol("bearer"), Subprotocol(token)],
-                                   compression=None, ping_interval=None, open_timeout=self.open_timeout_s,
-                                   close_timeout=2.0, logger=_WIRE_LOG) as ws:
+                async with connect(
+                    self.resume_url(),
+                    subprotocols=[Subprotocol("bearer"), Subprotocol(token)],
+                    compression=None,
+                    ping_interval=None,
+                    open_timeout=self.open_timeout_s,
+                    close_timeout=2.0,
+                    logger=_WIRE_LOG,
+                ) as ws:
                     opened, auth_failures = loop.time(), 0
                     code = await self._session(ws)
                 if code == CLOSE_REPLACED:

@@ -27,13 +27,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from hongbao_native import OP_TEXT, encode_frame
-
 from hongbao.core import errors
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.ports import GroupStore, Queue
 from hongbao.core.push_ports import SharedBody, Stored, TopicLog
 from hongbao.server.push_messages import EventBody, now_ms
+from hongbao_native import OP_TEXT, encode_frame
 
 if TYPE_CHECKING:
     from hongbao.server.push_hub import PushHub
@@ -180,7 +179,7 @@ class Fanout:
                 if start:
                     await asyncio.sleep(0)
                     await self._give_way()
-                for conn in conns[start:start + BROADCAST_CHUNK]:
+                for conn in conns[start : start + BROADCAST_CHUNK]:
                     if topic in conn.subscriptions:
                         for piece in pieces:
                             if not conn.send_frame(piece):

@@ -99,7 +99,9 @@ class PushHub:
     """One worker's hub (``app.push``) over ``stores``, for ``settings``: this worker's Node, its
     internal listener and forwarder, group pushes on ``queue`` with members from ``groups``."""
 
-    def __init__(self, settings: Settings, stores: PushStores, metrics: WorkerMetrics, queue: Queue, groups: GroupStore) -> None:
+    def __init__(
+        self, settings: Settings, stores: PushStores, metrics: WorkerMetrics, queue: Queue, groups: GroupStore
+    ) -> None:
         self.settings, self.stores, self.metrics = settings, stores, metrics
         self.node = Node(node_id(settings.node_name), stores.nodes, settings.push_node_ttl_s, self.store_result)
         self.forwarder = Forwarder(internal_secret(settings), settings.push_forward_timeout_s)
@@ -394,7 +396,9 @@ class PushHub:
         self.failures += 1
         if self.failures >= self.max_failures:
             if self.sessions:  # once per outage: none are left to close after that
-                log.error("push store failed %d times in a row: closing %d connection(s)", self.failures, len(self.sessions))
+                log.error(
+                    "push store failed %d times in a row: closing %d connection(s)", self.failures, len(self.sessions)
+                )
             self.failures = 0
             for session in list(self.sessions.values()):
                 session.conn.close(1011, "push store unavailable")
@@ -415,7 +419,9 @@ class PushHub:
         try:
             if touched:
                 lost = await self.stores.sessions.touch(sorted(touched), now_ms())
-                live = [(uid, sid) for uid, sid in lost if (s := self.sessions.get(uid)) is not None and s.conn.sid == sid]
+                live = [
+                    (uid, sid) for uid, sid in lost if (s := self.sessions.get(uid)) is not None and s.conn.sid == sid
+                ]
                 if live:  # a session the store lost while its connection lives here (not one logged out meanwhile)
                     await self.stores.sessions.restore(live, self.node.id, now_ms())
             if acks:

@@ -31,11 +31,10 @@ from typing import Any, Protocol, cast
 
 import aiohttp
 import orjson
-from hongbao_native import HttpParseError, Request, RequestParser, encode_response
-
 from hongbao.core.push_ports import Stored
 from hongbao.server.auth import embedded_secret
 from hongbao.server.config import Settings
+from hongbao_native import HttpParseError, Request, RequestParser, encode_response
 
 log = logging.getLogger("hongbao.push.internal")
 SECRET_HEADER = "x-hongbao-internal"
@@ -101,8 +100,10 @@ class InternalProtocol(asyncio.Protocol):
         try:
             body: Any = orjson.loads(request.body)
             if request.method == "POST" and request.path == "/internal/push":
-                delivered = [self.receiver.receive(uid, sid, Stored(offset, epoch, text.encode()))
-                             for uid, sid, offset, epoch, text in body["messages"]]
+                delivered = [
+                    self.receiver.receive(uid, sid, Stored(offset, epoch, text.encode()))
+                    for uid, sid, offset, epoch, text in body["messages"]
+                ]
                 return encode_response(200, _JSON, orjson.dumps({"delivered": delivered}))
             if request.method == "POST" and request.path == "/internal/kick":
                 closed = self.receiver.kick(str(body["uid"]), str(body["sid"]))
@@ -116,7 +117,9 @@ async def listen(receiver: Receiver, settings: Settings) -> tuple[asyncio.Abstra
     """Start this worker's internal listener on ``internal_host`` at an ephemeral port; returns
     the server and its ``host:port``."""
     secret = internal_secret(settings)
-    server = await asyncio.get_running_loop().create_server(lambda: InternalProtocol(receiver, secret), settings.internal_host, 0)
+    server = await asyncio.get_running_loop().create_server(
+        lambda: InternalProtocol(receiver, secret), settings.internal_host, 0
+    )
     host, port = server.sockets[0].getsockname()[:2]
     return server, f"{host}:{port}"
 
@@ -182,8 +185,9 @@ class Forwarder:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout, headers={SECRET_HEADER: self._secret})
         try:
-            async with self._session.post(f"http://{address}{path}", data=orjson.dumps(body),
-                                          headers={"content-type": "application/json"}) as response:
+            async with self._session.post(
+                f"http://{address}{path}", data=orjson.dumps(body), headers={"content-type": "application/json"}
+            ) as response:
                 if response.status != 200:
                     log.warning("internal %s to %s answered %d", path, address, response.status)
                     return None

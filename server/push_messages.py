@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 import orjson
-
 from hongbao.core.push_ports import place
 
 

@@ -34,8 +34,13 @@ class RemoteDelivery:
         await self._round(items, list(range(len(items))), results, None)
         return results
 
-    async def _round(self, items: Sequence[tuple[str, Stored]], indexes: list[int], results: list[bool],
-                     failed_routes: dict[str, Route] | None) -> None:
+    async def _round(
+        self,
+        items: Sequence[tuple[str, Stored]],
+        indexes: list[int],
+        results: list[bool],
+        failed_routes: dict[str, Route] | None,
+    ) -> None:
         """One forwarding round over ``indexes``; the first (``failed_routes`` None) is followed by
         a retry of its failures whose route changed when looked up afresh."""
         routes = await self._lookup([items[i][0] for i in indexes], fresh=failed_routes is not None)
@@ -49,8 +54,12 @@ class RemoteDelivery:
                 self._routes.pop(uid, None)
                 continue
             by_node.setdefault(route.node, []).append(i)
-        answers = await asyncio.gather(*(self._forward(node, [(items[i][0], routes[items[i][0]].sid, items[i][1]) for i in idx])
-                                         for node, idx in by_node.items()))
+        answers = await asyncio.gather(
+            *(
+                self._forward(node, [(items[i][0], routes[items[i][0]].sid, items[i][1]) for i in idx])
+                for node, idx in by_node.items()
+            )
+        )
         failed: dict[str, Route] = {}
         retry: list[int] = []
         for idx, node_answers in zip(by_node.values(), answers, strict=True):

@@ -21,7 +21,12 @@ from hongbao.core.adapters.guarded_queue import GuardedQueue
 from hongbao.core.adapters.redis_client import Pipelines, RedisClient, redis_client
 from hongbao.core.adapters.redis_money import redis_breaker
 from hongbao.core.adapters.redis_push import RedisSessionStore
-from hongbao.core.adapters.redis_push_guard import GuardedMessageLog, GuardedNodeDirectory, GuardedSessionStore, GuardedTopicLog
+from hongbao.core.adapters.redis_push_guard import (
+    GuardedMessageLog,
+    GuardedNodeDirectory,
+    GuardedSessionStore,
+    GuardedTopicLog,
+)
 from hongbao.core.adapters.redis_push_logs import RedisMessageLog, RedisTopicLog
 from hongbao.core.adapters.redis_push_nodes import RedisNodeDirectory
 from hongbao.core.adapters.redis_queue import RedisQueue
@@ -69,8 +74,13 @@ class PushStores:
             await asyncio.wait_for(self.breaker.call(redis.ping), READY_TIMEOUT_S)
 
 
-def open_push_stores(settings: Settings, db: SqliteDb | None, counts: dict[str, int],
-                     breaker: Breaker | None = None, redis: Pipelines | None = None) -> PushStores:
+def open_push_stores(
+    settings: Settings,
+    db: SqliteDb | None,
+    counts: dict[str, int],
+    breaker: Breaker | None = None,
+    redis: Pipelines | None = None,
+) -> PushStores:
     """The push stores of ``settings`` (``db``: the embedded backend's push file,
     ``Embedded.push_db``; None on the production backend, which requires ``redis_url``): sessions with
     ``push_session_ttl_s``, per-user logs bounded by ``push_log_max_messages`` and
@@ -86,7 +96,9 @@ def open_push_stores(settings: Settings, db: SqliteDb | None, counts: dict[str, 
         return PushStores(
             GuardedSessionStore(RedisSessionStore(pipes, settings.push_session_ttl_s), breaker),
             GuardedNodeDirectory(RedisNodeDirectory(pipes), breaker),
-            GuardedMessageLog(RedisMessageLog(pipes, settings.push_log_max_messages, settings.push_log_max_age_s), breaker, counts),
+            GuardedMessageLog(
+                RedisMessageLog(pipes, settings.push_log_max_messages, settings.push_log_max_age_s), breaker, counts
+            ),
             GuardedTopicLog(RedisTopicLog(pipes, TOPIC_MAX_LEN), breaker),
             GuardedQueue(RedisQueue(pipes, node), breaker, counts),
             pipes.client,

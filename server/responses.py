@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import orjson
-from hongbao_native import encode_response
-
 from hongbao.core.errors import HongbaoError
+from hongbao_native import encode_response
 
 JSON = ("content-type", "application/json")
 
@@ -26,8 +25,12 @@ class Response:
 def prebuilt(response: Response) -> Response:
     """``response`` with its HTTP/1.1 bytes encoded once (``wire``): for the constant answers of
     hot routes, sent as they are to every keep-alive HTTP/1.1 request."""
-    return Response(response.status, response.body, response.headers,
-                    encode_response(response.status, response.headers, response.body))
+    return Response(
+        response.status,
+        response.body,
+        response.headers,
+        encode_response(response.status, response.headers, response.body),
+    )
 
 
 def json_response(status: int, payload: object, headers: list[tuple[str, str]] | None = None) -> Response:

@@ -11,7 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-Handler = Callable[..., Any]  # (Context) -> Response, or when it needs I/O an awaitable of one or a Soon (hongbao.core.soon)
+Handler = Callable[
+    ..., Any
+]  # (Context) -> Response, or when it needs I/O an awaitable of one or a Soon (hongbao.core.soon)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,6 @@ import time
 import hongbao_native
 import uvloop
 from asyncmy.errors import MySQLError
-from redis.exceptions import RedisError
-
 from hongbao.core.clock import Clock, OffsetFileClock, SystemClock
 from hongbao.core.errors import Degraded
 from hongbao.server.app import App
@@ -23,6 +21,7 @@ from hongbao.server.config import Settings
 from hongbao.server.http_protocol import Connections, HttpProtocol
 from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.ws_connection import WsRegistry
+from redis.exceptions import RedisError
 
 log = logging.getLogger("hongbao.worker")
 GRACE_S = 10.0
@@ -65,8 +64,9 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
     except UNREACHABLE as exc:
         await close_backend(backend)
         raise CannotStart(f"cannot start the push node: {exc}") from None
-    server = await loop.create_server(lambda: HttpProtocol(app, conns), settings.host, settings.port,
-                                      reuse_port=True, backlog=4096)
+    server = await loop.create_server(
+        lambda: HttpProtocol(app, conns), settings.host, settings.port, reuse_port=True, backlog=4096
+    )
     money = [loop.create_task(job()) for job in app.background_jobs()]
     jobs = [loop.create_task(job()) for job in (*app.push.jobs(), conns.sweep_forever, conns.ws.sweep_forever)]
     stop = asyncio.Event()

@@ -45,11 +45,20 @@ from collections import deque
 from typing import Any, Protocol, cast
 
 import orjson
-from hongbao_native import OP_BINARY, OP_CLOSE, OP_PING, OP_PONG, OP_TEXT, Frame, FrameDecoder, ProtocolError
-from hongbao_native import encode_close, encode_frame
-
 from hongbao.server.auth import Identity
 from hongbao.server.config import Settings
+from hongbao_native import (
+    OP_BINARY,
+    OP_CLOSE,
+    OP_PING,
+    OP_PONG,
+    OP_TEXT,
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    encode_close,
+    encode_frame,
+)
 
 log = logging.getLogger("hongbao.ws")
 WRITE_HIGH = 64 * 1024  # transport high-water mark (bytes): past it data frames wait in our queue
@@ -115,11 +124,33 @@ class WsRegistry:
 class WsConnection(asyncio.Protocol):
     """One WebSocket connection of user ``uid``, session ``sid``, subscribed to ``subscriptions``."""
 
-    __slots__ = ("uid", "sid", "subscriptions", "identity", "hub", "registry", "transport", "loop", "decoder", "cap",
-                 "last_seen", "close_deadline", "close_sent", "close_received", "lost", "paused", "queue",
-                 "queued_bytes", "held", "attaching", "detached")
+    __slots__ = (
+        "uid",
+        "sid",
+        "subscriptions",
+        "identity",
+        "hub",
+        "registry",
+        "transport",
+        "loop",
+        "decoder",
+        "cap",
+        "last_seen",
+        "close_deadline",
+        "close_sent",
+        "close_received",
+        "lost",
+        "paused",
+        "queue",
+        "queued_bytes",
+        "held",
+        "attaching",
+        "detached",
+    )
 
-    def __init__(self, transport: asyncio.Transport, identity: Identity, sid: str, hub: Hub, registry: WsRegistry) -> None:
+    def __init__(
+        self, transport: asyncio.Transport, identity: Identity, sid: str, hub: Hub, registry: WsRegistry
+    ) -> None:
         s = registry.settings
         self.uid, self.sid, self.identity = identity.user_id, sid, identity
         self.subscriptions: set[str] = set()
@@ -333,8 +364,15 @@ class WsConnection(asyncio.Protocol):
             self.hub.detach(self)
 
 
-def take_over(transport: asyncio.BaseTransport, identity: Identity, sid: str, hub: Hub, registry: WsRegistry,
-              cursor: tuple[int | None, str | None], buffered: bytes) -> WsConnection:
+def take_over(
+    transport: asyncio.BaseTransport,
+    identity: Identity,
+    sid: str,
+    hub: Hub,
+    registry: WsRegistry,
+    cursor: tuple[int | None, str | None],
+    buffered: bytes,
+) -> WsConnection:
     """Make the WsConnection of an upgraded ``transport`` (its 101 already written), point the
     transport at it and start it (``cursor``: the reconnect offset and epoch)."""
     conn = WsConnection(cast(asyncio.Transport, transport), identity, sid, hub, registry)

@@ -41,13 +41,12 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 import hongbao_native
-from hongbao_native import RateLimiter, Request
-
 from hongbao.core import errors
 from hongbao.server.auth import Identity, TokenVerifier
 from hongbao.server.config import Settings
 from hongbao.server.context import Context
 from hongbao.server.responses import Response, error_response, from_error, json_response
+from hongbao_native import RateLimiter, Request
 
 WS_PATH = "/v1/ws"
 PROTOCOL = "bearer"
@@ -76,8 +75,13 @@ class Gate:
 
     __slots__ = ("verifier", "limiter", "store_down", "origins", "busy_answers")
 
-    def __init__(self, settings: Settings, verifier: TokenVerifier, limiter: RateLimiter,
-                 store_down: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        verifier: TokenVerifier,
+        limiter: RateLimiter,
+        store_down: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.verifier, self.limiter, self.store_down = verifier, limiter, store_down
         self.origins = frozenset(origin.lower() for origin in settings.ws_allowed_origins)
         self.busy_answers: dict[int, Response] = {}
@@ -109,7 +113,9 @@ class Gate:
         try:
             accept = hongbao_native.accept_key(request.header("sec-websocket-key") or "")
         except ValueError:
-            raise errors.InvalidRequest("Sec-WebSocket-Key must be base64 of 16 bytes (RFC 6455 section 4.2.1)") from None
+            raise errors.InvalidRequest(
+                "Sec-WebSocket-Key must be base64 of 16 bytes (RFC 6455 section 4.2.1)"
+            ) from None
         query = parse_qs(request.query, keep_blank_values=True)
         offset, epoch = _cursor(query)
         offered, token = _subprotocol_token(request.header("sec-websocket-protocol"))
@@ -120,8 +126,9 @@ class Gate:
         headers = [("upgrade", "websocket"), ("connection", "Upgrade"), ("sec-websocket-accept", accept)]
         if offered:
             headers.append(("sec-websocket-protocol", PROTOCOL))
-        return Accepted(identity, secrets.token_urlsafe(12), offset, epoch,
-                        hongbao_native.encode_response(101, headers, b""))
+        return Accepted(
+            identity, secrets.token_urlsafe(12), offset, epoch, hongbao_native.encode_response(101, headers, b"")
+        )
 
     async def preflight(self, ctx: Context) -> Response:
         """GET /v1/ws/preflight: what a handshake would meet now, for a browser that cannot read a
@@ -154,7 +161,8 @@ class Gate:
         answer = self.busy_answers.get(seconds)
         if answer is None:
             answer = self.busy_answers[seconds] = from_error(
-                errors.TooManyConnections("too many new connections; retry later", seconds))
+                errors.TooManyConnections("too many new connections; retry later", seconds)
+            )
         return answer
 
 

@@ -31,7 +31,6 @@ import jwt
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
-
 from hongbao.core.adapters.mysql_db import parse_dsn
 
 log = logging.getLogger("hongbao.baseline")
@@ -95,8 +94,9 @@ def create_app() -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         state["db"] = await mysql_pool(os.environ["BASELINE_MYSQL_DSN"])
-        pool = aioredis.BlockingConnectionPool.from_url(os.environ["BASELINE_REDIS_URL"], max_connections=REDIS_CONNECTIONS,
-                                                        timeout=20, decode_responses=True)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            os.environ["BASELINE_REDIS_URL"], max_connections=REDIS_CONNECTIONS, timeout=20, decode_responses=True
+        )
         state["redis"] = aioredis.Redis(connection_pool=pool)
         state["open"] = state["redis"].register_script(OPEN_LUA)
         yield
@@ -110,12 +110,16 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def error(_request: Request, exc: HTTPException) -> JSONResponse:
-        detail = exc.detail if isinstance(exc.detail, dict) else {"code": str(exc.status_code), "message": str(exc.detail)}
+        detail = (
+            exc.detail if isinstance(exc.detail, dict) else {"code": str(exc.status_code), "message": str(exc.detail)}
+        )
         return JSONResponse({"error": detail}, exc.status_code)
 
     def user(authorization: str | None, admin: bool = False) -> str:
         try:
-            claims = jwt.decode((authorization or "")[7:], secret, algorithms=["HS256"], options={"require": ["exp", "sub"]})
+            claims = jwt.decode(
+                (authorization or "")[7:], secret, algorithms=["HS256"], options={"require": ["exp", "sub"]}
+            )
         except jwt.PyJWTError:
             raise Failure(401, "unauthorized", "invalid token") from None
         if admin and claims.get("role") != "admin":
@@ -127,16 +131,24 @@ def create_app() -> FastAPI:
         return {"status": "ok"}
 
     @app.post("/v1/admin/accounts/{user_id}/topup")
-    async def topup(user_id: str, body: dict[str, Any], authorization: Auth = None,
-                    idempotency_key: Annotated[str | None, Header()] = None) -> dict[str, Any]:
+    async def topup(
+        user_id: str,
+        body: dict[str, Any],
+        authorization: Auth = None,
+        idempotency_key: Annotated[str | None, Header()] = None,
+    ) -> dict[str, Any]:
         user(authorization, admin=True)
         amount = int(body["amount_fen"])
         async with state["db"].acquire() as conn, conn.cursor() as cur:
-            added = await cur.execute("INSERT IGNORE INTO b_ledger VALUES ('topup', %s, %s, %s)",
-                                      (f"{user_id}:{idempotency_key or secrets.token_hex(8)}", user_id, amount))
+            added = await cur.execute(
+                "INSERT IGNORE INTO b_ledger VALUES ('topup', %s, %s, %s)",
+                (f"{user_id}:{idempotency_key or secrets.token_hex(8)}", user_id, amount),
+            )
             if added:
-                await cur.execute("INSERT INTO b_account VALUES (%s, %s) ON DUPLICATE KEY UPDATE balance_fen = balance_fen + %s",
-                                  (user_id, amount, amount))
+                await cur.execute(
+                    "INSERT INTO b_account VALUES (%s, %s) ON DUPLICATE KEY UPDATE balance_fen = balance_fen + %s",
+                    (user_id, amount, amount),
+                )
             await conn.commit()
         return {"user_id": user_id, "applied": bool(added)}
 
@@ -158,9 +170,17 @@ def create_app() -> FastAPI:
         if group is not None and not await state["redis"].sismember(f"bl:group:{group}", sender):
             raise Failure(403, "not_member", "the sender is not in the group")
         order_id = f"{await state['redis'].incr('bl:seq'):020d}"
-        await state["redis"].hset(f"bl:pre:{order_id}", mapping={
-            "sender": sender, "kind": str(body.get("kind", "lucky")), "count": count, "total": total,
-            "group": group or "", "receiver": body.get("receiver_id") or ""})
+        await state["redis"].hset(
+            f"bl:pre:{order_id}",
+            mapping={
+                "sender": sender,
+                "kind": str(body.get("kind", "lucky")),
+                "count": count,
+                "total": total,
+                "group": group or "",
+                "receiver": body.get("receiver_id") or "",
+            },
+        )
         await state["redis"].expire(f"bl:pre:{order_id}", PAY_TTL_S)
         return {"order_id": order_id, "status": "pending_payment"}
 
@@ -172,10 +192,14 @@ def create_app() -> FastAPI:
             raise Failure(404, "not_found", "no such pre-order")
         total, count = int(pre["total"]), int(pre["count"])
         async with state["db"].acquire() as conn, conn.cursor() as cur:
-            if not await cur.execute("INSERT IGNORE INTO b_ledger VALUES ('send', %s, %s, %s)", (order_id, sender, -total)):
+            if not await cur.execute(
+                "INSERT IGNORE INTO b_ledger VALUES ('send', %s, %s, %s)", (order_id, sender, -total)
+            ):
                 return {"order_id": order_id, "status": "active"}  # paid before
-            await cur.execute("UPDATE b_account SET balance_fen = balance_fen - %s WHERE user_id = %s AND balance_fen >= %s",
-                              (total, sender, total))
+            await cur.execute(
+                "UPDATE b_account SET balance_fen = balance_fen - %s WHERE user_id = %s AND balance_fen >= %s",
+                (total, sender, total),
+            )
             if cur.rowcount != 1:
                 await conn.rollback()
                 raise Failure(400, "insufficient_balance", "balance too low")
@@ -190,7 +214,11 @@ def create_app() -> FastAPI:
         meta = await state["redis"].hgetall(f"bl:meta:{order_id}")
         if not meta:
             raise Failure(404, "not_found", "no such packet")
-        allowed = uid == meta["receiver"] if meta["receiver"] else await state["redis"].sismember(f"bl:group:{meta['group']}", uid)
+        allowed = (
+            uid == meta["receiver"]
+            if meta["receiver"]
+            else await state["redis"].sismember(f"bl:group:{meta['group']}", uid)
+        )
         if not allowed:
             raise Failure(403, "not_member", "not for you")
 
@@ -222,9 +250,13 @@ def create_app() -> FastAPI:
         try:
             async with state["db"].acquire() as conn, conn.cursor() as cur:
                 await cur.execute("INSERT INTO b_receipt VALUES (%s, %s, %s)", (order_id, uid, amount))
-                await cur.execute("INSERT INTO b_ledger VALUES ('credit', %s, %s, %s)", (f"{order_id}:{uid}", uid, amount))
-                await cur.execute("INSERT INTO b_account VALUES (%s, %s) ON DUPLICATE KEY UPDATE balance_fen = balance_fen + %s",
-                                  (uid, amount, amount))
+                await cur.execute(
+                    "INSERT INTO b_ledger VALUES ('credit', %s, %s, %s)", (f"{order_id}:{uid}", uid, amount)
+                )
+                await cur.execute(
+                    "INSERT INTO b_account VALUES (%s, %s) ON DUPLICATE KEY UPDATE balance_fen = balance_fen + %s",
+                    (uid, amount, amount),
+                )
                 await conn.commit()
         except Exception as exc:  # lost: nothing retries it (what the audit is there to show)
             log.warning("receipt %s:%s of %d fen not written: %s (%.3f)", order_id, uid, amount, exc, time.time())

@@ -13,7 +13,6 @@ from collections import defaultdict
 
 import asyncmy
 import redis.asyncio as aioredis
-
 from hongbao.bench.audit import AuditReport
 from hongbao.bench.baselines.app import DATABASE
 from hongbao.core.adapters.mysql_db import parse_dsn
@@ -63,5 +62,7 @@ async def audit_baseline(mysql_dsn: str, redis_url: str) -> AuditReport:
     held = sum(balances.values()) + left_total
     counts["top-ups fen"] = topups
     if held != topups:
-        bad.append(f"money made or lost: balances {sum(balances.values())} + left in lists {left_total} = {held} != top-ups {topups}")
+        bad.append(
+            f"money made or lost: balances {sum(balances.values())} + left in lists {left_total} = {held} != top-ups {topups}"
+        )
     return report

@@ -30,9 +30,6 @@ from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
-from rich.console import Console
-from rich.table import Table
-
 from hongbao.bench.audit import AuditReport, audit_sqlite
 from hongbao.bench.baselines.app import DATABASE, mysql_pool
 from hongbao.bench.baselines.audit import audit_baseline
@@ -41,6 +38,8 @@ from hongbao.bench.storm.cli import SHORTCUTS, scenario_from, storm
 from hongbao.bench.storm.runner import StormError, StormOptions
 from hongbao.bench.storm.scenario import NAMED, Scenario
 from hongbao.bench.storm.wire import storm_secret
+from rich.console import Console
+from rich.table import Table
 
 OPS = ("send", "pay", "grab", "open")
 
@@ -64,9 +63,25 @@ def start_baseline(workdir: Path, mysql_dsn: str, redis_url: str, secret: str, w
     """Start the baseline on a free port; wait until /healthz answers (BenchError otherwise)."""
     port, log = free_port(), workdir / "baseline.log"
     with open(log, "wb") as stderr:
-        popen = subprocess.Popen([sys.executable, "-m", "hongbao.bench.baselines.serve", "--port", str(port),
-                                  "--workers", str(workers), "--mysql-dsn", mysql_dsn, "--redis-url", redis_url,
-                                  "--jwt-secret", secret], stdout=subprocess.DEVNULL, stderr=stderr)
+        popen = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hongbao.bench.baselines.serve",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--mysql-dsn",
+                mysql_dsn,
+                "--redis-url",
+                redis_url,
+                "--jwt-secret",
+                secret,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     process = Process("baseline", f"http://127.0.0.1:{port}", popen, log)
     process.wait_ready("/healthz")
     return process
@@ -79,14 +94,20 @@ def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
         a, b = ours["operations"].get(op), theirs["operations"].get(op)
         if not a or not b:
             continue
-        out[op] = {"hongbao_rps": a["rps"], "baseline_rps": b["rps"], "rps_ratio": round(a["rps"] / b["rps"], 2) if b["rps"] else None,
-                   "hongbao_p99_ms": a["p99_ms"], "baseline_p99_ms": b["p99_ms"],
-                   "p99_ratio": round(a["p99_ms"] / b["p99_ms"], 2) if b["p99_ms"] else None}
+        out[op] = {
+            "hongbao_rps": a["rps"],
+            "baseline_rps": b["rps"],
+            "rps_ratio": round(a["rps"] / b["rps"], 2) if b["rps"] else None,
+            "hongbao_p99_ms": a["p99_ms"],
+            "baseline_p99_ms": b["p99_ms"],
+            "p99_ratio": round(a["p99_ms"] / b["p99_ms"], 2) if b["p99_ms"] else None,
+        }
     return out
 
 
-def baseline_storm(scenario: Scenario, mysql_dsn: str, redis_url: str, workers: int, out: Path,
-                   console: Console) -> tuple[dict[str, Any], AuditReport]:
+def baseline_storm(
+    scenario: Scenario, mysql_dsn: str, redis_url: str, workers: int, out: Path, console: Console
+) -> tuple[dict[str, Any], AuditReport]:
     """Reset the baseline's data, serve it, play ``scenario`` (nobody online: no push channel
     there; report in ``out/baseline``), stop it, audit it; returns (report, audit)."""
     asyncio.run(reset_baseline(mysql_dsn, redis_url))
@@ -94,30 +115,47 @@ def baseline_storm(scenario: Scenario, mysql_dsn: str, redis_url: str, workers: 
     baseline = start_baseline(out, mysql_dsn, redis_url, secret, workers)
     offline = dataclasses.replace(scenario, online_p=0.0)
     try:
-        theirs = storm(StormOptions(baseline.url, offline, secret, out / "baseline" / "work", console=console),
-                       None, out / "baseline", 0.0)
+        theirs = storm(
+            StormOptions(baseline.url, offline, secret, out / "baseline" / "work", console=console),
+            None,
+            out / "baseline",
+            0.0,
+        )
     finally:
         baseline.stop()
     return theirs, asyncio.run(audit_baseline(mysql_dsn, redis_url))
 
 
-def comparison(ours: dict[str, Any], theirs: dict[str, Any], audit: AuditReport, workers: int, out: Path) -> dict[str, Any]:
+def comparison(
+    ours: dict[str, Any], theirs: dict[str, Any], audit: AuditReport, workers: int, out: Path
+) -> dict[str, Any]:
     """The ratios and both audits, written to ``out/compare.json`` and returned."""
-    result = {"scenario": ours["scenario"], "workers": workers, "operations": ratios(ours, theirs),
-              "hongbao_audit": ours["audit"], "hongbao_push": ours["push"],
-              "baseline_audit": {"ok": audit.ok, "violations": audit.violations[:50], "counts": dict(audit.counts)}}
+    result = {
+        "scenario": ours["scenario"],
+        "workers": workers,
+        "operations": ratios(ours, theirs),
+        "hongbao_audit": ours["audit"],
+        "hongbao_push": ours["push"],
+        "baseline_audit": {"ok": audit.ok, "violations": audit.violations[:50], "counts": dict(audit.counts)},
+    }
     (out / "compare.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     return result
 
 
-def compare(scenario: Scenario, mysql_dsn: str, redis_url: str, workers: int, out: Path, console: Console) -> dict[str, Any]:
+def compare(
+    scenario: Scenario, mysql_dsn: str, redis_url: str, workers: int, out: Path, console: Console
+) -> dict[str, Any]:
     """Run both storms (see the module's docstring); returns the comparison written to ``out/compare.json``."""
     data_dir = out / "hongbao-var"
     shutil.rmtree(data_dir, ignore_errors=True)
     server = start_hongbao(data_dir.resolve(), workers)
     try:
-        ours = storm(StormOptions(server.url, scenario, storm_secret(data_dir, None), out / "hongbao" / "work", console=console),
-                     lambda drained: audit_sqlite(data_dir, drained=drained), out / "hongbao", 30.0)
+        ours = storm(
+            StormOptions(server.url, scenario, storm_secret(data_dir, None), out / "hongbao" / "work", console=console),
+            lambda drained: audit_sqlite(data_dir, drained=drained),
+            out / "hongbao",
+            30.0,
+        )
     finally:
         server.stop()
     theirs, audit = baseline_storm(scenario, mysql_dsn, redis_url, workers, out, console)
@@ -130,8 +168,15 @@ def print_comparison(result: dict[str, Any], console: Console) -> None:
     for column in ("op", "hongbao 2xx/s", "baseline 2xx/s", "ratio", "hongbao p99 ms", "baseline p99 ms", "ratio"):
         table.add_column(column, justify="left" if column == "op" else "right")
     for op, r in result["operations"].items():
-        table.add_row(op, str(r["hongbao_rps"]), str(r["baseline_rps"]), str(r["rps_ratio"]), str(r["hongbao_p99_ms"]),
-                      str(r["baseline_p99_ms"]), str(r["p99_ratio"]))
+        table.add_row(
+            op,
+            str(r["hongbao_rps"]),
+            str(r["baseline_rps"]),
+            str(r["rps_ratio"]),
+            str(r["hongbao_p99_ms"]),
+            str(r["baseline_p99_ms"]),
+            str(r["p99_ratio"]),
+        )
     console.print(table)
     for name in ("hongbao_audit", "baseline_audit"):
         audit = result[name]
@@ -140,8 +185,12 @@ def print_comparison(result: dict[str, Any], console: Console) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison from flags; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m hongbao.bench.baselines.compare", description=__doc__.splitlines()[0])
-    parser.add_argument("--mysql-dsn", required=True, help="mysql://user:pass@host:port of a MariaDB/MySQL for the baseline")
+    parser = argparse.ArgumentParser(
+        prog="python -m hongbao.bench.baselines.compare", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--mysql-dsn", required=True, help="mysql://user:pass@host:port of a MariaDB/MySQL for the baseline"
+    )
     parser.add_argument("--redis-url", required=True, help="redis://host:port for the baseline")
     parser.add_argument("--scenario", choices=sorted(NAMED))
     parser.add_argument("--scenario-file", type=Path)

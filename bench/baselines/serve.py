@@ -19,9 +19,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--redis-url", required=True)
     parser.add_argument("--jwt-secret", required=True)
     args = parser.parse_args(argv)
-    os.environ.update(BASELINE_MYSQL_DSN=args.mysql_dsn, BASELINE_REDIS_URL=args.redis_url, BASELINE_JWT_SECRET=args.jwt_secret)
-    uvicorn.run("hongbao.bench.baselines.app:create_app", factory=True, host=args.host, port=args.port,
-                workers=args.workers, loop="uvloop", http="httptools", log_level="warning", access_log=False)
+    os.environ.update(
+        BASELINE_MYSQL_DSN=args.mysql_dsn, BASELINE_REDIS_URL=args.redis_url, BASELINE_JWT_SECRET=args.jwt_secret
+    )
+    uvicorn.run(
+        "hongbao.bench.baselines.app:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+    )
 
 
 if __name__ == "__main__":

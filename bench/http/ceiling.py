@@ -51,7 +51,7 @@ class FixedResponse(asyncio.Protocol):
         if count:
             assert self.transport is not None
             self.transport.write(RESPONSE * count if count > 1 else RESPONSE)
-            buffer = buffer[buffer.rfind(END) + len(END):]
+            buffer = buffer[buffer.rfind(END) + len(END) :]
         self.buffer = buffer
 
 
@@ -72,7 +72,7 @@ class RedisRoundTrip(FixedResponse):
             task = asyncio.get_running_loop().create_task(self._answer())
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-        self.buffer = buffer[buffer.rfind(END) + len(END):] if END in buffer else buffer
+        self.buffer = buffer[buffer.rfind(END) + len(END) :] if END in buffer else buffer
 
     async def _answer(self) -> None:
         await self.client.hmget(REDIS_KEY, REDIS_FIELDS)
@@ -85,7 +85,9 @@ async def _serve(host: str, port: int, redis_url: str = "") -> None:
     loop = asyncio.get_running_loop()
     if redis_url:
         client = Redis.from_url(redis_url, max_connections=256)
-        await client.hset(REDIS_KEY, mapping={"k": "lucky", "c": 100, "n": 99, "s": "active", "g": "g", "r": "", "e": 2**42})
+        await client.hset(
+            REDIS_KEY, mapping={"k": "lucky", "c": 100, "n": 99, "s": "active", "g": "g", "r": "", "e": 2**42}
+        )
         server = await loop.create_server(lambda: RedisRoundTrip(client), host, port, reuse_port=True, backlog=4096)
     else:
         server = await loop.create_server(FixedResponse, host, port, reuse_port=True, backlog=4096)

@@ -64,7 +64,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
 from hongbao.core.adapters.sqlite_push_db import PUSH_DB_FILE
 from hongbao.server.auth import embedded_secret, mint
 from hongbao.server.push_fanout import GROUP_STREAM
@@ -216,11 +215,22 @@ class Run:
     def as_json(self) -> dict[str, Any]:
         """The run as a JSON object: rates, latency percentiles in ms, statuses, problems."""
         lat = self.wrk["latency_us"]
-        return {"target": self.target, "workers": self.workers, "rps": round(self.rps, 1),
-                "requests": self.wrk["requests"], "seconds": round(self.seconds, 3),
-                "p50_ms": lat["p50"] / 1000, "p90_ms": lat["p90"] / 1000, "p99_ms": lat["p99"] / 1000,
-                "p99_9_ms": lat["p99_9"] / 1000, "max_ms": lat["max"] / 1000, "errors": self.wrk["errors"],
-                "statuses": self.wrk["statuses"], "problems": self.problems, **self.extra}
+        return {
+            "target": self.target,
+            "workers": self.workers,
+            "rps": round(self.rps, 1),
+            "requests": self.wrk["requests"],
+            "seconds": round(self.seconds, 3),
+            "p50_ms": lat["p50"] / 1000,
+            "p90_ms": lat["p90"] / 1000,
+            "p99_ms": lat["p99"] / 1000,
+            "p99_9_ms": lat["p99_9"] / 1000,
+            "max_ms": lat["max"] / 1000,
+            "errors": self.wrk["errors"],
+            "statuses": self.wrk["statuses"],
+            "problems": self.problems,
+            **self.extra,
+        }
 
 
 class BenchError(RuntimeError):
@@ -262,7 +272,9 @@ class Process:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
-                raise BenchError(f"{self.name} exited with {self.popen.returncode}:\n{self.log.read_text(errors='replace')}")
+                raise BenchError(
+                    f"{self.name} exited with {self.popen.returncode}:\n{self.log.read_text(errors='replace')}"
+                )
             try:
                 if httpx.get(self.url + path, timeout=1).status_code == 200:
                     return
@@ -306,9 +318,21 @@ def start_ceiling(workdir: Path, workers: int, redis_url: str = "") -> Process:
     name = "redis_rt" if redis_url else "ceiling"
     log = workdir / f"{name}-{workers}.log"
     with open(log, "wb") as stderr:
-        popen = subprocess.Popen([sys.executable, str(CEILING), "--port", str(port), "--workers", str(workers),
-                                  *(["--redis-url", redis_url] if redis_url else [])],
-                                 stdout=subprocess.DEVNULL, stderr=stderr, cwd=workdir, env=_clean_env())
+        popen = subprocess.Popen(
+            [
+                sys.executable,
+                str(CEILING),
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                *(["--redis-url", redis_url] if redis_url else []),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd=workdir,
+            env=_clean_env(),
+        )
     proc = Process(name, f"http://127.0.0.1:{port}", popen, log)
     proc.wait_ready("/")
     return proc
@@ -326,9 +350,24 @@ def start_hongbao(data_dir: Path, workers: int, config: str = "") -> Process:
         options = ["--config", str(data_dir / "hongbao.toml")]
     with open(log, "wb") as stderr:
         popen = subprocess.Popen(
-            [sys.executable, "-m", "hongbao.server.cli", *options, "serve", "--port", str(port), "--data-dir", str(data_dir),
-             "--workers", str(workers)],
-            stdout=subprocess.DEVNULL, stderr=stderr, cwd=data_dir, env=_clean_env())
+            [
+                sys.executable,
+                "-m",
+                "hongbao.server.cli",
+                *options,
+                "serve",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data_dir),
+                "--workers",
+                str(workers),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd=data_dir,
+            env=_clean_env(),
+        )
     proc = Process("hongbao", f"http://127.0.0.1:{port}", popen, log)
     proc.wait_ready("/healthz")
     return proc
@@ -355,8 +394,13 @@ class Money:
     def packets(self, n: int, parallel: int = 8) -> list[str]:
         """``n`` paid 100-share packets of the group (the sender is topped up for them first)."""
         with self._client(self.admin) as admin:
-            _ok(admin.post(f"/v1/admin/accounts/{self.sender}/topup", json={"amount_fen": n * PACKET_FEN},
-                           headers={"idempotency-key": f"bench-{self._made}-{n}"}))
+            _ok(
+                admin.post(
+                    f"/v1/admin/accounts/{self.sender}/topup",
+                    json={"amount_fen": n * PACKET_FEN},
+                    headers={"idempotency-key": f"bench-{self._made}-{n}"},
+                )
+            )
         self._made += n
         body = {"kind": "lucky", "count": SHARES, "total_fen": PACKET_FEN, "group_id": self.group_id}
 
@@ -403,22 +447,39 @@ class Money:
 
 def _ok(response: httpx.Response, status: int = 200) -> Any:
     if response.status_code != status:
-        raise BenchError(f"{response.request.method} {response.request.url.path}: {response.status_code} {response.text}")
+        raise BenchError(
+            f"{response.request.method} {response.request.url.path}: {response.status_code} {response.text}"
+        )
     return response.json()
 
 
-def wrk(url: str, script: Path, opts: Options, seconds: float, args: list[str] | None = None,
-        env: dict[str, str] | None = None) -> dict[str, Any]:
+def wrk(
+    url: str,
+    script: Path,
+    opts: Options,
+    seconds: float,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Run wrk once; returns the JSON of the script's done()."""
-    cmd = ["wrk", f"-t{opts.threads}", f"-c{opts.connections}", f"-d{max(1, round(seconds))}s",
-           f"--timeout={opts.timeout_s:g}s", "-s", str(script), url]
+    cmd = [
+        "wrk",
+        f"-t{opts.threads}",
+        f"-c{opts.connections}",
+        f"-d{max(1, round(seconds))}s",
+        f"--timeout={opts.timeout_s:g}s",
+        "-s",
+        str(script),
+        url,
+    ]
     if args:
         cmd += ["--", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})},
-                          timeout=seconds + opts.timeout_s + 60)
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=seconds + opts.timeout_s + 60
+    )
     for line in done.stdout.splitlines():
         if line.startswith("BENCH_JSON "):
-            result: dict[str, Any] = json.loads(line[len("BENCH_JSON "):])
+            result: dict[str, Any] = json.loads(line[len("BENCH_JSON ") :])
             return result
     raise BenchError(f"wrk failed ({done.returncode}): {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
 
@@ -427,8 +488,11 @@ def _cpu(seconds: float, result: dict[str, Any]) -> dict[str, float]:
     """The server's CPU during a run: in total, per request (µs), and in cores busy on average
     (below the worker count while other processes take the cores: the machine was not quiet)."""
     wall = result["duration_us"] / 1e6
-    return {"server_cpu_s": round(seconds, 2), "server_cpu_us_per_request": round(seconds * 1e6 / max(result["requests"], 1), 1),
-            "server_cores_busy": round(seconds / wall, 2)}
+    return {
+        "server_cpu_s": round(seconds, 2),
+        "server_cpu_us_per_request": round(seconds * 1e6 / max(result["requests"], 1), 1),
+        "server_cores_busy": round(seconds / wall, 2),
+    }
 
 
 def _socket_problems(result: dict[str, Any]) -> list[str]:
@@ -444,8 +508,15 @@ class Bench:
         (workdir / "static.lua").write_text(_STATIC_LUA + _DONE_LUA)
         (workdir / "open.lua").write_text(_OPEN_LUA + _DONE_LUA)
 
-    def measure(self, target: str, workers: int, url: str, script: str, env: dict[str, str] | None = None,
-                server: Process | None = None) -> Run:
+    def measure(
+        self,
+        target: str,
+        workers: int,
+        url: str,
+        script: str,
+        env: dict[str, str] | None = None,
+        server: Process | None = None,
+    ) -> Run:
         """Warm up, then the measured run (profiled with py-spy when asked)."""
         path = self.workdir / script
         wrk(url, path, self.opts, self.opts.warmup_s, env=env)
@@ -468,10 +539,26 @@ class Bench:
         seconds = max(1, int(self.opts.duration_s) - 1)
         fmt = self.opts.profile_format
         suffix = {"flamegraph": "svg", "raw": "txt", "speedscope": "json"}[fmt]
-        return [subprocess.Popen([_py_spy() or "py-spy", "record", "--nonblocking", "-d", str(seconds), "-f", fmt, "-o",
-                                  str(self.opts.profile_dir / f"{name}-pid{pid}.{suffix}"), "--pid", str(pid)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                for pid in server.children()]
+        return [
+            subprocess.Popen(
+                [
+                    _py_spy() or "py-spy",
+                    "record",
+                    "--nonblocking",
+                    "-d",
+                    str(seconds),
+                    "-f",
+                    fmt,
+                    "-o",
+                    str(self.opts.profile_dir / f"{name}-pid{pid}.{suffix}"),
+                    "--pid",
+                    str(pid),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for pid in server.children()
+        ]
 
     def grab_run(self, workers: int, server: Process, money: Money, grab_id: str) -> Run:
         """The measured grab run (a member who has not opened), its answer checked afterwards."""
@@ -504,7 +591,9 @@ class Bench:
             listing.write_text("\n".join(packets) + "\n")
             profilers = self._profile(server, f"open-w{workers}") if profile else []
             cpu = server.cpu_seconds()
-            result = wrk(url, self.workdir / "open.lua", self.opts, seconds, [str(listing), str(tokens), "0", str(SHARES)])
+            result = wrk(
+                url, self.workdir / "open.lua", self.opts, seconds, [str(listing), str(tokens), "0", str(SHARES)]
+            )
             result["server_cpu_s"] = server.cpu_seconds() - cpu
             for profiler in profilers:
                 profiler.wait(timeout=60)
@@ -516,15 +605,27 @@ class Bench:
         warm, warm_used = one(warm_packets, "warm", self.opts.warmup_s, False)
         warm_rate = warm["statuses"].get("200", 0) / max(warm["duration_us"] / 1e6, 1e-3)
         # a 1 s warm-up can underestimate the steady rate (a CI run made 32 packets and measured 3107 opens/s)
-        needed = min(MAX_OPEN_PACKETS, math.ceil(max(warm_rate, warm_rate_guess) * self.opts.duration_s * 3 / SHARES) + 2)
+        needed = min(
+            MAX_OPEN_PACKETS, math.ceil(max(warm_rate, warm_rate_guess) * self.opts.duration_s * 3 / SHARES) + 2
+        )
         started = time.monotonic()
         packets = money.packets(needed)
         made_s = time.monotonic() - started
         drain_s = money.push_drained()
         result, used = one(packets, "open", self.opts.duration_s, True)
-        run = Run("open", workers, result, extra={**_cpu(result["server_cpu_s"], result), "sent_opens": result.get("sent_opens", 0),
-                                                   "packets_made": needed, "packets_used": len(used),
-                                                   "packet_setup_s": round(made_s, 2), "push_drain_s": round(drain_s, 2)})
+        run = Run(
+            "open",
+            workers,
+            result,
+            extra={
+                **_cpu(result["server_cpu_s"], result),
+                "sent_opens": result.get("sent_opens", 0),
+                "packets_made": needed,
+                "packets_used": len(used),
+                "packet_setup_s": round(made_s, 2),
+                "push_drain_s": round(drain_s, 2),
+            },
+        )
         run.problems += _socket_problems(result)
         time.sleep(SETTLE_S)  # the opens in flight when wrk stopped finish on the server
         for name, res, listed in (("warm-up", warm, warm_used), ("measured", result, used)):
@@ -538,8 +639,10 @@ class Bench:
             receipts, wrong = money.opened(listed)
             sent = int(res.get("sent_opens", 0))
             if not opens <= receipts <= min(sent, opens + self.opts.connections):
-                run.problems.append(f"{name}: {receipts} receipts in the database for {opens} opens answered 200 "
-                                    f"of {sent} sent on {self.opts.connections} connections")
+                run.problems.append(
+                    f"{name}: {receipts} receipts in the database for {opens} opens answered 200 "
+                    f"of {sent} sent on {self.opts.connections} connections"
+                )
             if wrong:
                 run.problems.append(f"{name}: {wrong} finished packets whose shares do not add up to the total")
         run.extra["exhausted"] = bool(result.get("exhausted"))
@@ -577,7 +680,9 @@ class Bench:
             ceiling.stop()
         log = (data_dir / "server.log").read_text(errors="replace")
         if status != 0 or "Traceback" in log:
-            runs[-1].problems.append(f"hongbao exited with {status} or logged a traceback; see {data_dir / 'server.log'}")
+            runs[-1].problems.append(
+                f"hongbao exited with {status} or logged a traceback; see {data_dir / 'server.log'}"
+            )
         return runs
 
 
@@ -597,16 +702,23 @@ def summarize(runs: list[Run], opts: Options, load_before: list[float]) -> dict[
     floors = opts.floors
     floor_misses = [
         f"{target} x{workers}: {ratio:.1%} of the ceiling, floor {floors[target]:.0%}"
-        for workers, by_target in ratios.items() for target, ratio in by_target.items()
+        for workers, by_target in ratios.items()
+        for target, ratio in by_target.items()
         if target in floors and ratio < floors[target]
     ]
     for by_target in ratios.values():
         if by_target.get("redis_rt"):
             by_target["grab/redis_rt"] = round(by_target.get("grab", 0.0) / by_target["redis_rt"], 4)
     return {
-        "settings": {"wrk": f"-t{opts.threads} -c{opts.connections} -d{opts.duration_s:g}s", "warmup_s": opts.warmup_s,
-                     "workers": list(opts.workers), "cpus": os.cpu_count(), "floors": floors,
-                     "loadavg_before": load_before, "loadavg_after": list(os.getloadavg())},
+        "settings": {
+            "wrk": f"-t{opts.threads} -c{opts.connections} -d{opts.duration_s:g}s",
+            "warmup_s": opts.warmup_s,
+            "workers": list(opts.workers),
+            "cpus": os.cpu_count(),
+            "floors": floors,
+            "loadavg_before": load_before,
+            "loadavg_after": list(os.getloadavg()),
+        },
         "runs": [r.as_json() for r in runs],
         "ceiling_rps": {str(w): round(rps, 1) for w, rps in ceilings.items()},
         "ratios": ratios,
@@ -618,12 +730,16 @@ def summarize(runs: list[Run], opts: Options, load_before: list[float]) -> dict[
 
 def table(result: dict[str, Any]) -> str:
     """The printed table: one line per run."""
-    lines = [f"{'target':8} {'workers':>7} {'req/s':>10} {'ratio':>7} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} "
-             f"{'cpu us/req':>10} {'cores':>6}  note"]
+    lines = [
+        f"{'target':8} {'workers':>7} {'req/s':>10} {'ratio':>7} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} "
+        f"{'cpu us/req':>10} {'cores':>6}  note"
+    ]
     for run in result["runs"]:
         ratio = result["ratios"].get(str(run["workers"]), {}).get(run["target"])
         floor = result["settings"]["floors"].get(run["target"])
-        note = {"open": "open/s (new receipts)", "redis_rt": "one redis-py round trip per request"}.get(run["target"], "")
+        note = {"open": "open/s (new receipts)", "redis_rt": "one redis-py round trip per request"}.get(
+            run["target"], ""
+        )
         if floor is not None and ratio is not None:
             note = f"floor {floor:.0%}: {'ok' if ratio >= floor else 'MISSED'}"
         if run["target"] == "grab" and "grab/redis_rt" in result["ratios"].get(str(run["workers"]), {}):
@@ -631,12 +747,16 @@ def table(result: dict[str, Any]) -> str:
         ratio_text = f"{ratio:7.1%}" if ratio is not None else "      -"
         if run["target"] == "ceiling":
             note = f"mean of the ceiling runs: {result['ceiling_rps'][str(run['workers'])]:.0f} req/s"
-        lines.append(f"{run['target']:8} {run['workers']:7d} {run['rps']:10.0f} {ratio_text} {run['p50_ms']:8.2f} "
-                     f"{run['p99_ms']:8.2f} {run['errors']['status']:8d} {run['server_cpu_us_per_request']:10.1f} "
-                     f"{run['server_cores_busy']:6.2f}  {note}")
+        lines.append(
+            f"{run['target']:8} {run['workers']:7d} {run['rps']:10.0f} {ratio_text} {run['p50_ms']:8.2f} "
+            f"{run['p99_ms']:8.2f} {run['errors']['status']:8d} {run['server_cpu_us_per_request']:10.1f} "
+            f"{run['server_cores_busy']:6.2f}  {note}"
+        )
     load = result["settings"]
-    lines.append(f"load average before {load['loadavg_before'][0]:.2f}, after {load['loadavg_after'][0]:.2f} "
-                 f"on {load['cpus']} cpus; 'cores' below the worker count means other processes took CPU from the server")
+    lines.append(
+        f"load average before {load['loadavg_before'][0]:.2f}, after {load['loadavg_after'][0]:.2f} "
+        f"on {load['cpus']} cpus; 'cores' below the worker count means other processes took CPU from the server"
+    )
     return "\n".join(lines)
 
 
@@ -669,11 +789,21 @@ def parse(argv: list[str] | None) -> Options:
     p.add_argument("--out", type=Path, default=Path("bench-results/http.json"))
     p.add_argument("--no-gate", dest="gate", action="store_false", help="report the floors without failing")
     p.add_argument("--keep", dest="keep_dir", action="store_true", help="keep the temporary directory")
-    p.add_argument("--profile", dest="profile_dir", type=Path,
-                   help="record a py-spy profile of every hongbao worker during each measured run into this folder")
-    p.add_argument("--profile-format", choices=["flamegraph", "raw", "speedscope"], default="flamegraph",
-                   help="py-spy output format (raw: collapsed stacks, one line each)")
-    p.add_argument("--server-config", type=Path, help="TOML added to hongbao's configuration (e.g. the production backend)")
+    p.add_argument(
+        "--profile",
+        dest="profile_dir",
+        type=Path,
+        help="record a py-spy profile of every hongbao worker during each measured run into this folder",
+    )
+    p.add_argument(
+        "--profile-format",
+        choices=["flamegraph", "raw", "speedscope"],
+        default="flamegraph",
+        help="py-spy output format (raw: collapsed stacks, one line each)",
+    )
+    p.add_argument(
+        "--server-config", type=Path, help="TOML added to hongbao's configuration (e.g. the production backend)"
+    )
     p.add_argument("--grab-opened", action="store_true", help="another member opens the grab packet first")
     p.add_argument("--redis-url", default="", help="the Redis of the redis_rt target")
     p.add_argument("--targets", default="ceiling,healthz,grab,open", help=f"comma-separated, of {','.join(TARGETS)}")
@@ -691,10 +821,23 @@ def parse(argv: list[str] | None) -> Options:
         floors = {**FLOORS, **{t: float(r) for t, r in (f.split("=", 1) for f in a.floor)}}
     except ValueError:
         p.error("--floor takes TARGET=RATIO")
-    return Options(a.duration, a.warmup, a.connections, a.threads, workers, a.out, a.gate, keep_dir=a.keep_dir,
-                   profile_dir=a.profile_dir, profile_format=a.profile_format,
-                   server_config=a.server_config.read_text() if a.server_config else "", grab_opened=a.grab_opened,
-                   redis_url=a.redis_url, targets=targets, floors=floors)
+    return Options(
+        a.duration,
+        a.warmup,
+        a.connections,
+        a.threads,
+        workers,
+        a.out,
+        a.gate,
+        keep_dir=a.keep_dir,
+        profile_dir=a.profile_dir,
+        profile_format=a.profile_format,
+        server_config=a.server_config.read_text() if a.server_config else "",
+        grab_opened=a.grab_opened,
+        redis_url=a.redis_url,
+        targets=targets,
+        floors=floors,
+    )
 
 
 def _py_spy() -> str | None:

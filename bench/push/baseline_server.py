@@ -23,10 +23,9 @@ from http import HTTPStatus
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
+from hongbao.bench.push.script import run_script, until_stopped
 from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
 from websockets.http11 import Request, Response
-
-from hongbao.bench.push.script import run_script, until_stopped
 
 SUBSCRIBERS: set[ServerConnection] = set()
 UNKNOWN = orjson.dumps({"type": "error", "code": "invalid_request", "message": "unknown message type"}).decode()
@@ -65,8 +64,9 @@ def control(connection: ServerConnection, request: Request) -> Response | None:
 async def main(host: str, port: int) -> None:
     """Serve on ``host``:``port`` until SIGTERM or SIGINT."""
     server: Server
-    async with serve(handler, host, port, process_request=control, compression=None, ping_interval=None,
-                     backlog=4096) as server:
+    async with serve(
+        handler, host, port, process_request=control, compression=None, ping_interval=None, backlog=4096
+    ) as server:
         await until_stopped()
         server.close()
 

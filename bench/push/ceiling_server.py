@@ -64,12 +64,12 @@ class Ceiling(asyncio.Protocol):
                 self.buffer = buffer
                 return
             self._request(buffer[:end].decode("latin-1"))
-            buffer = buffer[end + len(END):]
+            buffer = buffer[end + len(END) :]
         while len(buffer) >= 6 and len(buffer) >= 6 + (buffer[1] & 0x7F):  # short masked frames only
             size = buffer[1] & 0x7F
-            key, payload = buffer[2:6], buffer[6:6 + size]
+            key, payload = buffer[2:6], buffer[6 : 6 + size]
             message = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
-            buffer = buffer[6 + size:]
+            buffer = buffer[6 + size :]
             if b'"subscribe"' in message:
                 SUBSCRIBERS.add(self)
                 self.transport.write(text_frame(b'{"type":"subscribed","topic":"bench"}'))
@@ -92,8 +92,10 @@ class Ceiling(asyncio.Protocol):
             self.transport.write(_http("200 OK", b"%d\n" % len(SUBSCRIBERS)))
         else:
             accept = base64.b64encode(hashlib.sha1(headers["sec-websocket-key"].encode() + GUID).digest()).decode()
-            self.transport.write(f"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                                 f"Sec-WebSocket-Accept: {accept}\r\n\r\n".encode())
+            self.transport.write(
+                f"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Accept: {accept}\r\n\r\n".encode()
+            )
             self.upgraded = True
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -49,8 +49,10 @@ class Target:
     def request(self, token: str) -> bytes:
         """The handshake request of one connection (section 4.1), its key random."""
         key = base64.b64encode(os.urandom(16)).decode()
-        return (f"GET {self.path}{token} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nUpgrade: websocket\r\n"
-                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+        return (
+            f"GET {self.path}{token} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
 
 
 class Counter(asyncio.Protocol):
@@ -58,8 +60,18 @@ class Counter(asyncio.Protocol):
     payload bytes. ``ready`` resolves once the first message is answered (None), or with an error
     text if the server refused or closed the connection first."""
 
-    __slots__ = ("transport", "request", "first", "ready", "buffer", "upgraded", "texts", "payload_bytes",
-                 "closes", "lost")
+    __slots__ = (
+        "transport",
+        "request",
+        "first",
+        "ready",
+        "buffer",
+        "upgraded",
+        "texts",
+        "payload_bytes",
+        "closes",
+        "lost",
+    )
 
     def __init__(self, request: bytes, first: bytes, ready: asyncio.Future[str | None]) -> None:
         self.transport: asyncio.Transport | None = None
@@ -84,7 +96,7 @@ class Counter(asyncio.Protocol):
             if not buffer.startswith(b"HTTP/1.1 101"):
                 self._fail(buffer[:end].split(b"\r\n", 1)[0].decode(errors="replace"))
                 return
-            self.upgraded, buffer = True, buffer[end + len(_END):]
+            self.upgraded, buffer = True, buffer[end + len(_END) :]
             assert self.transport is not None
             self.transport.write(self.first)
         self.buffer = self._frames(buffer)
@@ -97,11 +109,11 @@ class Counter(asyncio.Protocol):
             if length == 126:
                 if size - at < 4:
                     break
-                length, head = int.from_bytes(buffer[at + 2:at + 4], "big"), 4
+                length, head = int.from_bytes(buffer[at + 2 : at + 4], "big"), 4
             elif length == 127:
                 if size - at < 10:
                     break
-                length, head = int.from_bytes(buffer[at + 2:at + 10], "big"), 10
+                length, head = int.from_bytes(buffer[at + 2 : at + 10], "big"), 10
             if size - at < head + length:
                 break
             opcode = buffer[at] & 0x0F
@@ -113,7 +125,7 @@ class Counter(asyncio.Protocol):
                     self._resolve(None)
             elif opcode == _CLOSE:
                 self.closes += 1
-                payload = buffer[at + head:at + head + length]
+                payload = buffer[at + head : at + head + length]
                 code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else None
                 self._fail(f"closed by the server: {code} {payload[2:].decode(errors='replace')}")
             at += head + length

@@ -21,7 +21,6 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import uvloop
-
 from hongbao.bench.push.client import Counter, Target, greeting
 from hongbao.server.auth import mint
 
@@ -68,7 +67,9 @@ class _Pool:
                 ready: asyncio.Future[str | None] = loop.create_future()
                 request = target.request(mint(secret, user))
                 try:
-                    _, conn = await loop.create_connection(lambda: Counter(request, first, ready), target.host, target.port)
+                    _, conn = await loop.create_connection(
+                        lambda: Counter(request, first, ready), target.host, target.port
+                    )
                     error = await asyncio.wait_for(ready, CONNECT_TIMEOUT_S)
                 except (OSError, TimeoutError) as exc:
                     error = repr(exc)
@@ -90,8 +91,14 @@ class _Pool:
         while time.monotonic() < deadline and any(c.texts < frames for c in self.conns if not c.lost.done()):
             await asyncio.sleep(0.01)
         texts = [c.texts for c in self.conns] or [0]
-        return Counts(sum(texts), sum(c.payload_bytes for c in self.conns), min(texts), max(texts),
-                      sum(c.closes for c in self.conns), sum(not c.lost.done() for c in self.conns))
+        return Counts(
+            sum(texts),
+            sum(c.payload_bytes for c in self.conns),
+            min(texts),
+            max(texts),
+            sum(c.closes for c in self.conns),
+            sum(not c.lost.done() for c in self.conns),
+        )
 
     async def close(self) -> int:
         """Drop every connection and wait until they are gone; how many there were."""
@@ -154,7 +161,7 @@ class Fleet:
 
     def connect(self, target: Target, users: list[str], secret: str, topic: str | None = None) -> tuple[int, list[str]]:
         """Connect every user of ``users`` (spread over the processes); (made, first errors)."""
-        shares = [users[i::len(self.pipes)] for i in range(len(self.pipes))]
+        shares = [users[i :: len(self.pipes)] for i in range(len(self.pipes))]
         answers = self._all("connect", [(target, share, secret, topic) for share in shares])
         return sum(made for made, _ in answers), [e for _, errors in answers for e in errors][:5]
 
@@ -165,9 +172,14 @@ class Fleet:
     def expect(self, frames: int, timeout_s: float) -> Counts:
         """Wait until every connection counted ``frames`` text frames or ``timeout_s`` seconds passed."""
         answers: list[Counts] = self._all("expect", [(frames, timeout_s)] * len(self.pipes))
-        return Counts(sum(a.frames for a in answers), sum(a.payload_bytes for a in answers),
-                      min(a.least for a in answers), max(a.most for a in answers),
-                      sum(a.closes for a in answers), sum(a.open for a in answers))
+        return Counts(
+            sum(a.frames for a in answers),
+            sum(a.payload_bytes for a in answers),
+            min(a.least for a in answers),
+            max(a.most for a in answers),
+            sum(a.closes for a in answers),
+            sum(a.open for a in answers),
+        )
 
     def close(self) -> int:
         """Drop every connection; how many there were."""

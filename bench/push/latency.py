@@ -16,10 +16,9 @@ from typing import Any
 
 import httpx
 import orjson
+from hongbao.server.auth import mint
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
-
-from hongbao.server.auth import mint
 
 EVENT_TIMEOUT_S = 10.0
 FEN_PER_SHARE = 100
@@ -35,8 +34,11 @@ def summary_ms(seconds: list[float]) -> dict[str, float]:
     """p50, p99 and max of ``seconds``, in milliseconds."""
     if not seconds:
         return {"p50_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
-    return {"p50_ms": round(percentile(seconds, 50) * 1000, 3), "p99_ms": round(percentile(seconds, 99) * 1000, 3),
-            "max_ms": round(max(seconds) * 1000, 3)}
+    return {
+        "p50_ms": round(percentile(seconds, 50) * 1000, 3),
+        "p99_ms": round(percentile(seconds, 99) * 1000, 3),
+        "max_ms": round(max(seconds) * 1000, 3),
+    }
 
 
 async def _listen(ws: ClientConnection, arrivals: dict[str, asyncio.Future[float]]) -> None:
@@ -54,7 +56,9 @@ async def _money(http: httpx.AsyncClient, secret: str, openers: list[str], packe
     sender = {"authorization": f"Bearer {mint(secret, 'lat_sender')}"}
     admin = {"authorization": f"Bearer {mint(secret, 'bench_admin', admin=True)}"}
     total = FEN_PER_SHARE * len(openers)
-    (await http.post("/v1/admin/accounts/lat_sender/topup", json={"amount_fen": total * packets}, headers=admin)).raise_for_status()
+    (
+        await http.post("/v1/admin/accounts/lat_sender/topup", json={"amount_fen": total * packets}, headers=admin)
+    ).raise_for_status()
     group = await http.post("/v1/groups", json={"members": openers}, headers=sender)
     group.raise_for_status()
     body = {"kind": "lucky", "count": len(openers), "total_fen": total, "group_id": group.json()["group_id"]}
@@ -79,8 +83,10 @@ async def measure(url: str, secret: str, openers: int, packets: int) -> dict[str
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         order_ids = await _money(http, secret, users, packets)
         tokens = {u: mint(secret, u) for u in users}
-        sockets = [await connect(ws_url, subprotocols=[Subprotocol("bearer"), Subprotocol(tokens[u])], compression=None)
-                   for u in users]
+        sockets = [
+            await connect(ws_url, subprotocols=[Subprotocol("bearer"), Subprotocol(tokens[u])], compression=None)
+            for u in users
+        ]
         arrivals: dict[str, dict[str, asyncio.Future[float]]] = {u: {} for u in users}
         listeners = [asyncio.create_task(_listen(ws, arrivals[u])) for u, ws in zip(users, sockets, strict=True)]
         await asyncio.sleep(0.5)  # the sessions are logged in after the 101
@@ -102,4 +108,9 @@ async def measure(url: str, secret: str, openers: int, packets: int) -> dict[str
                 task.cancel()
             for ws in sockets:
                 await ws.close()
-    return {"samples": len(answers), "missing_events": missing, "push": summary_ms(push), "http_answer": summary_ms(answers)}
+    return {
+        "samples": len(answers),
+        "missing_events": missing,
+        "push": summary_ms(push),
+        "http_answer": summary_ms(answers),
+    }

@@ -15,7 +15,6 @@ from collections import defaultdict
 from typing import Any
 
 import redis
-
 from hongbao.bench.push.fleet import Fleet
 from hongbao.bench.push.sides import HongbaoSide
 from hongbao.core.adapters.redis_push import ONLINE_SHARDS
@@ -60,5 +59,10 @@ def measure(fleet: Fleet, side: HongbaoSide, redis_url: str, users: int) -> tupl
     for layer in ("session", "route"):
         if kinds.get(layer, {}).get("keys") != users:
             problems.append(f"redis: {kinds.get(layer, {}).get('keys', 0)} {layer} keys, expected {users}")
-    return {"users": users, "bytes_per_user": per_user, "three_layers_bytes_per_user": round(sum(per_user.values()), 1),
-            "used_memory_delta_per_user": round((used_after - used_before) / max(1, users), 1), "keys_by_kind": kinds}, problems
+    return {
+        "users": users,
+        "bytes_per_user": per_user,
+        "three_layers_bytes_per_user": round(sum(per_user.values()), 1),
+        "used_memory_delta_per_user": round((used_after - used_before) / max(1, users), 1),
+        "keys_by_kind": kinds,
+    }, problems

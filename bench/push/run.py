@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-
 from hongbao.bench.http.run import BenchError, Process, report
 from hongbao.bench.push import latency, redis_memory, servers
 from hongbao.bench.push.fleet import Fleet, FleetError, raise_nofile
@@ -171,15 +170,29 @@ def run(opts: Options) -> dict[str, Any]:
     """Run the whole benchmark and return the JSON result (also written to ``opts.out``)."""
     nofile = raise_nofile()
     if nofile < max(opts.idle, opts.fanout) + HEADROOM_FDS:
-        raise BenchError(f"the open-file hard limit ({nofile}) is too low for {max(opts.idle, opts.fanout)} connections")
+        raise BenchError(
+            f"the open-file hard limit ({nofile}) is too low for {max(opts.idle, opts.fanout)} connections"
+        )
     workdir = Path(tempfile.mkdtemp(prefix="hongbao-bench-push-"))
     problems: list[str] = []
     result: dict[str, Any] = {
-        "settings": {"idle_connections": opts.idle, "fanout_connections": opts.fanout, "broadcasts": opts.broadcasts,
-                     "latency_samples": opts.openers * opts.packets, "redis_users": opts.redis_users,
-                     "client_processes": opts.procs, "hongbao_workers": 1, "hongbao_backend": "embedded",
-                     "cpus": os.cpu_count(), "loadavg_before": list(os.getloadavg())},
-        "floors": FLOORS, "redis_budget_bytes": REDIS_BUDGET_BYTES, "ratios": {}, "ceiling_ratios": {}}
+        "settings": {
+            "idle_connections": opts.idle,
+            "fanout_connections": opts.fanout,
+            "broadcasts": opts.broadcasts,
+            "latency_samples": opts.openers * opts.packets,
+            "redis_users": opts.redis_users,
+            "client_processes": opts.procs,
+            "hongbao_workers": 1,
+            "hongbao_backend": "embedded",
+            "cpus": os.cpu_count(),
+            "loadavg_before": list(os.getloadavg()),
+        },
+        "floors": FLOORS,
+        "redis_budget_bytes": REDIS_BUDGET_BYTES,
+        "ratios": {},
+        "ceiling_ratios": {},
+    }
     try:
         _servers_and_clients(opts, workdir, result, problems)
     except FleetError as exc:
@@ -205,25 +218,43 @@ def table(result: dict[str, Any]) -> str:
     """The printed summary: one line per measurement; ratio = hongbao / websockets."""
     fan, mem, ratios = result["fanout"], result["memory"], result["ratios"]
     kib = {side: {"kib": values["kib_per_connection"]} for side, values in mem.items()}
-    lines = [f"{'measure':34} {'hongbao':>12} {'websockets':>12} {'ceiling':>12} {'ratio':>7}  floor",
-             _row("fan-out CPU us / message", fan, "cpu_us_per_message", ratios["fanout_cpu_per_message"],
-                  FLOORS["fanout_cpu_per_message"]),
-             _row("fan-out server writes / message", fan, "writes_per_message", None, None),
-             _row("memory KiB / idle connection", kib, "kib", ratios["memory_per_idle_connection"],
-                  FLOORS["memory_per_idle_connection"])]
+    lines = [
+        f"{'measure':34} {'hongbao':>12} {'websockets':>12} {'ceiling':>12} {'ratio':>7}  floor",
+        _row(
+            "fan-out CPU us / message",
+            fan,
+            "cpu_us_per_message",
+            ratios["fanout_cpu_per_message"],
+            FLOORS["fanout_cpu_per_message"],
+        ),
+        _row("fan-out server writes / message", fan, "writes_per_message", None, None),
+        _row(
+            "memory KiB / idle connection",
+            kib,
+            "kib",
+            ratios["memory_per_idle_connection"],
+            FLOORS["memory_per_idle_connection"],
+        ),
+    ]
     ceiling = ", ".join(f"{name} {ratio:.3f}" for name, ratio in result["ceiling_ratios"].items() if ratio is not None)
     lines.append(f"the ceiling / websockets (one write per message and connection, nothing else): {ceiling}")
     lat = result["latency"]
-    lines.append(f"push latency open -> event: p50 {lat['push']['p50_ms']:.2f} ms, p99 {lat['push']['p99_ms']:.2f} ms "
-                 f"({lat['samples']} samples; the HTTP answer p50 {lat['http_answer']['p50_ms']:.2f} ms)")
+    lines.append(
+        f"push latency open -> event: p50 {lat['push']['p50_ms']:.2f} ms, p99 {lat['push']['p99_ms']:.2f} ms "
+        f"({lat['samples']} samples; the HTTP answer p50 {lat['http_answer']['p50_ms']:.2f} ms)"
+    )
     if "redis" in result:
         red = result["redis"]
         layers = ", ".join(f"{k} {v}" for k, v in red["bytes_per_user"].items())
-        lines.append(f"redis bytes / online user: {red['three_layers_bytes_per_user']} ({layers}), "
-                     f"budget {REDIS_BUDGET_BYTES}; used_memory grew {red['used_memory_delta_per_user']} / user")
+        lines.append(
+            f"redis bytes / online user: {red['three_layers_bytes_per_user']} ({layers}), "
+            f"budget {REDIS_BUDGET_BYTES}; used_memory grew {red['used_memory_delta_per_user']} / user"
+        )
     settings = result["settings"]
-    lines.append(f"hongbao: 1 worker, embedded; {settings['client_processes']} client processes; load average "
-                 f"{settings['loadavg_before'][0]:.2f} -> {settings['loadavg_after'][0]:.2f} on {settings['cpus']} cpus")
+    lines.append(
+        f"hongbao: 1 worker, embedded; {settings['client_processes']} client processes; load average "
+        f"{settings['loadavg_before'][0]:.2f} -> {settings['loadavg_after'][0]:.2f} on {settings['cpus']} cpus"
+    )
     return "\n".join(lines)
 
 
@@ -244,8 +275,19 @@ def parse(argv: list[str] | None) -> Options:
     a = p.parse_args(argv)
     if min(a.idle, a.fanout, a.broadcasts, a.openers, a.packets, a.redis_users, a.procs) < 1:
         p.error("every size must be positive")
-    return Options(a.idle, a.fanout, a.broadcasts, a.openers, a.packets, a.redis_users, a.procs, a.skip_redis, a.out,
-                   a.gate, a.keep_dir)
+    return Options(
+        a.idle,
+        a.fanout,
+        a.broadcasts,
+        a.openers,
+        a.packets,
+        a.redis_users,
+        a.procs,
+        a.skip_redis,
+        a.out,
+        a.gate,
+        a.keep_dir,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

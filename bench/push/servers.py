@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import redis
-
 from hongbao.bench.http.run import BenchError, Process, _clean_env, free_port, start_hongbao
 from hongbao.server.auth import embedded_secret
 
@@ -43,8 +42,13 @@ def plain(workdir: Path, name: str, script: Path) -> Process:
     port = free_port()
     log = workdir / f"{name}.log"
     with open(log, "wb") as stderr:
-        popen = subprocess.Popen([sys.executable, str(script), "--port", str(port)], stdout=subprocess.DEVNULL,
-                                 stderr=stderr, cwd=workdir, env=_clean_env())
+        popen = subprocess.Popen(
+            [sys.executable, str(script), "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd=workdir,
+            env=_clean_env(),
+        )
     proc = Process(name, f"http://127.0.0.1:{port}", popen, log)
     proc.wait_ready("/healthz")
     return proc
@@ -59,9 +63,25 @@ def redis_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     directory = workdir / "redis"
     directory.mkdir(parents=True, exist_ok=True)
-    popen = subprocess.Popen([program, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory), "--save", "",
-                              "--appendonly", "no", "--logfile", str(directory / "redis.log")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    popen = subprocess.Popen(
+        [
+            program,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(directory),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--logfile",
+            str(directory / "redis.log"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + REDIS_READY_S
     while time.monotonic() < deadline and popen.poll() is None:
         try:

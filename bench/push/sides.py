@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
-
 from hongbao.bench.http.run import Process
 from hongbao.bench.push.client import Target
 from hongbao.bench.push.fleet import Fleet
@@ -72,8 +71,11 @@ class HongbaoSide:
 
     def broadcast(self, http: httpx.Client, index: int) -> None:
         """Push ``index`` to the topic; the warm-up (0) also sizes the padding."""
-        answer = http.post(self.proc.url + "/v1/admin/push", json={"topic": TOPIC, "event": EVENT, "data": self.pad},
-                           headers={"authorization": f"Bearer {self.admin}"})
+        answer = http.post(
+            self.proc.url + "/v1/admin/push",
+            json={"topic": TOPIC, "event": EVENT, "data": self.pad},
+            headers={"authorization": f"Bearer {self.admin}"},
+        )
         answer.raise_for_status()
         if index == 0:
             offset, epoch = answer.json()["offset"] + 1, answer.json()["epoch"]
@@ -145,17 +147,29 @@ def fanout(fleet: Fleet, side: Side, connections: int, broadcasts: int) -> Measu
     _close(fleet, side, problems)
     expected = connections * broadcasts
     if counts.frames != expected or counts.least != broadcasts or counts.most != broadcasts:
-        problems.append(f"{side.name}: clients counted {counts.frames} messages (per connection {counts.least}.."
-                        f"{counts.most}), expected {expected}")
+        problems.append(
+            f"{side.name}: clients counted {counts.frames} messages (per connection {counts.least}.."
+            f"{counts.most}), expected {expected}"
+        )
     if counts.closes:
         problems.append(f"{side.name}: {counts.closes} connections were closed by the server")
-    return Measured({
-        "server": side.name, "connections": connections, "broadcasts": broadcasts, "delivered": counts.frames,
-        "payload_bytes_mean": round(counts.payload_bytes / max(1, counts.frames), 1),
-        "server_cpu_s": round(cpu_s, 4), "cpu_us_per_message": round(cpu_s * 1e6 / max(1, counts.frames), 3),
-        "writes_per_message": round(writes / max(1, counts.frames), 3),
-        "messages_per_s": round(counts.frames / wall_s, 1), "send_s": round(sent_s, 3), "wall_s": round(wall_s, 3),
-        "connect_s": round(connect_s, 3)}, problems)
+    return Measured(
+        {
+            "server": side.name,
+            "connections": connections,
+            "broadcasts": broadcasts,
+            "delivered": counts.frames,
+            "payload_bytes_mean": round(counts.payload_bytes / max(1, counts.frames), 1),
+            "server_cpu_s": round(cpu_s, 4),
+            "cpu_us_per_message": round(cpu_s * 1e6 / max(1, counts.frames), 3),
+            "writes_per_message": round(writes / max(1, counts.frames), 3),
+            "messages_per_s": round(counts.frames / wall_s, 1),
+            "send_s": round(sent_s, 3),
+            "wall_s": round(wall_s, 3),
+            "connect_s": round(connect_s, 3),
+        },
+        problems,
+    )
 
 
 def idle_memory(fleet: Fleet, side: Side, connections: int) -> Measured:
@@ -171,7 +185,15 @@ def idle_memory(fleet: Fleet, side: Side, connections: int) -> Measured:
     _close(fleet, side, problems)
     if still != connections:
         problems.append(f"{side.name}: {connections - still} idle connections were closed before the measurement")
-    return Measured({"server": side.name, "connections": connections, "rss_before_bytes": before, "rss_after_bytes": after,
-                     "bytes_per_connection": round((after - before) / connections, 1),
-                     "kib_per_connection": round((after - before) / connections / 1024, 2),
-                     "connect_s": round(connect_s, 3)}, problems)
+    return Measured(
+        {
+            "server": side.name,
+            "connections": connections,
+            "rss_before_bytes": before,
+            "rss_after_bytes": after,
+            "bytes_per_connection": round((after - before) / connections, 1),
+            "kib_per_connection": round((after - before) / connections / 1024, 2),
+            "connect_s": round(connect_s, 3),
+        },
+        problems,
+    )

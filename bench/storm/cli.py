@@ -28,8 +28,16 @@ if TYPE_CHECKING:
 # The heavy imports (aiohttp, rich, matplotlib) wait until a storm runs: ``hongbao serve`` builds
 # this parser too.
 # flag -> scenario field, for the knobs changed most often (any other: --set FIELD=VALUE)
-SHORTCUTS = {"duration": "duration_s", "tail": "tail_s", "rate": "send_rate", "users": "users", "groups": "groups",
-             "processes": "processes", "connections": "connections", "seed": "seed"}
+SHORTCUTS = {
+    "duration": "duration_s",
+    "tail": "tail_s",
+    "rate": "send_rate",
+    "users": "users",
+    "groups": "groups",
+    "processes": "processes",
+    "connections": "connections",
+    "seed": "seed",
+}
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -38,16 +46,25 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     storm.add_argument("--target", required=True, help="the server's base URL, e.g. http://127.0.0.1:8080")
     storm.add_argument("--scenario", choices=sorted(NAMED), help="named scenario (default: smoke, or the file's base)")
     storm.add_argument("--scenario-file", type=Path, help="TOML scenario: base = NAME, then any field to override")
-    storm.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a scenario field (repeatable)")
+    storm.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="override a scenario field (repeatable)"
+    )
     for flag, name in SHORTCUTS.items():
-        storm.add_argument(f"--{flag}", type=float if name.endswith(("_s", "_rate")) else int,
-                           help=f"scenario field {name}")
+        storm.add_argument(
+            f"--{flag}", type=float if name.endswith(("_s", "_rate")) else int, help=f"scenario field {name}"
+        )
     storm.add_argument("--data-dir", dest="data_dir", type=Path, help="the target's data directory (key and audit)")
     storm.add_argument("--jwt-secret", help="the target's HS256 secret (instead of --data-dir; no audit)")
-    storm.add_argument("--out", type=Path, help="report directory (default: bench-results/storm, with --replay bench-results/storm-replay)")
+    storm.add_argument(
+        "--out",
+        type=Path,
+        help="report directory (default: bench-results/storm, with --replay bench-results/storm-replay)",
+    )
     storm.add_argument("--record", type=Path, help="write every request as JSON lines to FILE")
     storm.add_argument("--replay", type=Path, help="play the requests of a record FILE instead of the scenario's plan")
-    storm.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to wait for credits to drain (default: 30)")
+    storm.add_argument(
+        "--drain-timeout", type=float, default=30.0, help="seconds to wait for credits to drain (default: 30)"
+    )
     storm.set_defaults(run=main)
 
 
@@ -76,11 +93,10 @@ def storm(opts: StormOptions, auditor: Auditor | None, out: Path, drain_timeout_
     """Play the storm, then drain and audit (``auditor``: ``settle.auditor_for``; None: no audit)
     while the push clients stay connected, then write ``out/report.json`` and ``out/report.png`` and print the table; returns the report.
     Raises StormError when the storm cannot run."""
-    from rich.console import Console
-
     from hongbao.bench.storm import plot, report
     from hongbao.bench.storm.runner import run_load
     from hongbao.bench.storm.settle import settle
+    from rich.console import Console
 
     console = opts.console or Console(stderr=True)
     result, settlement = run_load(opts, lambda: settle(opts.url, auditor, drain_timeout_s))
@@ -93,20 +109,21 @@ def storm(opts: StormOptions, auditor: Auditor | None, out: Path, drain_timeout_
 
 def main(args: argparse.Namespace) -> int:
     """Run ``hongbao storm`` from parsed flags; returns the exit status."""
-    from rich.console import Console
-
     from hongbao.bench.storm import report
     from hongbao.bench.storm.runner import StormError, StormOptions
     from hongbao.bench.storm.settle import auditor_for
     from hongbao.bench.storm.wire import storm_secret
     from hongbao.server.config import load_settings
+    from rich.console import Console
 
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
     if args.out is None:  # a replay keeps the recorded run's report
         args.out = Path("bench-results/storm-replay" if args.replay else "bench-results/storm")
     try:
         settings = load_settings(args.config, flags={"data_dir": args.data_dir})
-        auditor = auditor_for(settings) if args.data_dir or settings.backend == "production" or not args.jwt_secret else None
+        auditor = (
+            auditor_for(settings) if args.data_dir or settings.backend == "production" or not args.jwt_secret else None
+        )
         scenario = scenario_from(args)
         secret = storm_secret(settings.data_dir, args.jwt_secret or settings.jwt_secret)
     except (ScenarioError, ValueError, FileNotFoundError) as exc:

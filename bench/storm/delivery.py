@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from hongbao.bench.storm.stats import percentile
 from hongbao.bench.storm.runner import LoadResult
+from hongbao.bench.storm.stats import percentile
 
 EVENTS = ("packet_received", "opened", "finished")
 Key = tuple[str, str, str]  # (event, order id, user)
@@ -45,8 +45,12 @@ def expected_pushes(result: LoadResult) -> dict[Key, float]:
 
 def _latency(values: list[float]) -> dict[str, float]:
     values.sort()
-    return {"p50_ms": round(percentile(values, 50), 1), "p90_ms": round(percentile(values, 90), 1),
-            "p99_ms": round(percentile(values, 99), 1), "max_ms": round(values[-1], 1) if values else 0.0}
+    return {
+        "p50_ms": round(percentile(values, 50), 1),
+        "p90_ms": round(percentile(values, 90), 1),
+        "p99_ms": round(percentile(values, 99), 1),
+        "max_ms": round(values[-1], 1) if values else 0.0,
+    }
 
 
 def push_report(result: LoadResult) -> dict[str, Any] | None:
@@ -68,11 +72,17 @@ def push_report(result: LoadResult) -> dict[str, Any] | None:
         everything += latencies
         by_event[event] = {"expected": len(keys), "delivered": len(latencies), **_latency(latencies)}
     return {
-        "online_users": len(result.online), "reconnects": sum(s["reconnects"] for s in result.push),
-        "client_failures": sum(s["failures"] for s in result.push), "client_errors": [e for s in result.push for e in s["errors"]][:5],
+        "online_users": len(result.online),
+        "reconnects": sum(s["reconnects"] for s in result.push),
+        "client_failures": sum(s["failures"] for s in result.push),
+        "client_errors": [e for s in result.push for e in s["errors"]][:5],
         "resets": sum(s["resets"] for s in result.push),
         "duplicates": sum(s["duplicates"] for s in result.push),
-        "expected": len(expected), "delivered": len(expected) - len(missing), "missing": len(missing),
-        "missing_examples": [list(key) for key in missing[:10]], **_latency(everything), "by_event": by_event,
+        "expected": len(expected),
+        "delivered": len(expected) - len(missing),
+        "missing": len(missing),
+        "missing_examples": [list(key) for key in missing[:10]],
+        **_latency(everything),
+        "by_event": by_event,
         "also_delivered": dict(Counter(event for event, _, _ in delivered if event not in EVENTS)),
     }

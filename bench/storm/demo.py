@@ -22,8 +22,6 @@ import shutil
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
 from hongbao.bench.audit import audit_sqlite
 from hongbao.bench.http.run import BenchError, start_hongbao
 from hongbao.bench.storm import report
@@ -31,6 +29,7 @@ from hongbao.bench.storm.cli import storm
 from hongbao.bench.storm.runner import StormError, StormOptions
 from hongbao.bench.storm.scenario import load_scenario
 from hongbao.bench.storm.wire import storm_secret
+from rich.console import Console
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,14 +58,20 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         status = server.stop()
     final = audit_sqlite(data_dir, drained=True)
-    console.print(f"demo: server stopped (exit {status}); audit of the stopped database: {len(final.violations)} violations")
+    console.print(
+        f"demo: server stopped (exit {status}); audit of the stopped database: {len(final.violations)} violations"
+    )
     for line in final.violations:
         console.print(f"VIOLATION {line}")
     opens = summary["operations"].get("open", {})
-    print(f"opens: {opens.get('ok', 0)} ok, {opens.get('rps', 0)}/s, p50 {opens.get('p50_ms', 0)} ms, p99 {opens.get('p99_ms', 0)} ms")
+    print(
+        f"opens: {opens.get('ok', 0)} ok, {opens.get('rps', 0)}/s, p50 {opens.get('p50_ms', 0)} ms, p99 {opens.get('p99_ms', 0)} ms"
+    )
     if not report.push_ok(summary):
-        print(f"push: {summary['push']['missing']} of {summary['push']['expected']} expected events did not reach "
-              "their online users (DESIGN.md section 11 delivery; hongbao storm exits 3 for this)")
+        print(
+            f"push: {summary['push']['missing']} of {summary['push']['expected']} expected events did not reach "
+            "their online users (DESIGN.md section 11 delivery; hongbao storm exits 3 for this)"
+        )
     print(f"report: {args.out / 'report.json'} {args.out / 'report.png'}")
     print(f"audit: {len(final.violations)} violations")
     return 0 if status == 0 and final.ok and report.money_ok(summary) else 1

@@ -20,7 +20,6 @@ from typing import Any
 
 import aiohttp
 import orjson
-
 from hongbao.bench.storm.plan import Call
 from hongbao.bench.storm.record import Recorder, call_line
 from hongbao.bench.storm.wire import Answer, Tokens, request
@@ -40,8 +39,16 @@ class Executor:
     """Runs calls against ``url`` on one aiohttp session, from the monotonic instant ``t0``.
     ``known`` holds ids defined before (the groups, for the load processes)."""
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, tokens: Tokens, t0: float, busy_retries: int,
-                 recorder: Recorder | None = None, known: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        tokens: Tokens,
+        t0: float,
+        busy_retries: int,
+        recorder: Recorder | None = None,
+        known: dict[str, str] | None = None,
+    ) -> None:
         self.session, self.url, self.tokens, self.t0 = session, url.rstrip("/"), tokens, t0
         self.busy_retries, self.recorder = busy_retries, recorder
         self.samples: list[Sample] = []
@@ -94,14 +101,24 @@ class Executor:
                 return
             values[name] = value
         path = fill(call.path, values)
-        body = {k: fill(v, values) if isinstance(v, str) else v for k, v in call.body.items()} if call.body else call.body
+        body = (
+            {k: fill(v, values) if isinstance(v, str) else v for k, v in call.body.items()} if call.body else call.body
+        )
         payload = orjson.dumps(body) if body is not None else None
         auth = self.tokens.bearer(call.user, admin=call.op == "topup")
         answer: Answer | None = None
         for attempt in range(1, self.busy_retries + 2):
             answer = await request(self.session, self.url + path, call.method, auth, payload, call.key)
-            self.samples.append((call.op, answer.started - self.t0, answer.latency_s, answer.status, answer.code,
-                                 lag if attempt == 1 else 0.0))
+            self.samples.append(
+                (
+                    call.op,
+                    answer.started - self.t0,
+                    answer.latency_s,
+                    answer.status,
+                    answer.code,
+                    lag if attempt == 1 else 0.0,
+                )
+            )
             if answer.status != 429 or attempt > self.busy_retries:
                 break
             await asyncio.sleep(min(MAX_BUSY_WAIT_S, answer.retry_after_s or 0.05) * random.uniform(0.5, 1.5))
@@ -125,8 +142,9 @@ class Executor:
             if self.opened.setdefault((order, call.user), (amount, wall))[0] != amount:
                 self.disagreements += 1
 
-    def _finish(self, call: Call, path: str, body: dict[str, Any] | None, status: int | None, attempts: int,
-                created: str | None) -> None:
+    def _finish(
+        self, call: Call, path: str, body: dict[str, Any] | None, status: int | None, attempts: int, created: str | None
+    ) -> None:
         outcome = "skipped" if status is None else "ok" if 200 <= status < 300 else "failed"
         self.counts[f"{call.op} {outcome}"] += 1
         self.done += 1

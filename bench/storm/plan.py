@@ -74,11 +74,23 @@ class Population:
         need: dict[str, int] = {}
         for head in self.packets:
             need[head.sender] = need.get(head.sender, 0) + head.total_fen
-        calls = [Call(f"t{i}", 0.0, "topup", "admin", "POST", f"/v1/admin/accounts/{user}/topup",
-                      {"amount_fen": fen}, key=f"storm-{run}-{user}")
-                 for i, (user, fen) in enumerate(sorted(need.items()))]
-        calls += [Call(f"g{g}", 0.0, "group", members[0], "POST", "/v1/groups", {"members": members[1:]}, name=f"g{g}")
-                  for g, members in enumerate(self.groups)]
+        calls = [
+            Call(
+                f"t{i}",
+                0.0,
+                "topup",
+                "admin",
+                "POST",
+                f"/v1/admin/accounts/{user}/topup",
+                {"amount_fen": fen},
+                key=f"storm-{run}-{user}",
+            )
+            for i, (user, fen) in enumerate(sorted(need.items()))
+        ]
+        calls += [
+            Call(f"g{g}", 0.0, "group", members[0], "POST", "/v1/groups", {"members": members[1:]}, name=f"g{g}")
+            for g, members in enumerate(self.groups)
+        ]
         return calls
 
 
@@ -102,12 +114,18 @@ def populate(scenario: Scenario, run: str) -> Population:
         members = groups[g]
         sender = rng.choice(members)
         kind = _weighted(rng, list(scenario.kinds))
-        count = 1 if kind == "exclusive" else rng.randint(min(scenario.count_min, len(members)), min(scenario.count_max, len(members)))
+        count = (
+            1
+            if kind == "exclusive"
+            else rng.randint(min(scenario.count_min, len(members)), min(scenario.count_max, len(members)))
+        )
         total = rng.randint(scenario.total_min_fen, scenario.total_max_fen)
         if kind == "equal":
             total = max(1, total // count) * count
         receiver = rng.choice([m for m in members if m != sender]) if kind == "exclusive" else None
-        population.packets.append(PacketHead(len(population.packets), round(t, 4), sender, g, kind, count, total, receiver))
+        population.packets.append(
+            PacketHead(len(population.packets), round(t, 4), sender, g, kind, count, total, receiver)
+        )
         t += rng.expovariate(scenario.send_rate)
     return population
 
@@ -131,18 +149,57 @@ def packet_calls(scenario: Scenario, population: Population, head: PacketHead) -
     duplicate clicks (``duplicate_p``) and re-sends (``retry_p``)."""
     rng = random.Random(scenario.seed * 1_000_003 + head.index)
     k, seq = head.index, iter(range(1 << 30))
-    calls = [Call(f"{k}.{next(seq)}", head.at, "send", head.sender, "POST", "/v1/packets", _send_body(head), k, (
-        f"g{head.group}",) if head.receiver is None else (), f"s{k}")]
+    calls = [
+        Call(
+            f"{k}.{next(seq)}",
+            head.at,
+            "send",
+            head.sender,
+            "POST",
+            "/v1/packets",
+            _send_body(head),
+            k,
+            (f"g{head.group}",) if head.receiver is None else (),
+            f"s{k}",
+        )
+    ]
     paid_at = head.at + rng.uniform(0.1, 1.0)
-    calls.append(Call(f"{k}.{next(seq)}", paid_at, "pay", head.sender, "POST", f"/v1/packets/{{s{k}}}/pay", None, k, (f"s{k}",), f"p{k}"))
+    calls.append(
+        Call(
+            f"{k}.{next(seq)}",
+            paid_at,
+            "pay",
+            head.sender,
+            "POST",
+            f"/v1/packets/{{s{k}}}/pay",
+            None,
+            k,
+            (f"s{k}",),
+            f"p{k}",
+        )
+    )
     if rng.random() < scenario.retry_p:
-        calls.append(Call(f"{k}.{next(seq)}", paid_at + rng.uniform(0.5, 3.0), "pay", head.sender, "POST",
-                          f"/v1/packets/{{s{k}}}/pay", None, k, (f"s{k}",), tag="retry"))
+        calls.append(
+            Call(
+                f"{k}.{next(seq)}",
+                paid_at + rng.uniform(0.5, 3.0),
+                "pay",
+                head.sender,
+                "POST",
+                f"/v1/packets/{{s{k}}}/pay",
+                None,
+                k,
+                (f"s{k}",),
+                tag="retry",
+            )
+        )
     members = [head.receiver] if head.receiver is not None else population.groups[head.group]
     for member in members:
         if rng.random() >= scenario.open_p:
             continue
-        delay = min(scenario.tail_s, math.exp(math.log(scenario.delay_median_s) + scenario.delay_sigma * rng.gauss(0, 1)))
+        delay = min(
+            scenario.tail_s, math.exp(math.log(scenario.delay_median_s) + scenario.delay_sigma * rng.gauss(0, 1))
+        )
         at = paid_at + delay
         needs: tuple[str, ...] = (f"p{k}",)
         if rng.random() < scenario.grab_p:
@@ -152,13 +209,41 @@ def packet_calls(scenario: Scenario, population: Population, head: PacketHead) -
         path = f"/v1/packets/{{p{k}}}/open"
         calls.append(Call(f"{k}.{next(seq)}", at, "open", member, "POST", path, None, k, needs))
         if rng.random() < scenario.duplicate_p:
-            calls.append(Call(f"{k}.{next(seq)}", at + rng.uniform(0.01, 0.2), "open", member, "POST", path, None, k, needs, tag="dup"))
+            calls.append(
+                Call(
+                    f"{k}.{next(seq)}",
+                    at + rng.uniform(0.01, 0.2),
+                    "open",
+                    member,
+                    "POST",
+                    path,
+                    None,
+                    k,
+                    needs,
+                    tag="dup",
+                )
+            )
         if rng.random() < scenario.retry_p:
-            calls.append(Call(f"{k}.{next(seq)}", at + rng.uniform(1.0, 5.0), "open", member, "POST", path, None, k, needs, tag="retry"))
+            calls.append(
+                Call(
+                    f"{k}.{next(seq)}",
+                    at + rng.uniform(1.0, 5.0),
+                    "open",
+                    member,
+                    "POST",
+                    path,
+                    None,
+                    k,
+                    needs,
+                    tag="retry",
+                )
+            )
     return calls
 
 
 def load_calls(scenario: Scenario, population: Population, proc: int, procs: int) -> list[Call]:
     """The calls of load process ``proc`` of ``procs`` (packets ``index % procs == proc``), by time."""
-    mine = [c for head in population.packets if head.index % procs == proc for c in packet_calls(scenario, population, head)]
+    mine = [
+        c for head in population.packets if head.index % procs == proc for c in packet_calls(scenario, population, head)
+    ]
     return sorted(mine, key=lambda c: c.at)

@@ -10,14 +10,16 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen first)
+import matplotlib.pyplot as plt
 
 COLORS = {"send": "#c0392b", "pay": "#e67e22", "grab": "#2980b9", "open": "#27ae60"}
 
 
 def _summary(report: dict[str, Any]) -> str:
     audit = report["audit"]
-    lines = [f"scenario {report['scenario']['name']}, {report['load']['seconds']} s, {report['load']['processes']} load processes"]
+    lines = [
+        f"scenario {report['scenario']['name']}, {report['load']['seconds']} s, {report['load']['processes']} load processes"
+    ]
     for op in ("send", "grab", "open"):
         e = report["operations"].get(op)
         if e:
@@ -27,8 +29,10 @@ def _summary(report: dict[str, Any]) -> str:
         lines.append("audit: not run")
     else:
         c = audit["counts"]
-        lines.append(f"{c.get('packets', 0)} packets, {c.get('receipts', 0)} receipts, "
-                     f"{c.get('ledger credit', 0)} credits, {c.get('ledger refund', 0)} refunds")
+        lines.append(
+            f"{c.get('packets', 0)} packets, {c.get('receipts', 0)} receipts, "
+            f"{c.get('ledger credit', 0)} credits, {c.get('ledger refund', 0)} refunds"
+        )
         lines.append(f"audit: {len(audit['violations'])} violations")
     push = report["push"]
     if push is None:
@@ -60,8 +64,10 @@ def write_png(report: dict[str, Any], path: Path) -> None:
     lat.set(title="latency of 2xx answers and push deliveries (ms, log scale)", yscale="log")
     lat.legend()
     lat.grid(alpha=0.3, axis="y")
-    bars = sorted(((f"{op} {code}", n) for op, codes in report["errors"].items() for code, n in codes.items()),
-                  key=lambda item: item[1])
+    bars = sorted(
+        ((f"{op} {code}", n) for op, codes in report["errors"].items() for code, n in codes.items()),
+        key=lambda item: item[1],
+    )
     if bars:
         err.barh([name for name, _ in bars], [n for _, n in bars], color="#7f8c8d")
     err.set(title=f"errors by code (429 busy: {report['admission_rejections']})", xlabel="attempts")

@@ -26,7 +26,6 @@ from typing import Any
 import aiohttp
 import orjson
 import uvloop
-
 from hongbao.bench.storm.load import Executor
 from hongbao.bench.storm.plan import SETUP, Call, load_calls, populate
 from hongbao.bench.storm.push import PushUsers
@@ -75,8 +74,9 @@ def load_main(job: LoadJob, queue: Queue[Any], start: Synchronized[float], go: E
         raise
 
 
-async def _main(job: LoadJob, calls: list[Call], queue: Queue[Any], start: Synchronized[float], go: Event,
-                settled: Event) -> None:
+async def _main(
+    job: LoadJob, calls: list[Call], queue: Queue[Any], start: Synchronized[float], go: Event, settled: Event
+) -> None:
     tokens = Tokens(job.secret)
     push = PushUsers(job.url, job.online, tokens, job.scenario)
     await push.connect()
@@ -105,7 +105,15 @@ async def _main(job: LoadJob, calls: list[Call], queue: Queue[Any], start: Synch
     queue.put(("loaded", job.proc))
     await asyncio.get_running_loop().run_in_executor(None, settled.wait)
     await push.stop()
-    job.samples.write_bytes(orjson.dumps({
-        "samples": executor.samples, "counts": executor.counts, "packets": executor.packets,
-        "receipts": [(order, user, amount, wall) for (order, user), (amount, wall) in executor.opened.items()],
-        "disagreements": executor.disagreements, "push": push.summary()}))
+    job.samples.write_bytes(
+        orjson.dumps(
+            {
+                "samples": executor.samples,
+                "counts": executor.counts,
+                "packets": executor.packets,
+                "receipts": [(order, user, amount, wall) for (order, user), (amount, wall) in executor.opened.items()],
+                "disagreements": executor.disagreements,
+                "push": push.summary(),
+            }
+        )
+    )

@@ -87,10 +87,18 @@ class PushUsers:
             self._seen.add(key)
             self.deliveries.append((*key, time.time()))
 
-        return PushClient(self.url, lambda: self.tokens.jwt(user), on_event=on_event, offset=offset, epoch=epoch,
-                          rng=random.Random(user))
+        return PushClient(
+            self.url,
+            lambda: self.tokens.jwt(user),
+            on_event=on_event,
+            offset=offset,
+            epoch=epoch,
+            rng=random.Random(user),
+        )
 
-    async def _connect(self, user: str, gate: asyncio.Semaphore, offset: int | None = None, epoch: str | None = None) -> None:
+    async def _connect(
+        self, user: str, gate: asyncio.Semaphore, offset: int | None = None, epoch: str | None = None
+    ) -> None:
         async with gate:
             client = self.clients[user] = self._client(user, offset, epoch)
             self._all.append(client)
@@ -139,6 +147,12 @@ class PushUsers:
     def summary(self) -> dict[str, Any]:
         """Counts and deliveries, as plain JSON values."""
         stats = [client.stats for client in self._all]
-        return {"online": len(self.users), "reconnects": self.reconnects, "failures": self.failures, "errors": self.errors[:5],
-                "duplicates": self.duplicates + sum(s.duplicates for s in stats), "resets": sum(s.resets for s in stats),
-                "deliveries": self.deliveries}
+        return {
+            "online": len(self.users),
+            "reconnects": self.reconnects,
+            "failures": self.failures,
+            "errors": self.errors[:5],
+            "duplicates": self.duplicates + sum(s.duplicates for s in stats),
+            "resets": sum(s.resets for s in stats),
+            "deliveries": self.deliveries,
+        }

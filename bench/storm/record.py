@@ -20,17 +20,29 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
-
 from hongbao.bench.storm.plan import SETUP, Call
 
 
-def call_line(call: Call, path: str, body: dict[str, Any] | None, status: int | None, attempts: int,
-              created: str | None) -> bytes:
+def call_line(
+    call: Call, path: str, body: dict[str, Any] | None, status: int | None, attempts: int, created: str | None
+) -> bytes:
     """The JSON line of ``call`` as it was sent (``status`` None: skipped)."""
     line: dict[str, Any] = {
-        "seq": call.seq, "at": call.at, "packet": call.packet, "op": call.op, "user": call.user,
-        "method": call.method, "path": path, "body": body, "key": call.key, "needs": list(call.needs),
-        "name": call.name, "tag": call.tag, "status": status, "attempts": attempts, "id": created,
+        "seq": call.seq,
+        "at": call.at,
+        "packet": call.packet,
+        "op": call.op,
+        "user": call.user,
+        "method": call.method,
+        "path": path,
+        "body": body,
+        "key": call.key,
+        "needs": list(call.needs),
+        "name": call.name,
+        "tag": call.tag,
+        "status": status,
+        "attempts": attempts,
+        "id": created,
     }
     if status is None:
         line["skipped"] = True
@@ -56,7 +68,13 @@ class Recorder:
 def _order(line: dict[str, Any]) -> tuple[bool, float, str, int, int]:
     head, _, tail = str(line["seq"]).partition(".")
     digits = head.lstrip("tg")
-    return (line["packet"] != SETUP, float(line["at"]), head[:len(head) - len(digits)], int(digits or 0), int(tail or 0))
+    return (
+        line["packet"] != SETUP,
+        float(line["at"]),
+        head[: len(head) - len(digits)],
+        int(digits or 0),
+        int(tail or 0),
+    )
 
 
 def merge(parts: Iterable[Path], out: Path) -> int:
@@ -99,7 +117,20 @@ def read_record(path: Path) -> list[Call]:
         body = line.get("body")
         if isinstance(body, dict):
             body = {k: _template(v, ids, needs) if isinstance(v, str) else v for k, v in body.items()}
-        calls.append(Call(str(line["seq"]), float(line["at"]), str(line["op"]), str(line["user"]), str(line["method"]),
-                          _template(str(line["path"]), ids, needs), body, int(line.get("packet", SETUP)),
-                          tuple(needs), line.get("name"), line.get("key"), str(line.get("tag") or "")))
+        calls.append(
+            Call(
+                str(line["seq"]),
+                float(line["at"]),
+                str(line["op"]),
+                str(line["user"]),
+                str(line["method"]),
+                _template(str(line["path"]), ids, needs),
+                body,
+                int(line.get("packet", SETUP)),
+                tuple(needs),
+                line.get("name"),
+                line.get("key"),
+                str(line.get("tag") or ""),
+            )
+        )
     return calls

@@ -16,15 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from rich.console import Console
-from rich.table import Table
-
 from hongbao.bench.storm.delivery import push_report
 from hongbao.bench.storm.load import Sample
 from hongbao.bench.storm.runner import LoadResult
 from hongbao.bench.storm.scenario import Scenario
 from hongbao.bench.storm.settle import Settlement
 from hongbao.bench.storm.stats import percentile
+from rich.console import Console
+from rich.table import Table
 
 OPS = ("topup", "group", "send", "pay", "grab", "open")
 PERCENTILES = (("p50_ms", 50.0), ("p90_ms", 90.0), ("p99_ms", 99.0))
@@ -45,9 +44,13 @@ def _operations(samples: list[Sample], counts: Counter[str], load_s: float) -> d
             continue
         values = sorted(latencies[op])
         entry: dict[str, Any] = {
-            "ok": counts[f"{op} ok"], "failed": counts[f"{op} failed"], "skipped": counts[f"{op} skipped"],
-            "attempts": attempts[op], "rps": round(len(values) / load_s, 1) if load_s > 0 and op not in ("topup", "group") else None,
-            "peak_rps": max(per_second[op].values(), default=0)}
+            "ok": counts[f"{op} ok"],
+            "failed": counts[f"{op} failed"],
+            "skipped": counts[f"{op} skipped"],
+            "attempts": attempts[op],
+            "rps": round(len(values) / load_s, 1) if load_s > 0 and op not in ("topup", "group") else None,
+            "peak_rps": max(per_second[op].values(), default=0),
+        }
         entry.update({name: round(percentile(values, q), 2) for name, q in PERCENTILES})
         entry["max_ms"] = round(values[-1], 2) if values else 0.0
         out[op] = entry
@@ -79,19 +82,33 @@ def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: s
         "target": url,
         "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "scenario": scenario.as_json(),
-        "load": {"seconds": round(span, 2), "wall_seconds": round(result.load_s, 2), "setup_seconds": round(result.setup_s, 2),
-                 "calls": result.calls,
-                 "processes": scenario.processes, "lag_p99_ms": round(percentile(lags, 99.0), 1),
-                 "lag_max_ms": round(lags[-1], 1) if lags else 0.0},
+        "load": {
+            "seconds": round(span, 2),
+            "wall_seconds": round(result.load_s, 2),
+            "setup_seconds": round(result.setup_s, 2),
+            "calls": result.calls,
+            "processes": scenario.processes,
+            "lag_p99_ms": round(percentile(lags, 99.0), 1),
+            "lag_max_ms": round(lags[-1], 1) if lags else 0.0,
+        },
         "operations": _operations(result.samples, result.counts, span),
         "errors": {op: dict(codes.most_common()) for op, codes in sorted(errors.items())},
         "admission_rejections": sum(1 for s in load if s[3] == 429),
         "timeline": _timeline(load),
-        "clients": {"receipts_seen": len(result.receipts), "fen_seen": sum(r[2] for r in result.receipts),
-                    "disagreements": result.disagreements},
-        "settlement": {"drained": settlement.drained, "credits_pending": settlement.pending,
-                       "waited_s": round(settlement.waited_s, 2), "note": settlement.note},
-        "audit": None if audit is None else {"ok": audit.ok, "violations": audit.violations, "counts": dict(audit.counts)},
+        "clients": {
+            "receipts_seen": len(result.receipts),
+            "fen_seen": sum(r[2] for r in result.receipts),
+            "disagreements": result.disagreements,
+        },
+        "settlement": {
+            "drained": settlement.drained,
+            "credits_pending": settlement.pending,
+            "waited_s": round(settlement.waited_s, 2),
+            "note": settlement.note,
+        },
+        "audit": None
+        if audit is None
+        else {"ok": audit.ok, "violations": audit.violations, "counts": dict(audit.counts)},
         "push": push_report(result),
     }
 
@@ -121,33 +138,51 @@ def print_table(report: dict[str, Any], console: Console) -> None:
     for column in ("op", "ok", "failed", "skipped", "2xx/s", "peak/s", "p50 ms", "p90 ms", "p99 ms", "max ms"):
         table.add_column(column, justify="left" if column == "op" else "right")
     for op, e in report["operations"].items():
-        table.add_row(op, str(e["ok"]), str(e["failed"]), str(e["skipped"]), "" if e["rps"] is None else f"{e['rps']:.1f}",
-                      str(e["peak_rps"]), f"{e['p50_ms']:.1f}", f"{e['p90_ms']:.1f}", f"{e['p99_ms']:.1f}", f"{e['max_ms']:.1f}")
+        table.add_row(
+            op,
+            str(e["ok"]),
+            str(e["failed"]),
+            str(e["skipped"]),
+            "" if e["rps"] is None else f"{e['rps']:.1f}",
+            str(e["peak_rps"]),
+            f"{e['p50_ms']:.1f}",
+            f"{e['p90_ms']:.1f}",
+            f"{e['p99_ms']:.1f}",
+            f"{e['max_ms']:.1f}",
+        )
     console.print(table)
     errors = ", ".join(f"{op} {code} x{n}" for op, codes in report["errors"].items() for code, n in codes.items())
     console.print(f"errors: {errors or 'none'}; admission rejections (429): {report['admission_rejections']}")
     clients = report["clients"]
-    console.print(f"clients: {clients['receipts_seen']} receipts seen, {clients['fen_seen']} fen, "
-                  f"{clients['disagreements']} repeated opens disagreeing; generator lag p99 {load['lag_p99_ms']} ms")
+    console.print(
+        f"clients: {clients['receipts_seen']} receipts seen, {clients['fen_seen']} fen, "
+        f"{clients['disagreements']} repeated opens disagreeing; generator lag p99 {load['lag_p99_ms']} ms"
+    )
     push = report["push"]
     if push is None:
         console.print("push: nobody online (online_p = 0)")
     else:
-        console.print(f"push: {push['online_users']} users online ({push['reconnects']} dropped and resumed), "
-                      f"{push['delivered']}/{push['expected']} expected events delivered, {push['missing']} missing, "
-                      f"latency p50 {push['p50_ms']} ms p99 {push['p99_ms']} ms max {push['max_ms']} ms; "
-                      f"{push['duplicates']} duplicates dropped, {push['resets']} resets, also {push['also_delivered']}")
+        console.print(
+            f"push: {push['online_users']} users online ({push['reconnects']} dropped and resumed), "
+            f"{push['delivered']}/{push['expected']} expected events delivered, {push['missing']} missing, "
+            f"latency p50 {push['p50_ms']} ms p99 {push['p99_ms']} ms max {push['max_ms']} ms; "
+            f"{push['duplicates']} duplicates dropped, {push['resets']} resets, also {push['also_delivered']}"
+        )
     settlement = report["settlement"]
-    console.print(f"reconciler: {'drained' if settlement['drained'] else 'NOT drained'} after {settlement['waited_s']} s "
-                  f"(credits pending {settlement['credits_pending']}) {settlement['note']}")
+    console.print(
+        f"reconciler: {'drained' if settlement['drained'] else 'NOT drained'} after {settlement['waited_s']} s "
+        f"(credits pending {settlement['credits_pending']}) {settlement['note']}"
+    )
     audit = report["audit"]
     if audit is None:
         console.print("audit: not run")
         return
     counts = audit["counts"]
-    console.print(f"money: {counts.get('packets', 0)} packets, {counts.get('receipts', 0)} receipts, "
-                  f"{counts.get('ledger credit', 0)} credits, {counts.get('ledger refund', 0)} refunds, "
-                  f"{counts.get('top-ups fen', 0)} fen topped up")
+    console.print(
+        f"money: {counts.get('packets', 0)} packets, {counts.get('receipts', 0)} receipts, "
+        f"{counts.get('ledger credit', 0)} credits, {counts.get('ledger refund', 0)} refunds, "
+        f"{counts.get('top-ups fen', 0)} fen topped up"
+    )
     for violation in audit["violations"]:
         console.print(f"[red]VIOLATION[/red] {violation}")
     console.print(f"audit: {len(audit['violations'])} violations")

@@ -9,7 +9,6 @@ build their plans, say they are ready, and all start at one wall-clock instant, 
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing
 import queue as queue_module
 import secrets
@@ -24,11 +23,6 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 import uvloop
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.text import Text
-
 from hongbao.bench.storm.load import Executor, Sample
 from hongbao.bench.storm.plan import SETUP, Call, populate
 from hongbao.bench.storm.proc import LoadJob, load_main
@@ -36,6 +30,10 @@ from hongbao.bench.storm.push import GRACE_S, home, is_online
 from hongbao.bench.storm.record import Recorder, merge, read_record
 from hongbao.bench.storm.scenario import Scenario
 from hongbao.bench.storm.wire import Tokens, connector
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 READY_TIMEOUT_S = 120.0
 START_MARGIN_S = 0.3
@@ -87,11 +85,15 @@ async def _setup(opts: StormOptions, calls: list[Call], recorder: Recorder | Non
     # timeout bounds the connect and each read, not that wait (a slower target still gets set up).
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.scenario.timeout_s, sock_read=opts.scenario.timeout_s)
     async with aiohttp.ClientSession(connector=connector(opts.scenario.connections), timeout=timeout) as session:
-        executor = Executor(session, opts.url, Tokens(opts.secret), time.monotonic(), opts.scenario.busy_retries, recorder)
+        executor = Executor(
+            session, opts.url, Tokens(opts.secret), time.monotonic(), opts.scenario.busy_retries, recorder
+        )
         await executor.play(calls)
     failed = {k: v for k, v in executor.counts.items() if not k.endswith(" ok")}
     if failed:
-        codes = Counter(f"{op} {status} {code}" for op, _, _, status, code, _ in executor.samples if status >= 300 or status == 0)
+        codes = Counter(
+            f"{op} {status} {code}" for op, _, _, status, code, _ in executor.samples if status >= 300 or status == 0
+        )
         raise StormError(f"setup failed: {dict(failed)}; answers {dict(codes)}")
     return executor.names()
 
@@ -137,10 +139,22 @@ def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T
     result.groups = {c.name: [c.user, *c.body["members"]] for c in setup if c.op == "group" and c.name and c.body}
     result.online = sorted({u for members in result.groups.values() for u in members if is_online(u, opts.scenario)})
     procs = opts.scenario.processes
-    jobs = [LoadJob(opts.url, opts.secret, opts.scenario, run, p, procs, known,
-                    [u for u in result.online if home(u, procs) == p], opts.replay,
-                    opts.work_dir / f"record-{p}.jsonl" if opts.record else None, opts.work_dir / f"samples-{p}.json")
-            for p in range(procs)]
+    jobs = [
+        LoadJob(
+            opts.url,
+            opts.secret,
+            opts.scenario,
+            run,
+            p,
+            procs,
+            known,
+            [u for u in result.online if home(u, procs) == p],
+            opts.replay,
+            opts.work_dir / f"record-{p}.jsonl" if opts.record else None,
+            opts.work_dir / f"samples-{p}.json",
+        )
+        for p in range(procs)
+    ]
     settled = _spawn_and_watch(jobs, result, opts.console or Console(stderr=True), settle)
     for job in jobs:
         data: dict[str, Any] = orjson.loads(job.samples.read_bytes())
@@ -159,8 +173,12 @@ def _spawn_and_watch(jobs: list[LoadJob], result: LoadResult, console: Console, 
     ctx = multiprocessing.get_context("spawn")
     messages = ctx.Queue()
     start, go, settled = ctx.Value("d", 0.0), ctx.Event(), ctx.Event()
-    processes = [ctx.Process(target=load_main, args=(job, messages, start, go, settled), daemon=True,
-                             name=f"storm-load-{job.proc}") for job in jobs]
+    processes = [
+        ctx.Process(
+            target=load_main, args=(job, messages, start, go, settled), daemon=True, name=f"storm-load-{job.proc}"
+        )
+        for job in jobs
+    ]
     for process in processes:
         process.start()
     try:
@@ -201,7 +219,9 @@ def _next(messages: Any, processes: list[Any], deadline: float) -> tuple[Any, ..
         except queue_module.Empty:
             dead = [p.name for p in processes if p.exitcode not in (None, 0)]
             if dead or time.monotonic() > deadline:
-                raise StormError(f"load processes {dead or 'did not answer'} (exit codes {[p.exitcode for p in processes]})") from None
+                raise StormError(
+                    f"load processes {dead or 'did not answer'} (exit codes {[p.exitcode for p in processes]})"
+                ) from None
             continue
         if message[0] == "error":
             raise StormError(f"load process {message[1]} failed:\n{message[2]}")
@@ -209,7 +229,9 @@ def _next(messages: Any, processes: list[Any], deadline: float) -> tuple[Any, ..
 
 
 def _watch(messages: Any, processes: list[Any], total: int, console: Console) -> None:
-    progress = Progress(TextColumn("[bold]storm"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+    progress = Progress(
+        TextColumn("[bold]storm"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
     task = progress.add_task("calls", total=total)
     done: dict[int, int] = {}
     counts: dict[int, dict[str, int]] = {}
@@ -233,5 +255,7 @@ def _status_line(counts: dict[int, dict[str, int]]) -> str:
     parts = []
     for op in ("send", "pay", "grab", "open"):
         ok, failed, skipped = total[f"{op} ok"], total[f"{op} failed"], total[f"{op} skipped"]
-        parts.append(f"{op} {ok} ok" + (f" {failed} failed" if failed else "") + (f" {skipped} skipped" if skipped else ""))
+        parts.append(
+            f"{op} {ok} ok" + (f" {failed} failed" if failed else "") + (f" {skipped} skipped" if skipped else "")
+        )
     return " · ".join(parts)

@@ -65,8 +65,18 @@ class Scenario:
 
     def checked(self) -> Scenario:
         """This scenario if its values make sense; ScenarioError naming the first that does not."""
-        positive = ("duration_s", "users", "groups", "send_rate", "count_min", "total_min_fen",
-                    "delay_median_s", "processes", "connections", "timeout_s")
+        positive = (
+            "duration_s",
+            "users",
+            "groups",
+            "send_rate",
+            "count_min",
+            "total_min_fen",
+            "delay_median_s",
+            "processes",
+            "connections",
+            "timeout_s",
+        )
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ScenarioError(f"{name} must be positive, got {getattr(self, name)!r}")
@@ -78,11 +88,15 @@ class Scenario:
         if self.count_max < self.count_min or self.total_max_fen < self.total_min_fen:
             raise ScenarioError("count_max/total_max_fen must not be below count_min/total_min_fen")
         if self.total_min_fen < self.count_max:
-            raise ScenarioError(f"total_min_fen ({self.total_min_fen}) must cover count_max ({self.count_max}) shares of 1 fen")
+            raise ScenarioError(
+                f"total_min_fen ({self.total_min_fen}) must cover count_max ({self.count_max}) shares of 1 fen"
+            )
         if not self.group_sizes or any(w < 0 or not 2 <= lo <= hi for w, lo, hi in self.group_sizes):
             raise ScenarioError("group_sizes must be [weight, min, max] buckets with weight >= 0 and 2 <= min <= max")
         if max(hi for _, _, hi in self.group_sizes) > self.users:
-            raise ScenarioError(f"a group of {max(hi for _, _, hi in self.group_sizes)} members needs at least that many users ({self.users})")
+            raise ScenarioError(
+                f"a group of {max(hi for _, _, hi in self.group_sizes)} members needs at least that many users ({self.users})"
+            )
         if sum(w for w, _, _ in self.group_sizes) <= 0:
             raise ScenarioError("group_sizes weights must not all be zero")
         if any(k not in KINDS or w < 0 for k, w in self.kinds) or sum(w for _, w in self.kinds) <= 0:
@@ -125,18 +139,46 @@ SMOKE = Scenario(name="smoke")
 NAMED: dict[str, Scenario] = {
     "smoke": SMOKE,
     "new-year-eve": dataclasses.replace(
-        SMOKE, name="new-year-eve", duration_s=120.0, tail_s=60.0, users=20_000, groups=4_000,
-        send_rate=150.0, delay_median_s=3.0, delay_sigma=1.4, online_p=0.2, processes=4, connections=128),
+        SMOKE,
+        name="new-year-eve",
+        duration_s=120.0,
+        tail_s=60.0,
+        users=20_000,
+        groups=4_000,
+        send_rate=150.0,
+        delay_median_s=3.0,
+        delay_sigma=1.4,
+        online_p=0.2,
+        processes=4,
+        connections=128,
+    ),
     "hot-group": dataclasses.replace(
-        SMOKE, name="hot-group", duration_s=20.0, tail_s=5.0, users=500, groups=1,
-        group_sizes=((1.0, 500, 500),), send_rate=1.0, kinds=(("lucky", 1.0),), count_min=100,
-        count_max=100, total_min_fen=10_000, total_max_fen=20_000, open_p=1.0, grab_p=0.9,
-        delay_median_s=0.4, delay_sigma=0.8, online_p=1.0, connections=256),
+        SMOKE,
+        name="hot-group",
+        duration_s=20.0,
+        tail_s=5.0,
+        users=500,
+        groups=1,
+        group_sizes=((1.0, 500, 500),),
+        send_rate=1.0,
+        kinds=(("lucky", 1.0),),
+        count_min=100,
+        count_max=100,
+        total_min_fen=10_000,
+        total_max_fen=20_000,
+        open_p=1.0,
+        grab_p=0.9,
+        delay_median_s=0.4,
+        delay_sigma=0.8,
+        online_p=1.0,
+        connections=256,
+    ),
 }
 
 
-def load_scenario(name: str | None = None, file: Path | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> Scenario:
+def load_scenario(
+    name: str | None = None, file: Path | None = None, overrides: Mapping[str, Any] | None = None
+) -> Scenario:
     """The named scenario (default ``smoke``), then the TOML ``file`` (its ``base`` names the
     scenario to start from), then ``overrides``. Raises ScenarioError (unknown name, unknown
     field, bad value, unreadable TOML) or FileNotFoundError."""

@@ -89,7 +89,9 @@ def settle(url: str, auditor: Auditor | None, timeout_s: float = 30.0) -> Settle
     started = time.monotonic()
     drained, pending, waited = wait_drained(url, timeout_s)
     if auditor is None:
-        return Settlement(drained, pending, waited, None, "audit not run: the storm does not know the target's database")
+        return Settlement(
+            drained, pending, waited, None, "audit not run: the storm does not know the target's database"
+        )
     deadline = started + timeout_s
     while True:
         report = auditor(drained)

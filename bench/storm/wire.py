@@ -17,7 +17,6 @@ from typing import Any
 
 import aiohttp
 import orjson
-
 from hongbao.server.auth import KEY_FILE, mint
 
 TOKEN_TTL_S = 6 * 3600
@@ -77,8 +76,9 @@ def connector(connections: int) -> aiohttp.TCPConnector:
     return aiohttp.TCPConnector(limit=connections, limit_per_host=connections, force_close=False)
 
 
-async def request(session: aiohttp.ClientSession, url: str, method: str, auth: str,
-                  payload: bytes | None, key: str | None) -> Answer:
+async def request(
+    session: aiohttp.ClientSession, url: str, method: str, auth: str, payload: bytes | None, key: str | None
+) -> Answer:
     """Send one request and read the whole answer; never raises for network errors or timeouts."""
     headers = {"Authorization": auth}
     if payload is not None:

@@ -15,7 +15,6 @@ import asyncio
 
 import asyncmy
 from asyncmy.connection import Connection
-
 from hongbao.core.adapters.mysql_db import Layout, connect_args, parse_dsn
 from hongbao.core.adapters.mysql_schema import day_tables
 from hongbao.core.times import business_yymmdd
@@ -33,7 +32,9 @@ async def move_cold(dsn: str, layout: Layout, now_ms: int) -> int:
     """Move every closed packet created before ``now_ms - hot_days`` days (with its receipts)
     out of the day tables outside the hot window; returns how many packets moved. Idempotent."""
     servers = parse_dsn(dsn)
-    moved = await asyncio.gather(*(_move_db(servers[db % len(servers)], layout, db, now_ms) for db in range(layout.n_dbs)))
+    moved = await asyncio.gather(
+        *(_move_db(servers[db % len(servers)], layout, db, now_ms) for db in range(layout.n_dbs))
+    )
     return sum(moved)
 
 
@@ -53,8 +54,9 @@ async def _move_db(server: dict[str, object], layout: Layout, db: int, now_ms: i
             async with conn.cursor() as cur:
                 for table in (ptable, rtable):
                     await cur.execute(f"CREATE TABLE IF NOT EXISTS `{cold}`.{table} LIKE `{hot}`.{table}")
-            while batch := await _move_batch(conn, f"`{hot}`.{ptable}", f"`{hot}`.{rtable}",
-                                             f"`{cold}`.{ptable}", f"`{cold}`.{rtable}", cutoff):
+            while batch := await _move_batch(
+                conn, f"`{hot}`.{ptable}", f"`{hot}`.{rtable}", f"`{cold}`.{ptable}", f"`{cold}`.{rtable}", cutoff
+            ):
                 moved += batch
     finally:
         conn.close()
@@ -69,7 +71,9 @@ async def _move_batch(conn: Connection, ptable: str, rtable: str, cold_p: str, c
             await cur.execute(
                 f"SELECT order_id FROM {ptable} p WHERE created_at < %s AND status IN ('finished', 'refunded') "
                 f"AND NOT EXISTS (SELECT 1 FROM {rtable} r WHERE r.order_id = p.order_id AND r.credit_status = 'pending') "
-                "LIMIT %s FOR UPDATE", (cutoff, BATCH))
+                "LIMIT %s FOR UPDATE",
+                (cutoff, BATCH),
+            )
             ids = [str(row[0]) for row in await cur.fetchall()]
             if ids:
                 marks = ", ".join(["%s"] * len(ids))

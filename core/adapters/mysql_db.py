@@ -30,7 +30,6 @@ from asyncmy.connection import Connection
 from asyncmy.cursors import Cursor
 from asyncmy.errors import MySQLError, OperationalError
 from asyncmy.pool import Pool
-
 from hongbao.core.errors import Degraded
 
 log = logging.getLogger("hongbao.mysql")
@@ -86,8 +85,14 @@ def parse_dsn(dsn: str) -> list[dict[str, Any]]:
             port = 0
         if url.scheme not in ("mysql", "mariadb") or not url.hostname or not port:
             raise ValueError(f"mysql_dsn must look like mysql://user:pass@host:port, got {shown!r}")
-        servers.append({"host": url.hostname, "port": port, "user": unquote(url.username or "root"),
-                        "password": unquote(url.password or "")})
+        servers.append(
+            {
+                "host": url.hostname,
+                "port": port,
+                "user": unquote(url.username or "root"),
+                "password": unquote(url.password or ""),
+            }
+        )
     return servers
 
 
@@ -97,8 +102,14 @@ def _lost(exc: OperationalError) -> bool:
 
 def connect_args(server: dict[str, Any], *, connect_timeout_s: float = 2.0) -> dict[str, Any]:
     """asyncmy arguments shared by every hongbao connection to ``server``."""
-    return {**server, "charset": "utf8mb4", "autocommit": True, "connect_timeout": max(1, round(connect_timeout_s)),
-            "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", "stmt_cache_size": STATEMENT_CACHE}
+    return {
+        **server,
+        "charset": "utf8mb4",
+        "autocommit": True,
+        "connect_timeout": max(1, round(connect_timeout_s)),
+        "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        "stmt_cache_size": STATEMENT_CACHE,
+    }
 
 
 class MysqlShards:
@@ -138,8 +149,9 @@ class MysqlShards:
                 pool = self._pools[db]
                 if pool is None:
                     args = connect_args(self._servers[db % len(self._servers)])
-                    pool = self._pools[db] = await asyncmy.create_pool(minsize=1, maxsize=self._pool_size,
-                                                                       db=self.layout.db_name(db), **args)
+                    pool = self._pools[db] = await asyncmy.create_pool(
+                        minsize=1, maxsize=self._pool_size, db=self.layout.db_name(db), **args
+                    )
         return pool
 
     @asynccontextmanager
@@ -171,7 +183,9 @@ class MysqlShards:
     async def _trip(self, db: int, exc: BaseException) -> None:
         """Open the breaker of ``db`` and drop its idle connections (after a restart they are all dead)."""
         if time.monotonic() >= self._down_until[db]:
-            log.warning("database %s unavailable (%s); failing fast for %.1f s", self.layout.db_name(db), exc, BREAKER_S)
+            log.warning(
+                "database %s unavailable (%s); failing fast for %.1f s", self.layout.db_name(db), exc, BREAKER_S
+            )
         self._down_until[db] = time.monotonic() + BREAKER_S
         pool = self._pools[db]
         if pool is not None:

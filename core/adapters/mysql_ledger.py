@@ -16,7 +16,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from asyncmy.cursors import Cursor
-
 from hongbao.core.adapters.mysql_db import MysqlShards
 from hongbao.core.errors import InsufficientBalance
 from hongbao.core.ports import LedgerEntry
@@ -64,45 +63,61 @@ class MysqlLedgerStore:
             _, t = self._shards.layout.key_shard(entry.user_id)
             inserted = await cur.execute(
                 f"INSERT INTO t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) VALUES (%s, %s, %s, %s, %s) "
-                "ON DUPLICATE KEY UPDATE id = id", (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms))
+                "ON DUPLICATE KEY UPDATE id = id",
+                (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms),
+            )
             applied.append(inserted == 1)
             if inserted != 1:
                 continue
             if entry.amount_fen >= 0:
                 gains[entry.user_id] += entry.amount_fen
                 continue
-            await cur.execute(f"SELECT balance_fen FROM t_account_{t:02} WHERE user_id = %s FOR UPDATE", (entry.user_id,))
+            await cur.execute(
+                f"SELECT balance_fen FROM t_account_{t:02} WHERE user_id = %s FOR UPDATE", (entry.user_id,)
+            )
             row = await cur.fetchone()
             if row is None or int(row[0]) + entry.amount_fen < 0:  # (credits of this batch are not counted yet)
                 raise InsufficientBalance(f"balance of {entry.user_id} is below {-entry.amount_fen} fen")
-            await cur.execute(f"UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s WHERE user_id = %s",
-                              (entry.amount_fen, entry.user_id))
+            await cur.execute(
+                f"UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s WHERE user_id = %s",
+                (entry.amount_fen, entry.user_id),
+            )
         by_table: dict[int, list[tuple[str, int]]] = defaultdict(list)
         for user_id in sorted(gains):
             by_table[self._shards.layout.key_shard(user_id)[1]].append((user_id, gains[user_id]))
         for t, rows in sorted(by_table.items()):  # a first credit of a user inserts the account row
-            await cur.execute(f"INSERT INTO t_account_{t:02} (user_id, balance_fen) VALUES {', '.join(['(%s, %s)'] * len(rows))} "
-                              "ON DUPLICATE KEY UPDATE balance_fen = balance_fen + VALUES(balance_fen)",
-                              [v for row in rows for v in row])
+            await cur.execute(
+                f"INSERT INTO t_account_{t:02} (user_id, balance_fen) VALUES {', '.join(['(%s, %s)'] * len(rows))} "
+                "ON DUPLICATE KEY UPDATE balance_fen = balance_fen + VALUES(balance_fen)",
+                [v for row in rows for v in row],
+            )
         return applied
 
     async def balance(self, user_id: str) -> int:
         """The balance in fen; 0 for a user with no account row."""
         db, t = self._shards.layout.key_shard(user_id)
-        row = await self._shards.fetchone(db, f"SELECT balance_fen FROM t_account_{t:02} WHERE user_id = %s", (user_id,))
+        row = await self._shards.fetchone(
+            db, f"SELECT balance_fen FROM t_account_{t:02} WHERE user_id = %s", (user_id,)
+        )
         return 0 if row is None else int(row[0])
 
     async def amount(self, user_id: str, kind: str, ref: str) -> int | None:
         """The signed amount in fen of the user's entry (kind, ref); None if there is none."""
         db, t = self._shards.layout.key_shard(user_id)
         row = await self._shards.fetchone(
-            db, f"SELECT amount_fen FROM t_ledger_{t:02} WHERE kind = %s AND ref = %s AND user_id = %s", (kind, ref, user_id))
+            db,
+            f"SELECT amount_fen FROM t_ledger_{t:02} WHERE kind = %s AND ref = %s AND user_id = %s",
+            (kind, ref, user_id),
+        )
         return None if row is None else int(row[0])
 
     async def entries(self, user_id: str, offset: int, limit: int) -> list[LedgerEntry]:
         """The user's entries, newest first."""
         db, t = self._shards.layout.key_shard(user_id)
         rows = await self._shards.fetchall(
-            db, f"SELECT user_id, kind, ref, amount_fen, created_at FROM t_ledger_{t:02} WHERE user_id = %s "
-            "ORDER BY id DESC LIMIT %s OFFSET %s", (user_id, limit, offset))
+            db,
+            f"SELECT user_id, kind, ref, amount_fen, created_at FROM t_ledger_{t:02} WHERE user_id = %s "
+            "ORDER BY id DESC LIMIT %s OFFSET %s",
+            (user_id, limit, offset),
+        )
         return [LedgerEntry(str(u), str(k), str(r), int(a), int(c)) for u, k, r, a, c in rows]

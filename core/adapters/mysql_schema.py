@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import asyncmy
 from asyncmy.cursors import Cursor
-
 from hongbao.core.adapters.mysql_db import Layout, connect_args, parse_dsn
 from hongbao.core.adapters.sqlite_schema import DAYS, packet_table, receipt_table
 
@@ -121,7 +120,9 @@ async def _migrate_db(server: dict[str, object], layout: Layout, db: int) -> int
                 await cur.execute(statement)
             await cur.execute(
                 "INSERT INTO t_meta (name, value) VALUES ('schema_version', %s), ('n_dbs', %s), ('n_tables', %s) "
-                "ON DUPLICATE KEY UPDATE value = VALUES(value)", (str(SCHEMA_VERSION), str(layout.n_dbs), str(layout.n_tables)))
+                "ON DUPLICATE KEY UPDATE value = VALUES(value)",
+                (str(SCHEMA_VERSION), str(layout.n_dbs), str(layout.n_tables)),
+            )
             return len(missing)
     finally:
         conn.close()
@@ -131,8 +132,12 @@ async def _check_meta(cur: Cursor, name: str, layout: Layout) -> None:
     await cur.execute("SELECT name, value FROM t_meta WHERE name IN ('schema_version', 'n_dbs', 'n_tables')")
     meta = {str(k): int(v) for k, v in await cur.fetchall()}
     if meta.get("schema_version", 0) > SCHEMA_VERSION:
-        raise RuntimeError(f"database {name} has schema {meta['schema_version']}, newer than this hongbao ({SCHEMA_VERSION})")
+        raise RuntimeError(
+            f"database {name} has schema {meta['schema_version']}, newer than this hongbao ({SCHEMA_VERSION})"
+        )
     found = (meta.get("n_dbs", layout.n_dbs), meta.get("n_tables", layout.n_tables))
     if found != (layout.n_dbs, layout.n_tables):
-        raise RuntimeError(f"database {name} was migrated for {found[0]} x {found[1]} shards, the settings say "
-                           f"{layout.n_dbs} x {layout.n_tables} (mysql_dbs x mysql_tables); resharding is not supported")
+        raise RuntimeError(
+            f"database {name} was migrated for {found[0]} x {found[1]} shards, the settings say "
+            f"{layout.n_dbs} x {layout.n_tables} (mysql_dbs x mysql_tables); resharding is not supported"
+        )

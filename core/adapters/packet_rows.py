@@ -20,20 +20,57 @@ RECEIPT_COLUMNS = "order_id, user_id, amount_fen, opened_at, credit_status"
 
 def packet_from_row(row: Sequence[object]) -> Packet:
     """A Packet from a row of PACKET_COLUMNS."""
-    (order_id, sender, kind, count, total, group, receiver, rem_fen, rem_count, status, created, pay_by, expires, refunded) = row
+    (
+        order_id,
+        sender,
+        kind,
+        count,
+        total,
+        group,
+        receiver,
+        rem_fen,
+        rem_count,
+        status,
+        created,
+        pay_by,
+        expires,
+        refunded,
+    ) = row
     return Packet(
-        str(order_id), str(sender), Kind(str(kind)), int(count), int(total),  # type: ignore[call-overload]
-        group if group is None else str(group), receiver if receiver is None else str(receiver),
-        int(rem_fen), int(rem_count), Status(str(status)), int(created), int(pay_by), int(expires), int(refunded),  # type: ignore[call-overload]
+        str(order_id),
+        str(sender),
+        Kind(str(kind)),
+        int(count),
+        int(total),  # type: ignore[call-overload]
+        group if group is None else str(group),
+        receiver if receiver is None else str(receiver),
+        int(rem_fen),
+        int(rem_count),
+        Status(str(status)),
+        int(created),
+        int(pay_by),
+        int(expires),
+        int(refunded),  # type: ignore[call-overload]
     )
 
 
 def packet_values(packet: Packet) -> tuple[object, ...]:
     """The values of PACKET_COLUMNS for ``packet``."""
     return (
-        packet.order_id, packet.sender_id, packet.kind.value, packet.count, packet.total_fen,
-        packet.group_id, packet.receiver_id, packet.remaining_fen, packet.remaining_count,
-        packet.status.value, packet.created_at_ms, packet.pay_by_ms, packet.expires_at_ms, packet.refunded_fen,
+        packet.order_id,
+        packet.sender_id,
+        packet.kind.value,
+        packet.count,
+        packet.total_fen,
+        packet.group_id,
+        packet.receiver_id,
+        packet.remaining_fen,
+        packet.remaining_count,
+        packet.status.value,
+        packet.created_at_ms,
+        packet.pay_by_ms,
+        packet.expires_at_ms,
+        packet.refunded_fen,
     )
 
 
@@ -59,7 +96,9 @@ class OpenPlan:
         return self.remaining_count == 0
 
 
-def plan_opens(packet: Packet, existing: dict[str, Receipt], user_ids: Sequence[str], now_ms: int, draw: Draw) -> OpenPlan:
+def plan_opens(
+    packet: Packet, existing: dict[str, Receipt], user_ids: Sequence[str], now_ms: int, draw: Draw
+) -> OpenPlan:
     """Decide each opener in order (hongbao.core.ports.PacketStore.open_batch): an existing
     receipt (also one made earlier in this batch) is a repeat; otherwise a share is drawn while
     the packet is active, unexpired and has shares left; refusals are "finished" or "expired".
@@ -69,7 +108,9 @@ def plan_opens(packet: Packet, existing: dict[str, Receipt], user_ids: Sequence[
         if user_id in existing:
             plan.results.append(OpenResult(existing[user_id], repeat=True))
         elif packet.status is not Status.ACTIVE or plan.remaining_count == 0:
-            plan.results.append(OpenResult(None, "finished" if packet.status in (Status.ACTIVE, Status.FINISHED) else "expired"))
+            plan.results.append(
+                OpenResult(None, "finished" if packet.status in (Status.ACTIVE, Status.FINISHED) else "expired")
+            )
         elif now_ms >= packet.expires_at_ms:
             plan.results.append(OpenResult(None, "expired"))
         else:

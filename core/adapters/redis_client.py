@@ -22,14 +22,13 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hongbao.core.adapters.redis_lean import Arg, lean_for
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import AskError, ConnectionError, MovedError, NoScriptError, TimeoutError
-
-from hongbao.core.adapters.redis_lean import Arg, lean_for
 
 #: The client type every Redis adapter takes: a single server or a cluster, one code path.
 RedisClient = Redis | RedisCluster
@@ -58,10 +57,23 @@ def redis_client(url: str, *, cluster: bool, socket_timeout_s: float = 5.0, max_
     retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), RETRIES)
     errors: list[type[Exception]] = [ConnectionError, TimeoutError]
     if cluster:
-        return RedisCluster.from_url(url, retry=retry, retry_on_error=errors, socket_timeout=socket_timeout_s,
-                                     socket_connect_timeout=CONNECT_TIMEOUT_S, max_connections=max_connections)
-    return Redis.from_url(url, retry=retry, retry_on_error=errors, socket_timeout=socket_timeout_s,
-                          socket_connect_timeout=CONNECT_TIMEOUT_S, max_connections=max_connections)
+        return RedisCluster.from_url(
+            url,
+            retry=retry,
+            retry_on_error=errors,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            max_connections=max_connections,
+        )
+    return Redis.from_url(
+        url,
+        retry=retry,
+        retry_on_error=errors,
+        socket_timeout=socket_timeout_s,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        max_connections=max_connections,
+    )
+
 
 def text(reply: bytes | str) -> str:
     """A bulk-string reply as text (replies are bytes: clients are made without decoding)."""
@@ -132,7 +144,9 @@ class Pipelines:
 
     async def script(self, script: LuaScript, keys: Sequence[str], args: Sequence[str | int | bytes]) -> Any:
         """The reply of one run of ``script`` on ``keys`` with ``args`` (raises its error reply)."""
-        return await self._lean_first(keys[0] if keys else None, ("EVALSHA", script.sha, len(keys), *keys, *args), (script,))
+        return await self._lean_first(
+            keys[0] if keys else None, ("EVALSHA", script.sha, len(keys), *keys, *args), (script,)
+        )
 
     async def command(self, key: str, *args: Arg) -> Any:
         """The raw reply (bytes, int, list, None: no redis-py response callback) of the command

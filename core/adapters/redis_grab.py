@@ -48,7 +48,10 @@ _FIELDS = ("k", "c", "n", "s", "g", "r", "e", "p")
 STATES_MAX = 1024  # packets whose last parsed state is kept (a hot packet is parsed once per change of its fields)
 _KINDS = {kind.value.encode(): kind for kind in Kind}  # a dict lookup instead of Enum.__call__ per read
 _STATUSES = {status.value.encode(): status for status in Status}
-_HMGET = b"*%d\r\n%b" % (len(_FIELDS) + 3, bulk("HMGET"))  # lookup's request: this, the key, _FIELDS_BULK, the user's field
+_HMGET = b"*%d\r\n%b" % (
+    len(_FIELDS) + 3,
+    bulk("HMGET"),
+)  # lookup's request: this, the key, _FIELDS_BULK, the user's field
 _FIELDS_BULK = b"".join(map(bulk, _FIELDS))
 
 # ARGV: k c n s g r e rebuilt ttl_ms. Returns 1 when stored, 0 when the key already existed.
@@ -56,7 +59,8 @@ _PUT = LuaScript(
     "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
     "redis.call('HSET', KEYS[1], 'k', ARGV[1], 'c', ARGV[2], 'n', ARGV[3], 's', ARGV[4], 'g', ARGV[5], 'r', ARGV[6], 'e', ARGV[7])\n"
     "if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'p', '1') end\n"
-    "redis.call('PEXPIRE', KEYS[1], ARGV[9])\nreturn 1")
+    "redis.call('PEXPIRE', KEYS[1], ARGV[9])\nreturn 1"
+)
 # ARGV: finished ('1': no share left), status ('' or the new status), then user, fen pairs of new receipts.
 # Returns 0 when the key is missing (the next grab rebuilds it from the database), else 1.
 _UPDATE = LuaScript(
@@ -65,7 +69,8 @@ _UPDATE = LuaScript(
     "if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'n', 0, 's', 'finished')\n"
     "elseif added > 0 and redis.call('HEXISTS', KEYS[1], 'p') == 0 then\n"
     "  if redis.call('HINCRBY', KEYS[1], 'n', -added) < 0 then redis.call('HSET', KEYS[1], 'n', 0) end\nend\n"
-    "if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[2]) end\nreturn 1")
+    "if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[2]) end\nreturn 1"
+)
 
 
 class TokenBucket:
@@ -100,11 +105,15 @@ class RedisGrabState:
 
     __slots__ = ("_pipes", "_breaker", "_counts", "_bucket", "_stale", "_states")
 
-    def __init__(self, pipes: Pipelines, breaker: Breaker, counts: dict[str, int], *, db_rate_per_s: float = DB_RATE_PER_S) -> None:
+    def __init__(
+        self, pipes: Pipelines, breaker: Breaker, counts: dict[str, int], *, db_rate_per_s: float = DB_RATE_PER_S
+    ) -> None:
         self._pipes, self._breaker, self._counts = pipes, breaker, counts
         self._bucket = TokenBucket(db_rate_per_s, max(1, round(db_rate_per_s / 5)))
         self._stale: set[str] = set()  # keys whose writes were lost: deleted before the next read
-        self._states: dict[str, tuple[list[Any], PacketState]] = {}  # the last state parsed per packet, by its raw fields
+        self._states: dict[
+            str, tuple[list[Any], PacketState]
+        ] = {}  # the last state parsed per packet, by its raw fields
 
     def _count(self, name: str) -> None:
         tally(self._counts, name)
@@ -148,7 +157,9 @@ class RedisGrabState:
             state = last[1]
         else:
             k, c, n, s, g, r, e, _ = raw
-            state = PacketState(order_id, _KINDS[k], int(c), int(n), _STATUSES[s], text(g) or None, text(r) or None, int(e))
+            state = PacketState(
+                order_id, _KINDS[k], int(c), int(n), _STATUSES[s], text(g) or None, text(r) or None, int(e)
+            )
             if len(self._states) >= STATES_MAX:
                 self._states.clear()
             self._states[order_id] = (raw, state)
@@ -171,8 +182,17 @@ class RedisGrabState:
         """Store ``packet``'s state unless the key exists (TTL: until KEEP_MS after its expiry,
         ``now_ms`` the caller's clock); marked rebuilt when it has opens already."""
         ttl_ms = max(packet.expires_at_ms - now_ms, 0) + KEEP_MS
-        args = (packet.kind.value, packet.count, packet.remaining_count, packet.status.value, packet.group_id or "",
-                packet.receiver_id or "", packet.expires_at_ms, int(packet.remaining_count < packet.count), ttl_ms)
+        args = (
+            packet.kind.value,
+            packet.count,
+            packet.remaining_count,
+            packet.status.value,
+            packet.group_id or "",
+            packet.receiver_id or "",
+            packet.expires_at_ms,
+            int(packet.remaining_count < packet.count),
+            ttl_ms,
+        )
         await self._write(packet.order_id, _PUT, args)
 
     async def opened(self, order_id: str, results: Sequence[OpenResult]) -> None:
@@ -180,7 +200,12 @@ class RedisGrabState:
         refusal; mark it expired on an "expired" refusal."""
         finished = any(r.last or r.refusal == "finished" for r in results)
         status = "expired" if any(r.refusal == "expired" for r in results) else ""
-        pairs = [v for r in results if r.receipt is not None and not r.repeat for v in (r.receipt.user_id, r.receipt.amount_fen)]
+        pairs = [
+            v
+            for r in results
+            if r.receipt is not None and not r.repeat
+            for v in (r.receipt.user_id, r.receipt.amount_fen)
+        ]
         if pairs or finished or status:
             await self._write(order_id, _UPDATE, ("1" if finished else "0", status, *pairs))
 

@@ -78,7 +78,7 @@ def key_slot(key: bytes) -> int:
     if start >= 0:
         end = key.find(b"}", start + 1)
         if end > start + 1:
-            key = key[start + 1:end]
+            key = key[start + 1 : end]
     return binascii.crc_hqx(key, 0) % SLOTS
 
 
@@ -185,8 +185,11 @@ class LeanConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
-        error = TimeoutError(f"{self.address}: no reply for {self._timeout_s} s") if self._timed_out else \
-            ConnectionError(f"connection to {self.address} lost: {exc!r}")
+        error = (
+            TimeoutError(f"{self.address}: no reply for {self._timeout_s} s")
+            if self._timed_out
+            else ConnectionError(f"connection to {self.address} lost: {exc!r}")
+        )
         self._fail(error)
 
     def _fail(self, error: Exception) -> None:
@@ -213,12 +216,18 @@ class LeanRedis:
 
     def __init__(self, client: Redis | RedisCluster, kwargs: dict[str, Any]) -> None:
         self._timeout_s = float(kwargs.get("socket_timeout") or 5.0)
-        self._nodes = client.nodes_manager if isinstance(client, RedisCluster) else None  # its slot map, refreshed on MOVED
+        self._nodes = (
+            client.nodes_manager if isinstance(client, RedisCluster) else None
+        )  # its slot map, refreshed on MOVED
         self._address: tuple[str, int] | str | None = None  # a single server's
         if self._nodes is None:
             self._address = kwargs["path"] if "path" in kwargs else (kwargs["host"], int(kwargs["port"]))
         password, username, db = kwargs.get("password"), kwargs.get("username"), int(kwargs.get("db") or 0)
-        auth = [] if password is None else [encode(("AUTH", password) if username is None else ("AUTH", username, password))]
+        auth = (
+            []
+            if password is None
+            else [encode(("AUTH", password) if username is None else ("AUTH", username, password))]
+        )
         self._handshake = auth + ([encode(("SELECT", db))] if db else [])
         self._single: LeanConnection | None = None
         self._by_node: dict[str, LeanConnection] = {}
@@ -237,7 +246,9 @@ class LeanRedis:
                 return None
             connection = self._by_node.get(nodes[0].name)
             if connection is None:
-                connection = self._by_node[nodes[0].name] = LeanConnection((nodes[0].host, int(nodes[0].port)), self._handshake, self._timeout_s)
+                connection = self._by_node[nodes[0].name] = LeanConnection(
+                    (nodes[0].host, int(nodes[0].port)), self._handshake, self._timeout_s
+                )
         elif connection is None:
             assert self._address is not None
             connection = self._single = LeanConnection(self._address, self._handshake, self._timeout_s)

@@ -15,12 +15,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from redis.exceptions import ClusterError, ConnectionError, RedisClusterException, TimeoutError
-
 from hongbao.core.adapters.mysql_db import MysqlShards
 from hongbao.core.adapters.redis_client import LuaScript, Pipelines
 from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.ports import PreOrderStore, SequenceSource
+from redis.exceptions import ClusterError, ConnectionError, RedisClusterException, TimeoutError
 
 #: The errors that mean "Redis is down" (a cluster's lost slots included); others are bugs and propagate.
 REDIS_DOWN: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, ClusterError, RedisClusterException)
@@ -62,7 +61,9 @@ class RedisSequenceSource(_RedisFirst):
 
     __slots__ = ("_shards", "_fallback", "_reserved", "_lock")
 
-    def __init__(self, pipes: Pipelines, breaker: Breaker, shards: MysqlShards, fallback: SequenceSource, counts: dict[str, int]) -> None:
+    def __init__(
+        self, pipes: Pipelines, breaker: Breaker, shards: MysqlShards, fallback: SequenceSource, counts: dict[str, int]
+    ) -> None:
         super().__init__(pipes, breaker, counts, "redis_fallback_sequence")
         self._shards, self._fallback = shards, fallback
         self._reserved: dict[str, int] = {}  # key -> a high-water mark already stored in the DB
@@ -90,25 +91,37 @@ class RedisSequenceSource(_RedisFirst):
     async def _move_high_water(self, key: str, at_least: int) -> int:
         """Raise the stored mark of ``key`` to at least ``at_least``; returns the stored mark."""
         name = f"seq_hw:{key}"
-        await self._shards.execute(0, "INSERT INTO t_meta (name, value) VALUES (%s, %s) ON DUPLICATE KEY UPDATE "
-                                      "value = GREATEST(CAST(value AS UNSIGNED), CAST(VALUES(value) AS UNSIGNED))", (name, str(at_least)))
+        await self._shards.execute(
+            0,
+            "INSERT INTO t_meta (name, value) VALUES (%s, %s) ON DUPLICATE KEY UPDATE "
+            "value = GREATEST(CAST(value AS UNSIGNED), CAST(VALUES(value) AS UNSIGNED))",
+            (name, str(at_least)),
+        )
         row = await self._shards.fetchone(0, "SELECT value FROM t_meta WHERE name = %s", (name,))
         return int(row[0]) if row is not None else at_least
 
 
 # Hash fields: b body, s state (pending | paying), e expires_at (ms). Replies: the body; "" when present
 # but refused (lapsed, cancelled...); nil when absent (then the DB is asked: it was put there while Redis was down).
-_PUT = LuaScript("redis.call('DEL', KEYS[1])\nredis.call('HSET', KEYS[1], 'b', ARGV[1], 's', 'pending', 'e', ARGV[2])\n"
-                 "return redis.call('PEXPIRE', KEYS[1], ARGV[3])")
-_CLAIM = LuaScript("local h = redis.call('HMGET', KEYS[1], 'b', 's', 'e')\nif not h[1] then return false end\n"
-                   "if h[2] == 'paying' then return h[1] end\n"
-                   "if tonumber(h[3]) <= tonumber(ARGV[1]) then return '' end\n"
-                   "redis.call('HSET', KEYS[1], 's', 'paying')\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\nreturn h[1]")
-_RELEASE = LuaScript("local s = redis.call('HGET', KEYS[1], 's')\nif not s then return -1 end\n"
-                     "if s == 'paying' then redis.call('HSET', KEYS[1], 's', 'pending') end\nreturn 1")
-_CANCEL = LuaScript("local h = redis.call('HMGET', KEYS[1], 's', 'e')\nif not h[1] then return -1 end\n"
-                    "if h[1] ~= 'pending' or tonumber(h[2]) <= tonumber(ARGV[1]) then return 0 end\n"
-                    "return redis.call('DEL', KEYS[1])")
+_PUT = LuaScript(
+    "redis.call('DEL', KEYS[1])\nredis.call('HSET', KEYS[1], 'b', ARGV[1], 's', 'pending', 'e', ARGV[2])\n"
+    "return redis.call('PEXPIRE', KEYS[1], ARGV[3])"
+)
+_CLAIM = LuaScript(
+    "local h = redis.call('HMGET', KEYS[1], 'b', 's', 'e')\nif not h[1] then return false end\n"
+    "if h[2] == 'paying' then return h[1] end\n"
+    "if tonumber(h[3]) <= tonumber(ARGV[1]) then return '' end\n"
+    "redis.call('HSET', KEYS[1], 's', 'paying')\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\nreturn h[1]"
+)
+_RELEASE = LuaScript(
+    "local s = redis.call('HGET', KEYS[1], 's')\nif not s then return -1 end\n"
+    "if s == 'paying' then redis.call('HSET', KEYS[1], 's', 'pending') end\nreturn 1"
+)
+_CANCEL = LuaScript(
+    "local h = redis.call('HMGET', KEYS[1], 's', 'e')\nif not h[1] then return -1 end\n"
+    "if h[1] ~= 'pending' or tonumber(h[2]) <= tonumber(ARGV[1]) then return 0 end\n"
+    "return redis.call('DEL', KEYS[1])"
+)
 
 
 class RedisPreOrderStore(_RedisFirst):
@@ -139,7 +152,9 @@ class RedisPreOrderStore(_RedisFirst):
     async def get(self, order_id: str, now_ms: int) -> bytes | None:
         """The body of a live pending pre-order or of one being paid, or None."""
         try:
-            body, state, expires = await self._redis(lambda: self._pipes.one(lambda p: p.hmget(self._key(order_id), "b", "s", "e")))
+            body, state, expires = await self._redis(
+                lambda: self._pipes.one(lambda p: p.hmget(self._key(order_id), "b", "s", "e"))
+            )
         except BreakerOpen:
             return await self._fallback.get(order_id, now_ms)
         if body is None:

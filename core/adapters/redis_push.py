@@ -28,10 +28,9 @@ import logging
 import time
 from collections.abc import Sequence
 
-from hongbao_native import online_shard
-
 from hongbao.core.adapters.redis_client import LuaScript, Pipelines, RedisPipeline, text
 from hongbao.core.push_ports import Route
+from hongbao_native import online_shard
 
 log = logging.getLogger("hongbao.redis_push")
 
@@ -152,7 +151,9 @@ class RedisSessionStore:
             for uid, sid in sessions:
                 RESTORE.queue(pipe, [session_key(uid)], [sid, node, now_ms, self._ttl_ms])
 
-        written = [pair for pair, verdict in zip(sessions, await self._pipes.run(build, SCRIPTS), strict=True) if verdict == 1]
+        written = [
+            pair for pair, verdict in zip(sessions, await self._pipes.run(build, SCRIPTS), strict=True) if verdict == 1
+        ]
 
         def around(pipe: RedisPipeline) -> None:
             for uid, sid in written:
@@ -181,8 +182,11 @@ class RedisSessionStore:
         sid, node = await self._pipes.one(lambda pipe: pipe.hmget(session_key(uid), ["sessionId", "nodeId"]))
         if sid is None or node is None:
             if sid is not None or node is not None:
-                log.warning("session of user %s lacks %s; treated as offline, key left alone",
-                            uid, "nodeId" if node is None else "sessionId")
+                log.warning(
+                    "session of user %s lacks %s; treated as offline, key left alone",
+                    uid,
+                    "nodeId" if node is None else "sessionId",
+                )
             return None
         route = Route(text(node), text(sid))
         return route if await self._node_alive(route.node) else None

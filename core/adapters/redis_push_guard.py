@@ -32,7 +32,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from hongbao.core.breaker import Breaker, BreakerOpen, tally
-from hongbao.core.push_ports import BodyMaker, MessageLog, NodeDirectory, Replay, Route, SessionStore, SharedBody, Stored, TopicLog
+from hongbao.core.push_ports import (
+    BodyMaker,
+    MessageLog,
+    NodeDirectory,
+    Replay,
+    Route,
+    SessionStore,
+    SharedBody,
+    Stored,
+    TopicLog,
+)
 
 COUNTER = "redis_fallback_push"
 T = TypeVar("T")

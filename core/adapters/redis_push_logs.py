@@ -33,7 +33,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from hongbao.core.adapters.redis_client import Pipelines, RedisPipeline, text
-from hongbao.core.adapters.redis_push_lua import SCRIPTS, TOPIC_PEEK, TOPIC_PUT, USER_ACK, USER_PEEK, USER_PUT, USER_REPLAY
+from hongbao.core.adapters.redis_push_lua import (
+    SCRIPTS,
+    TOPIC_PEEK,
+    TOPIC_PUT,
+    USER_ACK,
+    USER_PEEK,
+    USER_PUT,
+    USER_REPLAY,
+)
 from hongbao.core.push_ports import BodyMaker, Replay, Stored
 
 log = logging.getLogger("hongbao.redis_push")
@@ -92,14 +100,29 @@ class RedisMessageLog:
         stored: list[Stored | None] = [None] * len(entries)
         nonce = secrets.token_urlsafe(8)
         while users:
-            bodies = {uid: [entries[i][1](heads[uid][0] + k, heads[uid][1]) for k, i in enumerate(positions[uid])]
-                      for uid in users}
+            bodies = {
+                uid: [entries[i][1](heads[uid][0] + k, heads[uid][1]) for k, i in enumerate(positions[uid])]
+                for uid in users
+            }
 
             def put(pipe: RedisPipeline) -> None:
                 for uid in users:
                     start, epoch = heads[uid]
-                    USER_PUT.queue(pipe, _keys(uid), [start, epoch, nonce, now_ms, self._max_len, now_ms - self._max_age_ms,
-                                                      self._max_age_ms, _epoch(), *bodies[uid]])
+                    USER_PUT.queue(
+                        pipe,
+                        _keys(uid),
+                        [
+                            start,
+                            epoch,
+                            nonce,
+                            now_ms,
+                            self._max_len,
+                            now_ms - self._max_age_ms,
+                            self._max_age_ms,
+                            _epoch(),
+                            *bodies[uid],
+                        ],
+                    )
 
             taken: list[str] = []
             for uid, reply in zip(users, await self._pipes.run(put, SCRIPTS)):
@@ -129,11 +152,18 @@ class RedisMessageLog:
         held one when ``epoch`` is given and is not the stream's. Not ``complete`` then, nor
         when ``after`` is past the last offset or a message after it is no longer held (length,
         age). ``last``: the stream's last offset. Creates the stream (new epoch) when there is none."""
-        args: list[str | int | bytes] = [_epoch(), now_ms - self._max_age_ms, self._max_len, epoch or "", "" if after is None else after]
+        args: list[str | int | bytes] = [
+            _epoch(),
+            now_ms - self._max_age_ms,
+            self._max_len,
+            epoch or "",
+            "" if after is None else after,
+        ]
         reply = await self._pipes.script(USER_REPLAY, _keys(uid), args)
         current = text(reply[0])
-        messages = [Stored(int(text(entry_id).split("-")[0]), current, _field(fields, b"b"))
-                    for entry_id, fields in reply[2]]
+        messages = [
+            Stored(int(text(entry_id).split("-")[0]), current, _field(fields, b"b")) for entry_id, fields in reply[2]
+        ]
         return Replay(current, messages, bool(reply[1]), int(reply[3]))
 
 
@@ -163,7 +193,9 @@ class RedisTopicLog:
         nonce = secrets.token_urlsafe(8)
         while True:
             body = make_body(offset, epoch)
-            reply = await self._pipes.script(TOPIC_PUT, keys, [offset, epoch, nonce, body, prefix, self._max_len, _epoch(), topic])
+            reply = await self._pipes.script(
+                TOPIC_PUT, keys, [offset, epoch, nonce, body, prefix, self._max_len, _epoch(), topic]
+            )
             if int(reply[0]) == 1:
                 return Stored(offset, epoch, body)
             offset, epoch = int(reply[1]), text(reply[2])
@@ -176,13 +208,17 @@ class RedisTopicLog:
             last: Any = await self._pipes.one(lambda pipe: pipe.xrevrange(TOPIC_STREAM, count=1))
             cursor = text(last[0][0]) if last else "0-0"
         block_ms = max(1, int(min(timeout_s, MAX_BLOCK_S) * 1000))
-        reply: Any = await self._pipes.client.xread({TOPIC_STREAM: cursor}, count=1000, block=block_ms)  # blocks: not batched
+        reply: Any = await self._pipes.client.xread(
+            {TOPIC_STREAM: cursor}, count=1000, block=block_ms
+        )  # blocks: not batched
         messages: list[tuple[str, Stored]] = []
         for _stream, entries in reply:
             for entry_id, fields in entries:
                 cursor = text(entry_id)
                 try:
-                    messages.append((text(fields[b"topic"]), Stored(int(fields[b"o"]), text(fields[b"e"]), fields[b"b"])))
+                    messages.append(
+                        (text(fields[b"topic"]), Stored(int(fields[b"o"]), text(fields[b"e"]), fields[b"b"]))
+                    )
                 except (KeyError, ValueError):
                     log.warning("topic log entry %s is unreadable; skipped", cursor)
         return cursor, messages

@@ -53,13 +53,19 @@ local function trim(maxlen, cutoff)
 end
 """
 #: KEYS mlog, mstream. ARGV new_epoch -> {next offset, epoch, fresh}
-USER_PEEK = LuaScript(_COMMON + """
+USER_PEEK = LuaScript(
+    _COMMON
+    + """
 local seq, epoch, fresh = user_ensure(ARGV[1])
 return {seq + 1, epoch, fresh}
-""")
+"""
+)
 #: KEYS mlog, mstream. ARGV start, epoch, nonce, now_ms, maxlen, cutoff_ms, ttl_ms, new_epoch, body...
 #: -> {1} written (offsets start, start + 1, ...), or {0, next offset, epoch} when they were taken.
-USER_PUT = LuaScript(_COMMON + _TRIM + """
+USER_PUT = LuaScript(
+    _COMMON
+    + _TRIM
+    + """
 local seq, epoch = user_ensure(ARGV[8])
 local start = tonumber(ARGV[1])
 local count = #ARGV - 8
@@ -74,7 +80,8 @@ trim(tonumber(ARGV[5]), tonumber(ARGV[6]))
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 redis.call('PEXPIRE', KEYS[2], ARGV[7])
 return {1}
-""")
+"""
+)
 #: KEYS mlog, mstream. ARGV offset: acked = max(acked, min(offset, seq)); drop what it covers.
 USER_ACK = LuaScript("""
 local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '')
@@ -86,7 +93,10 @@ return 1
 """)
 #: KEYS mlog, mstream. ARGV new_epoch, cutoff_ms, maxlen, client epoch ('' none), after ('' none)
 #: -> {epoch, complete 0/1, XRANGE entries, last offset}
-USER_REPLAY = LuaScript(_COMMON + _TRIM + """
+USER_REPLAY = LuaScript(
+    _COMMON
+    + _TRIM
+    + """
 local seq, epoch = user_ensure(ARGV[1])
 trim(tonumber(ARGV[3]), tonumber(ARGV[2]))
 local base = tonumber(ARGV[5]) or tonumber(redis.call('HGET', KEYS[1], 'acked') or '0') or 0
@@ -97,14 +107,20 @@ local entries = redis.call('XRANGE', KEYS[2], start, '+')
 local complete = 0
 if same and #entries == seq - base then complete = 1 end
 return {epoch, complete, entries, seq}
-""")
+"""
+)
 #: KEYS meta, stream. ARGV prefix, new_epoch -> {next offset, epoch, fresh}
-TOPIC_PEEK = LuaScript(_COMMON + """
+TOPIC_PEEK = LuaScript(
+    _COMMON
+    + """
 local seq, epoch, fresh = ensure(KEYS[1], ARGV[1], ARGV[2])
 return {seq + 1, epoch, fresh}
-""")
+"""
+)
 #: KEYS meta, stream. ARGV offset, epoch, nonce, body, prefix, maxlen, new_epoch, topic -> as USER_PUT
-TOPIC_PUT = LuaScript(_COMMON + """
+TOPIC_PUT = LuaScript(
+    _COMMON
+    + """
 local seq, epoch = ensure(KEYS[1], ARGV[5], ARGV[7])
 local offset = tonumber(ARGV[1])
 local verdict = claim(ARGV[5], seq, epoch, offset, 1, ARGV[2], ARGV[3])
@@ -113,5 +129,6 @@ if verdict == 1 then
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'topic', ARGV[8], 'o', offset, 'e', epoch, 'b', ARGV[4])
 end
 return {1}
-""")
+"""
+)
 SCRIPTS = (USER_PEEK, USER_PUT, USER_ACK, USER_REPLAY)

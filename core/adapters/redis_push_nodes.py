@@ -8,7 +8,14 @@ from __future__ import annotations
 import logging
 
 from hongbao.core.adapters.redis_client import Pipelines, RedisPipeline, text
-from hongbao.core.adapters.redis_push import NODES_KEY, SWEEP_BATCH, node_key, node_sessions_key, remove_sessions, route_key
+from hongbao.core.adapters.redis_push import (
+    NODES_KEY,
+    SWEEP_BATCH,
+    node_key,
+    node_sessions_key,
+    remove_sessions,
+    route_key,
+)
 
 log = logging.getLogger("hongbao.redis_push")
 

@@ -121,7 +121,9 @@ class RedisQueue:
         clock). Entries deleted while leased are skipped. One call is one script with its own nonce:
         sent again after a lost reply, it returns the entries the first run leased."""
         keys = [queue_key(stream), nonce_key()]
-        entries: list[Any] = await self._pipes.script(CLAIM, keys, [GROUP, self._consumer, count, lease_ms, NONCE_TTL_MS])
+        entries: list[Any] = await self._pipes.script(
+            CLAIM, keys, [GROUP, self._consumer, count, lease_ms, NONCE_TTL_MS]
+        )
         return sorted((message_id(eid), fields[fields.index(b"b") + 1]) for eid, fields in entries if fields)
 
     async def ack(self, stream: str, *message_ids: int) -> None:

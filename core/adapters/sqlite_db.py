@@ -46,8 +46,14 @@ class SqliteDb:
 
     __slots__ = ("path", "conn", "reader", "n_tables", "_executor", "_lock", "_pending", "_draining", "_grouped")
 
-    def __init__(self, path: Path, n_tables: int = 1, *, schema: Callable[[sqlite3.Connection], None] | None = None,
-                 synchronous: Synchronous = "FULL") -> None:
+    def __init__(
+        self,
+        path: Path,
+        n_tables: int = 1,
+        *,
+        schema: Callable[[sqlite3.Connection], None] | None = None,
+        synchronous: Synchronous = "FULL",
+    ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
@@ -86,7 +92,11 @@ class SqliteDb:
     def immediate(self) -> Iterator[sqlite3.Connection]:
         """A transaction: a savepoint of the group's transaction in a call made through ``run``,
         else ``BEGIN IMMEDIATE``; committed (released) on success, rolled back on any exception."""
-        begin, commit, rollback = ("SAVEPOINT tx", "RELEASE tx", "ROLLBACK TO tx") if self._grouped else ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")
+        begin, commit, rollback = (
+            ("SAVEPOINT tx", "RELEASE tx", "ROLLBACK TO tx")
+            if self._grouped
+            else ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")
+        )
         self.conn.execute(begin)
         try:
             yield self.conn

@@ -37,8 +37,11 @@ class SqliteLedgerStore:
             except sqlite3.IntegrityError as exc:
                 if "balance_fen" not in str(exc):
                     raise
-                raise InsufficientBalance("; ".join(f"balance of {e.user_id} is below {-e.amount_fen} fen"
-                                                    for e in entries if e.amount_fen < 0)) from None
+                raise InsufficientBalance(
+                    "; ".join(
+                        f"balance of {e.user_id} is below {-e.amount_fen} fen" for e in entries if e.amount_fen < 0
+                    )
+                ) from None
 
         return await self._db.run(post)
 
@@ -55,8 +58,9 @@ class SqliteLedgerStore:
         """The signed amount in fen of the user's entry (kind, ref); None if there is none."""
 
         def get() -> int | None:
-            row = self._db.reader.execute("SELECT amount_fen FROM t_ledger WHERE kind = ? AND ref = ? AND user_id = ?",
-                                          (kind, ref, user_id)).fetchone()
+            row = self._db.reader.execute(
+                "SELECT amount_fen FROM t_ledger WHERE kind = ? AND ref = ? AND user_id = ?", (kind, ref, user_id)
+            ).fetchone()
             return None if row is None else int(row[0])
 
         return self._db.read(get)
@@ -69,14 +73,18 @@ class SqliteLedgerStore:
 
 def _apply(conn: sqlite3.Connection, entry: LedgerEntry) -> bool:
     """Insert the entry and move the balance, unless (kind, ref) is there already (-> False)."""
-    cur = conn.execute("INSERT INTO t_ledger (user_id, kind, ref, amount_fen, created_at) VALUES (?, ?, ?, ?, ?) "
-                       "ON CONFLICT (kind, ref) DO NOTHING",
-                       (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms))
+    cur = conn.execute(
+        "INSERT INTO t_ledger (user_id, kind, ref, amount_fen, created_at) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (kind, ref) DO NOTHING",
+        (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms),
+    )
     if cur.rowcount == 0:
         return False
     # UPDATE first: SQLite checks CHECK constraints on an upsert's candidate row before the
     # conflict, so a debit must never go through INSERT ... ON CONFLICT.
-    cur = conn.execute("UPDATE t_account SET balance_fen = balance_fen + ? WHERE user_id = ?", (entry.amount_fen, entry.user_id))
+    cur = conn.execute(
+        "UPDATE t_account SET balance_fen = balance_fen + ? WHERE user_id = ?", (entry.amount_fen, entry.user_id)
+    )
     if cur.rowcount == 0:
         conn.execute("INSERT INTO t_account (user_id, balance_fen) VALUES (?, ?)", (entry.user_id, entry.amount_fen))
     return True

@@ -22,24 +22,37 @@ class SqliteUserListStore:
 
         def write() -> None:
             with self._db.immediate() as conn:
-                conn.executemany("INSERT OR IGNORE INTO t_user_list (user_id, direction, order_id, amount_fen, created_at) "
-                                 "VALUES (?, ?, ?, ?, ?)", values)
-                conn.executemany("UPDATE t_user_list SET best_luck = 1 WHERE user_id = ? AND direction = 'received' AND order_id = ?",
-                                 best_luck)
+                conn.executemany(
+                    "INSERT OR IGNORE INTO t_user_list (user_id, direction, order_id, amount_fen, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    values,
+                )
+                conn.executemany(
+                    "UPDATE t_user_list SET best_luck = 1 WHERE user_id = ? AND direction = 'received' AND order_id = ?",
+                    best_luck,
+                )
 
         await self._db.run(write)
 
-    async def page(self, user_id: str, direction: str, start_ms: int, end_ms: int, offset: int, limit: int) -> list[ListItem]:
+    async def page(
+        self, user_id: str, direction: str, start_ms: int, end_ms: int, offset: int, limit: int
+    ) -> list[ListItem]:
         """Rows in [start_ms, end_ms), newest first."""
-        sql = ("SELECT order_id, amount_fen, created_at, best_luck FROM t_user_list WHERE user_id = ? AND direction = ? "
-               "AND created_at >= ? AND created_at < ? ORDER BY created_at DESC, order_id DESC LIMIT ? OFFSET ?")
+        sql = (
+            "SELECT order_id, amount_fen, created_at, best_luck FROM t_user_list WHERE user_id = ? AND direction = ? "
+            "AND created_at >= ? AND created_at < ? ORDER BY created_at DESC, order_id DESC LIMIT ? OFFSET ?"
+        )
         args = (user_id, direction, start_ms, end_ms, limit, offset)
-        return self._db.read(lambda: [ListItem(str(o), int(a), int(c), bool(b)) for o, a, c, b in self._db.reader.execute(sql, args)])
+        return self._db.read(
+            lambda: [ListItem(str(o), int(a), int(c), bool(b)) for o, a, c, b in self._db.reader.execute(sql, args)]
+        )
 
     async def summary(self, user_id: str, direction: str, start_ms: int, end_ms: int) -> tuple[int, int, int]:
         """(count, total fen, best-luck count) in [start_ms, end_ms)."""
-        sql = ("SELECT COUNT(*), COALESCE(SUM(amount_fen), 0), COALESCE(SUM(best_luck), 0) FROM t_user_list "
-               "WHERE user_id = ? AND direction = ? AND created_at >= ? AND created_at < ?")
+        sql = (
+            "SELECT COUNT(*), COALESCE(SUM(amount_fen), 0), COALESCE(SUM(best_luck), 0) FROM t_user_list "
+            "WHERE user_id = ? AND direction = ? AND created_at >= ? AND created_at < ?"
+        )
 
         def get() -> tuple[int, int, int]:
             count, total, best = self._db.reader.execute(sql, (user_id, direction, start_ms, end_ms)).fetchone()
@@ -71,7 +84,9 @@ class SqliteProfileStore:
 
         def put() -> None:
             with self._db.immediate() as conn:
-                conn.execute("INSERT OR REPLACE INTO t_packet_note (order_id, greeting) VALUES (?, ?)", (order_id, greeting))
+                conn.execute(
+                    "INSERT OR REPLACE INTO t_packet_note (order_id, greeting) VALUES (?, ?)", (order_id, greeting)
+                )
 
         await self._db.run(put)
 
@@ -79,7 +94,9 @@ class SqliteProfileStore:
         """The greeting, or None."""
 
         def get() -> str | None:
-            row = self._db.reader.execute("SELECT greeting FROM t_packet_note WHERE order_id = ?", (order_id,)).fetchone()
+            row = self._db.reader.execute(
+                "SELECT greeting FROM t_packet_note WHERE order_id = ?", (order_id,)
+            ).fetchone()
             return None if row is None else str(row[0])
 
         return self._db.read(get)
@@ -89,7 +106,10 @@ class SqliteProfileStore:
 
         def put() -> None:
             with self._db.immediate() as conn:
-                conn.execute("INSERT OR REPLACE INTO t_profile (user_id, nickname, avatar_url) VALUES (?, ?, ?)", (user_id, nickname, avatar_url))
+                conn.execute(
+                    "INSERT OR REPLACE INTO t_profile (user_id, nickname, avatar_url) VALUES (?, ?, ?)",
+                    (user_id, nickname, avatar_url),
+                )
 
         await self._db.run(put)
 
@@ -97,7 +117,9 @@ class SqliteProfileStore:
         """(nickname, avatar_url), or None."""
 
         def get() -> tuple[str, str] | None:
-            row = self._db.reader.execute("SELECT nickname, avatar_url FROM t_profile WHERE user_id = ?", (user_id,)).fetchone()
+            row = self._db.reader.execute(
+                "SELECT nickname, avatar_url FROM t_profile WHERE user_id = ?", (user_id,)
+            ).fetchone()
             return None if row is None else (str(row[0]), str(row[1]))
 
         return self._db.read(get)

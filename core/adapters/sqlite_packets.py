@@ -10,9 +10,13 @@ import sqlite3
 from collections.abc import Sequence
 
 import hongbao_native
-
 from hongbao.core.adapters.packet_rows import (
-    PACKET_COLUMNS, RECEIPT_COLUMNS, packet_from_row, packet_values, plan_opens, receipt_from_row,
+    PACKET_COLUMNS,
+    RECEIPT_COLUMNS,
+    packet_from_row,
+    packet_values,
+    plan_opens,
+    receipt_from_row,
 )
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_schema import DAYS, packet_table, receipt_table
@@ -42,8 +46,11 @@ class SqlitePacketStore:
 
         def insert() -> bool:
             with self._db.immediate() as conn:
-                cur = conn.execute(f"INSERT INTO {ptable} ({PACKET_COLUMNS}) VALUES ({','.join('?' * 14)}) "
-                                   "ON CONFLICT (order_id) DO NOTHING", values)
+                cur = conn.execute(
+                    f"INSERT INTO {ptable} ({PACKET_COLUMNS}) VALUES ({','.join('?' * 14)}) "
+                    "ON CONFLICT (order_id) DO NOTHING",
+                    values,
+                )
                 return cur.rowcount == 1
 
         return await self._db.run(insert)
@@ -53,7 +60,9 @@ class SqlitePacketStore:
         ptable, _ = self._tables(order_id)
 
         def get() -> Packet | None:
-            row = self._db.reader.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+            row = self._db.reader.execute(
+                f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)
+            ).fetchone()
             return None if row is None else packet_from_row(row)
 
         return self._db.read(get)
@@ -63,7 +72,9 @@ class SqlitePacketStore:
         ptable, rtable = self._tables(order_id)
         return await self._db.run(lambda: self._open_batch(ptable, rtable, order_id, user_ids, now_ms, draw))
 
-    def _open_batch(self, ptable: str, rtable: str, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
+    def _open_batch(
+        self, ptable: str, rtable: str, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw
+    ) -> list[OpenResult]:
         with self._db.immediate() as conn:
             row = conn.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
             if row is None:
@@ -71,24 +82,37 @@ class SqlitePacketStore:
             packet = packet_from_row(row)
             plan = plan_opens(packet, self._existing(conn, rtable, order_id, user_ids), user_ids, now_ms, draw)
             if plan.inserts:
-                conn.executemany(f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES (?, ?, ?, ?, ?)",
-                                 plan.inserts)
+                conn.executemany(
+                    f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES (?, ?, ?, ?, ?)",
+                    plan.inserts,
+                )
                 best = self._best_luck(conn, rtable, order_id) if plan.finished else None
                 conn.execute(
                     f"UPDATE {ptable} SET remaining_fen = ?, remaining_count = ?, status = ?, best_luck_user_id = ? WHERE order_id = ?",
-                    (plan.remaining_fen, plan.remaining_count, (Status.FINISHED if plan.finished else Status.ACTIVE).value, best, order_id),
+                    (
+                        plan.remaining_fen,
+                        plan.remaining_count,
+                        (Status.FINISHED if plan.finished else Status.ACTIVE).value,
+                        best,
+                        order_id,
+                    ),
                 )
             return plan.results
 
     @staticmethod
     def _existing(conn: sqlite3.Connection, rtable: str, order_id: str, user_ids: Sequence[str]) -> dict[str, Receipt]:
         marks = ",".join("?" * len(user_ids))
-        rows = conn.execute(f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? AND user_id IN ({marks})", (order_id, *user_ids))
+        rows = conn.execute(
+            f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? AND user_id IN ({marks})", (order_id, *user_ids)
+        )
         return {str(r[1]): receipt_from_row(r) for r in rows}
 
     @staticmethod
     def _best_luck(conn: sqlite3.Connection, rtable: str, order_id: str) -> str | None:
-        row = conn.execute(f"SELECT user_id FROM {rtable} WHERE order_id = ? ORDER BY amount_fen DESC, position ASC LIMIT 1", (order_id,)).fetchone()
+        row = conn.execute(
+            f"SELECT user_id FROM {rtable} WHERE order_id = ? ORDER BY amount_fen DESC, position ASC LIMIT 1",
+            (order_id,),
+        ).fetchone()
         return None if row is None else str(row[0])
 
     async def best_luck(self, order_id: str) -> str | None:
@@ -96,7 +120,9 @@ class SqlitePacketStore:
         ptable, _ = self._tables(order_id)
 
         def get() -> str | None:
-            row = self._db.reader.execute(f"SELECT best_luck_user_id FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+            row = self._db.reader.execute(
+                f"SELECT best_luck_user_id FROM {ptable} WHERE order_id = ?", (order_id,)
+            ).fetchone()
             return None if row is None or row[0] is None else str(row[0])
 
         return self._db.read(get)
@@ -144,8 +170,10 @@ class SqlitePacketStore:
 
         def mark() -> None:
             with self._db.immediate() as conn:
-                conn.execute(f"UPDATE {ptable} SET status = ? WHERE order_id = ? AND status = ?",
-                             (Status.REFUNDED.value, order_id, Status.EXPIRED.value))
+                conn.execute(
+                    f"UPDATE {ptable} SET status = ? WHERE order_id = ? AND status = ?",
+                    (Status.REFUNDED.value, order_id, Status.EXPIRED.value),
+                )
 
         await self._db.run(mark)
 
@@ -155,7 +183,9 @@ class SqlitePacketStore:
         def scan() -> list[Packet]:
             found: list[Packet] = []
             for ptable, _ in self._all_tables():
-                rows = self._db.conn.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE status = ? LIMIT ?", (Status.EXPIRED.value, limit))
+                rows = self._db.conn.execute(
+                    f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE status = ? LIMIT ?", (Status.EXPIRED.value, limit)
+                )
                 found += (packet_from_row(r) for r in rows)
             return found[:limit]
 
@@ -182,8 +212,10 @@ class SqlitePacketStore:
         def mark() -> None:
             with self._db.immediate() as conn:
                 for rtable in sorted({r[0] for r in rows}):
-                    conn.executemany(f"UPDATE {rtable} SET credit_status = 'credited' WHERE order_id = ? AND user_id = ?",
-                                     [(o, u) for t, o, u in rows if t == rtable])
+                    conn.executemany(
+                        f"UPDATE {rtable} SET credit_status = 'credited' WHERE order_id = ? AND user_id = ?",
+                        [(o, u) for t, o, u in rows if t == rtable],
+                    )
 
         await self._db.run(mark)
 
@@ -195,7 +227,9 @@ class SqlitePacketStore:
             for _, rtable in self._all_tables():
                 rows = self._db.conn.execute(
                     f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE credit_status = 'pending' AND opened_at < ? "
-                    "ORDER BY opened_at LIMIT ?", (opened_before_ms, limit))
+                    "ORDER BY opened_at LIMIT ?",
+                    (opened_before_ms, limit),
+                )
                 found += (receipt_from_row(r) for r in rows)
             return sorted(found, key=lambda r: r.opened_at_ms)[:limit]
 

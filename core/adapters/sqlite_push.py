@@ -17,7 +17,6 @@ import time
 from collections.abc import Sequence
 
 import orjson
-
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.push_ports import BodyMaker, Replay, Route, SharedBody, Stored, place
 
@@ -27,12 +26,18 @@ BROADCAST_READ_LIMIT = 1000
 TRIM_EVERY = 64  # a stream's messages past ``max_messages`` are deleted once every this many offsets
 DROP_EVERY_MS = 1000  # old messages and unused heads are deleted at most this often per log
 _STREAMS = "SELECT uid, epoch, last_offset FROM t_push_stream WHERE uid IN (SELECT value FROM json_each(?))"
-_STREAM_LAST = ("INSERT INTO t_push_stream (uid, epoch, last_offset, acked) VALUES (?, ?, ?, 0) "
-                "ON CONFLICT (uid) DO UPDATE SET last_offset = excluded.last_offset")
-_HELD = ("SELECT m.offset, h.head FROM t_push_message m JOIN t_push_head h ON h.id = m.head_id "
-         "WHERE m.uid = ? AND m.offset > ? AND h.created_at >= ? ORDER BY m.offset")
-_LIVE_SESSIONS = ("SELECT s.uid, s.node, s.sid FROM t_push_session s JOIN t_push_node n ON n.node = s.node "
-                  "WHERE s.uid IN (SELECT value FROM json_each(?)) AND n.expires_at > ? AND s.active_at > ?")
+_STREAM_LAST = (
+    "INSERT INTO t_push_stream (uid, epoch, last_offset, acked) VALUES (?, ?, ?, 0) "
+    "ON CONFLICT (uid) DO UPDATE SET last_offset = excluded.last_offset"
+)
+_HELD = (
+    "SELECT m.offset, h.head FROM t_push_message m JOIN t_push_head h ON h.id = m.head_id "
+    "WHERE m.uid = ? AND m.offset > ? AND h.created_at >= ? ORDER BY m.offset"
+)
+_LIVE_SESSIONS = (
+    "SELECT s.uid, s.node, s.sid FROM t_push_session s JOIN t_push_node n ON n.node = s.node "
+    "WHERE s.uid IN (SELECT value FROM json_each(?)) AND n.expires_at > ? AND s.active_at > ?"
+)
 
 
 def _now_ms() -> int:
@@ -58,8 +63,10 @@ class SqliteSessionStore:
         def login() -> Route | None:
             with self._db.immediate() as conn:
                 old = conn.execute("SELECT node, sid FROM t_push_session WHERE uid = ?", (uid,)).fetchone()
-                conn.execute("INSERT OR REPLACE INTO t_push_session (uid, sid, node, login_at, active_at) VALUES (?, ?, ?, ?, ?)",
-                             (uid, sid, node, now_ms, now_ms))
+                conn.execute(
+                    "INSERT OR REPLACE INTO t_push_session (uid, sid, node, login_at, active_at) VALUES (?, ?, ?, ?, ?)",
+                    (uid, sid, node, now_ms, now_ms),
+                )
             return Route(str(old[0]), str(old[1])) if old is not None and old[1] != sid else None
 
         return await self._db.run(login)
@@ -71,10 +78,15 @@ class SqliteSessionStore:
 
         def touch() -> list[tuple[str, str]]:
             with self._db.immediate() as conn:
-                if conn.executemany("UPDATE t_push_session SET active_at = ? WHERE uid = ? AND sid = ?", rows).rowcount == len(rows):
+                if conn.executemany(
+                    "UPDATE t_push_session SET active_at = ? WHERE uid = ? AND sid = ?", rows
+                ).rowcount == len(rows):
                     return []
-                return [(uid, sid) for uid, sid in sessions
-                        if conn.execute("SELECT 1 FROM t_push_session WHERE uid = ?", (uid,)).fetchone() is None]
+                return [
+                    (uid, sid)
+                    for uid, sid in sessions
+                    if conn.execute("SELECT 1 FROM t_push_session WHERE uid = ?", (uid,)).fetchone() is None
+                ]
 
         return await self._db.run(touch)
 
@@ -84,7 +96,10 @@ class SqliteSessionStore:
 
         def restore() -> None:
             with self._db.immediate() as conn:
-                conn.executemany("INSERT OR IGNORE INTO t_push_session (uid, sid, node, login_at, active_at) VALUES (?, ?, ?, ?, ?)", rows)
+                conn.executemany(
+                    "INSERT OR IGNORE INTO t_push_session (uid, sid, node, login_at, active_at) VALUES (?, ?, ?, ?, ?)",
+                    rows,
+                )
 
         await self._db.run(restore)
 
@@ -111,8 +126,10 @@ class SqliteSessionStore:
     async def online_count(self) -> int:
         """Users whose session is live."""
         now = _now_ms()
-        sql = ("SELECT COUNT(*) FROM t_push_session s JOIN t_push_node n ON n.node = s.node "
-               "WHERE n.expires_at > ? AND s.active_at > ?")
+        sql = (
+            "SELECT COUNT(*) FROM t_push_session s JOIN t_push_node n ON n.node = s.node "
+            "WHERE n.expires_at > ? AND s.active_at > ?"
+        )
         return int(self._db.read(lambda: self._db.reader.execute(sql, (now, now - self._ttl_ms)).fetchone()[0]))
 
 
@@ -131,8 +148,11 @@ class SqliteNodeDirectory:
 
         def beat() -> None:
             with self._db.immediate() as conn:
-                conn.execute("INSERT INTO t_push_node (node, address, expires_at) VALUES (?, ?, ?) ON CONFLICT (node) "
-                             "DO UPDATE SET address = excluded.address, expires_at = excluded.expires_at", (node, address, expires))
+                conn.execute(
+                    "INSERT INTO t_push_node (node, address, expires_at) VALUES (?, ?, ?) ON CONFLICT (node) "
+                    "DO UPDATE SET address = excluded.address, expires_at = excluded.expires_at",
+                    (node, address, expires),
+                )
 
         await self._db.run(beat)
 
@@ -149,8 +169,14 @@ class SqliteNodeDirectory:
         now = _now_ms()
         idle_before = now - self._session_ttl_ms
         reader = self._db.reader
-        dead = self._db.read(lambda: [str(r[0]) for r in reader.execute("SELECT node FROM t_push_node WHERE expires_at <= ?", (now,))])
-        idle = self._db.read(lambda: reader.execute("SELECT 1 FROM t_push_session WHERE active_at <= ? LIMIT 1", (idle_before,)).fetchone())
+        dead = self._db.read(
+            lambda: [str(r[0]) for r in reader.execute("SELECT node FROM t_push_node WHERE expires_at <= ?", (now,))]
+        )
+        idle = self._db.read(
+            lambda: reader.execute(
+                "SELECT 1 FROM t_push_session WHERE active_at <= ? LIMIT 1", (idle_before,)
+            ).fetchone()
+        )
         if not dead and idle is None:
             return 0
 
@@ -217,9 +243,14 @@ class SqliteMessageLog:
             conn.executemany("INSERT INTO t_push_head (id, created_at, head) VALUES (?, ?, ?)", heads)
             conn.executemany("INSERT INTO t_push_message (uid, offset, head_id) VALUES (?, ?, ?)", rows)
             conn.executemany(_STREAM_LAST, [(uid, epoch, last) for uid, (epoch, last) in streams.items()])
-            conn.executemany("DELETE FROM t_push_message WHERE uid = ? AND offset <= ?", [
-                (uid, last - self._max_messages) for uid, (_, last) in streams.items()
-                if last > self._max_messages and last // TRIM_EVERY != firsts[uid] // TRIM_EVERY])
+            conn.executemany(
+                "DELETE FROM t_push_message WHERE uid = ? AND offset <= ?",
+                [
+                    (uid, last - self._max_messages)
+                    for uid, (_, last) in streams.items()
+                    if last > self._max_messages and last // TRIM_EVERY != firsts[uid] // TRIM_EVERY
+                ],
+            )
             if now_ms >= self._dropped_at + DROP_EVERY_MS:
                 self._drop_old(conn, now_ms)
         if now_ms >= self._dropped_at + DROP_EVERY_MS:  # committed
@@ -228,12 +259,16 @@ class SqliteMessageLog:
 
     def _drop_old(self, conn: sqlite3.Connection, now_ms: int) -> None:
         """Delete the messages past the age limit, then the heads no message names any more."""
-        aged = conn.execute("SELECT MAX(id) FROM t_push_head INDEXED BY t_push_head_age WHERE created_at < ?",
-                            (now_ms - self._max_age_ms,)).fetchone()[0]
+        aged = conn.execute(
+            "SELECT MAX(id) FROM t_push_head INDEXED BY t_push_head_age WHERE created_at < ?",
+            (now_ms - self._max_age_ms,),
+        ).fetchone()[0]
         if aged is not None:
             conn.execute("DELETE FROM t_push_message WHERE head_id <= ?", (aged,))
-        conn.execute("DELETE FROM t_push_head WHERE id < COALESCE((SELECT MIN(head_id) FROM t_push_message), "
-                     "(SELECT MAX(id) + 1 FROM t_push_head))")
+        conn.execute(
+            "DELETE FROM t_push_head WHERE id < COALESCE((SELECT MIN(head_id) FROM t_push_message), "
+            "(SELECT MAX(id) + 1 FROM t_push_head))"
+        )
 
     async def ack(self, acks: Sequence[tuple[str, int]]) -> None:
         """Drop each user's messages up to the acked offset (capped at the stream's last)."""
@@ -253,11 +288,21 @@ class SqliteMessageLog:
         def read() -> tuple[tuple[str, int, int] | None, list[tuple[int, bytes]]]:
             reader.execute("BEGIN")
             try:
-                head = reader.execute("SELECT epoch, last_offset, acked FROM t_push_stream WHERE uid = ?", (uid,)).fetchone()
-                rows = [] if head is None else reader.execute(_HELD, (uid, int(head[1]) - self._max_messages, now_ms - self._max_age_ms)).fetchall()
+                head = reader.execute(
+                    "SELECT epoch, last_offset, acked FROM t_push_stream WHERE uid = ?", (uid,)
+                ).fetchone()
+                rows = (
+                    []
+                    if head is None
+                    else reader.execute(
+                        _HELD, (uid, int(head[1]) - self._max_messages, now_ms - self._max_age_ms)
+                    ).fetchall()
+                )
             finally:
                 reader.execute("COMMIT")
-            return (None if head is None else (str(head[0]), int(head[1]), int(head[2]))), [(int(o), bytes(b)) for o, b in rows]
+            return (None if head is None else (str(head[0]), int(head[1]), int(head[2]))), [
+                (int(o), bytes(b)) for o, b in rows
+            ]
 
         head, rows = self._db.read(read)
         if head is None:  # create the stream (or find the one an append just made), then read again
@@ -274,7 +319,9 @@ class SqliteMessageLog:
     def _create_in_transaction(self, uid: str) -> None:
         with self._db.immediate() as conn:
             if conn.execute("SELECT 1 FROM t_push_stream WHERE uid = ?", (uid,)).fetchone() is None:
-                conn.execute("INSERT INTO t_push_stream (uid, epoch, last_offset, acked) VALUES (?, ?, 0, 0)", (uid, new_epoch()))
+                conn.execute(
+                    "INSERT INTO t_push_stream (uid, epoch, last_offset, acked) VALUES (?, ?, 0, 0)", (uid, new_epoch())
+                )
 
 
 class SqliteTopicLog:
@@ -296,11 +343,16 @@ class SqliteTopicLog:
             with self._db.immediate() as conn:
                 row = conn.execute("SELECT epoch, last_offset FROM t_push_topic WHERE topic = ?", (topic,)).fetchone()
                 epoch, offset = (str(row[0]), int(row[1]) + 1) if row is not None else (new_epoch(), 1)
-                conn.execute("INSERT INTO t_push_topic (topic, epoch, last_offset) VALUES (?, ?, ?) "
-                             "ON CONFLICT (topic) DO UPDATE SET last_offset = excluded.last_offset", (topic, epoch, offset))
+                conn.execute(
+                    "INSERT INTO t_push_topic (topic, epoch, last_offset) VALUES (?, ?, ?) "
+                    "ON CONFLICT (topic) DO UPDATE SET last_offset = excluded.last_offset",
+                    (topic, epoch, offset),
+                )
                 body = make_body(offset, epoch)
-                conn.execute("INSERT INTO t_push_broadcast (topic, offset, epoch, body, created_at) VALUES (?, ?, ?, ?, ?)",
-                             (topic, offset, epoch, body, now))
+                conn.execute(
+                    "INSERT INTO t_push_broadcast (topic, offset, epoch, body, created_at) VALUES (?, ?, ?, ?, ?)",
+                    (topic, offset, epoch, body, now),
+                )
                 conn.execute("DELETE FROM t_push_broadcast WHERE created_at < ?", (now - BROADCAST_RETENTION_MS,))
             return Stored(offset, epoch, body)
 
@@ -311,8 +363,13 @@ class SqliteTopicLog:
     async def read(self, cursor: str | None, timeout_s: float) -> tuple[str, list[tuple[str, Stored]]]:
         """Broadcasts after ``cursor`` (a row id; None: the newest now), waiting up to ``timeout_s``."""
         reader = self._db.reader
-        after = int(cursor) if cursor is not None else int(
-            self._db.read(lambda: reader.execute("SELECT COALESCE(MAX(id), 0) FROM t_push_broadcast").fetchone()[0]))
+        after = (
+            int(cursor)
+            if cursor is not None
+            else int(
+                self._db.read(lambda: reader.execute("SELECT COALESCE(MAX(id), 0) FROM t_push_broadcast").fetchone()[0])
+            )
+        )
         sql = "SELECT id, topic, offset, epoch, body FROM t_push_broadcast WHERE id > ? ORDER BY id LIMIT ?"
         deadline = time.monotonic() + timeout_s
         wake = self._wake()
@@ -326,7 +383,9 @@ class SqliteTopicLog:
                 await asyncio.wait_for(wake.wait(), min(left, BROADCAST_POLL_S))
             except TimeoutError:
                 pass
-        return str(rows[-1][0] if rows else after), [(str(t), Stored(int(o), str(e), bytes(b))) for _, t, o, e, b in rows]
+        return str(rows[-1][0] if rows else after), [
+            (str(t), Stored(int(o), str(e), bytes(b))) for _, t, o, e, b in rows
+        ]
 
     def _wake(self) -> asyncio.Event:
         if self._published is None:

@@ -99,8 +99,11 @@ def schema_version(conn: sqlite3.Connection, known: int) -> int | None:
 
 def record_version(conn: sqlite3.Connection, version: int) -> None:
     """Record ``version`` as the file's schema version."""
-    conn.execute("INSERT INTO t_meta (key, value) VALUES ('schema_version', ?) "
-                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(version),))
+    conn.execute(
+        "INSERT INTO t_meta (key, value) VALUES ('schema_version', ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (str(version),),
+    )
 
 
 def _path(conn: sqlite3.Connection) -> str:

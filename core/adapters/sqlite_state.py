@@ -27,8 +27,10 @@ class SqlitePreOrderStore:
         def put() -> None:
             with self._db.immediate() as conn:
                 conn.execute("DELETE FROM t_preorder WHERE state = 'pending' AND expires_at <= ?", (now_ms,))
-                conn.execute("INSERT OR REPLACE INTO t_preorder (order_id, body, expires_at, state) VALUES (?, ?, ?, 'pending')",
-                             (order_id, body.decode(), expires_at_ms))
+                conn.execute(
+                    "INSERT OR REPLACE INTO t_preorder (order_id, body, expires_at, state) VALUES (?, ?, ?, 'pending')",
+                    (order_id, body.decode(), expires_at_ms),
+                )
 
         await self._db.run(put)
 
@@ -38,7 +40,8 @@ class SqlitePreOrderStore:
         def get() -> bytes | None:
             row = self._db.reader.execute(
                 "SELECT body FROM t_preorder WHERE order_id = ? AND (expires_at > ? OR state = 'paying')",
-                (order_id, now_ms)).fetchone()
+                (order_id, now_ms),
+            ).fetchone()
             return None if row is None else str(row[0]).encode()
 
         return self._db.read(get)
@@ -50,7 +53,9 @@ class SqlitePreOrderStore:
             with self._db.immediate() as conn:
                 row = conn.execute(
                     "UPDATE t_preorder SET state = 'paying' WHERE order_id = ? AND (state = 'paying' OR expires_at > ?) "
-                    "RETURNING body", (order_id, now_ms)).fetchone()
+                    "RETURNING body",
+                    (order_id, now_ms),
+                ).fetchone()
             return None if row is None else str(row[0]).encode()
 
         return await self._db.run(claim)
@@ -60,7 +65,9 @@ class SqlitePreOrderStore:
 
         def release() -> None:
             with self._db.immediate() as conn:
-                conn.execute("UPDATE t_preorder SET state = 'pending' WHERE order_id = ? AND state = 'paying'", (order_id,))
+                conn.execute(
+                    "UPDATE t_preorder SET state = 'pending' WHERE order_id = ? AND state = 'paying'", (order_id,)
+                )
 
         await self._db.run(release)
 
@@ -69,8 +76,13 @@ class SqlitePreOrderStore:
 
         def cancel() -> bool:
             with self._db.immediate() as conn:
-                return conn.execute("DELETE FROM t_preorder WHERE order_id = ? AND state = 'pending' AND expires_at > ?",
-                                    (order_id, now_ms)).rowcount == 1
+                return (
+                    conn.execute(
+                        "DELETE FROM t_preorder WHERE order_id = ? AND state = 'pending' AND expires_at > ?",
+                        (order_id, now_ms),
+                    ).rowcount
+                    == 1
+                )
 
         return await self._db.run(cancel)
 
@@ -97,9 +109,14 @@ class SqliteGroupStore:
 
         def create() -> None:
             with self._db.immediate() as conn:
-                conn.execute("INSERT INTO t_group (group_id, creator_id, created_at) VALUES (?, ?, ?)", (group_id, creator_id, now_ms))
-                conn.executemany("INSERT OR IGNORE INTO t_group_member (group_id, user_id) VALUES (?, ?)",
-                                 [(group_id, m) for m in {creator_id, *members}])
+                conn.execute(
+                    "INSERT INTO t_group (group_id, creator_id, created_at) VALUES (?, ?, ?)",
+                    (group_id, creator_id, now_ms),
+                )
+                conn.executemany(
+                    "INSERT OR IGNORE INTO t_group_member (group_id, user_id) VALUES (?, ?)",
+                    [(group_id, m) for m in {creator_id, *members}],
+                )
 
         await self._db.run(create)
 
@@ -109,7 +126,10 @@ class SqliteGroupStore:
         def add() -> int:
             with self._db.immediate() as conn:
                 before = conn.total_changes
-                conn.executemany("INSERT OR IGNORE INTO t_group_member (group_id, user_id) VALUES (?, ?)", [(group_id, m) for m in members])
+                conn.executemany(
+                    "INSERT OR IGNORE INTO t_group_member (group_id, user_id) VALUES (?, ?)",
+                    [(group_id, m) for m in members],
+                )
                 return conn.total_changes - before
 
         return await self._db.run(add)
@@ -119,7 +139,12 @@ class SqliteGroupStore:
 
         def remove() -> bool:
             with self._db.immediate() as conn:
-                return conn.execute("DELETE FROM t_group_member WHERE group_id = ? AND user_id = ?", (group_id, user_id)).rowcount == 1
+                return (
+                    conn.execute(
+                        "DELETE FROM t_group_member WHERE group_id = ? AND user_id = ?", (group_id, user_id)
+                    ).rowcount
+                    == 1
+                )
 
         return await self._db.run(remove)
 
@@ -160,7 +185,8 @@ class SqliteSequenceSource(BlockSequence):
                 row = conn.execute(
                     "INSERT INTO t_seq_block (region, yymmdd, next_seq) VALUES (?, ?, ?) "
                     "ON CONFLICT (region, yymmdd) DO UPDATE SET next_seq = next_seq + ? RETURNING next_seq",
-                    (region, yymmdd, SEQUENCE_BLOCK, SEQUENCE_BLOCK)).fetchone()
+                    (region, yymmdd, SEQUENCE_BLOCK, SEQUENCE_BLOCK),
+                ).fetchone()
                 return int(row[0])
 
         return await self._db.run(take)
@@ -192,7 +218,8 @@ class SqliteQueue:
                 rows = conn.execute(
                     "UPDATE t_queue SET visible_at = ?, attempts = attempts + 1 WHERE id IN "
                     "(SELECT id FROM t_queue WHERE stream = ? AND visible_at <= ? ORDER BY id LIMIT ?) RETURNING id, body",
-                    (now_ms + lease_ms, stream, now_ms, count)).fetchall()
+                    (now_ms + lease_ms, stream, now_ms, count),
+                ).fetchall()
             return sorted((int(i), str(b).encode()) for i, b in rows)
 
         return await self._db.run(claim)
@@ -235,7 +262,9 @@ class SqliteFlags:
 
         def put() -> None:
             with self._db.immediate() as conn:
-                conn.execute("INSERT INTO t_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                             (f"flag:{name}", value))
+                conn.execute(
+                    "INSERT INTO t_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (f"flag:{name}", value),
+                )
 
         await self._db.run(put)

@@ -27,10 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import hongbao_native
-
 from hongbao.bench.http.run import BenchError, Options, report, run, table
 from hongbao.core.adapters.redis_client import Pipelines, redis_client
 from hongbao.core.adapters.redis_grab import RedisGrabState, key
@@ -38,6 +36,7 @@ from hongbao.core.adapters.redis_money import redis_breaker
 from hongbao.core.packet import Kind, Packet, Receipt, Status
 from hongbao.core.ports import OpenResult
 from hongbao.core.times import business_yymmdd
+
 from tests.integration.mariadb import MariaDb
 from tests.integration.redis_servers import standalone
 
@@ -47,8 +46,10 @@ FLOORS = {"healthz": 0.70, "grab": 0.40}
 
 def production_config(mysql_dsn: str, redis_url: str) -> str:
     """hongbao's TOML for the production backend on a 2 x 2 layout (prefix ``grab_``)."""
-    return (f'backend = "production"\nmysql_dsn = "{mysql_dsn}"\nmysql_prefix = "grab_"\nmysql_dbs = 2\n'
-            f'mysql_tables = 2\nredis_url = "{redis_url}"\n')
+    return (
+        f'backend = "production"\nmysql_dsn = "{mysql_dsn}"\nmysql_prefix = "grab_"\nmysql_dbs = 2\n'
+        f'mysql_tables = 2\nredis_url = "{redis_url}"\n'
+    )
 
 
 async def grab_state_memory(redis_url: str, packets: int = 100, opened: int = 10) -> dict[str, float]:
@@ -61,19 +62,49 @@ async def grab_state_memory(redis_url: str, packets: int = 100, opened: int = 10
         state = RedisGrabState(Pipelines(client), redis_breaker(counts), counts)
         now = int(time.time() * 1000)
         ids = [hongbao_native.encode_order_id(1, business_yymmdd(now), 0, 900_000_000 + i) for i in range(packets)]
-        await asyncio.gather(*(state.put(Packet(order_id, "bench_sender", Kind.LUCKY, SHARES, 10_000, "g7f3a9c2e41b05d68", None,
-                                                10_000, SHARES, Status.ACTIVE, now, now, now + 86_400_000), now)
-                               for order_id in ids))
+        await asyncio.gather(
+            *(
+                state.put(
+                    Packet(
+                        order_id,
+                        "bench_sender",
+                        Kind.LUCKY,
+                        SHARES,
+                        10_000,
+                        "g7f3a9c2e41b05d68",
+                        None,
+                        10_000,
+                        SHARES,
+                        Status.ACTIVE,
+                        now,
+                        now,
+                        now + 86_400_000,
+                    ),
+                    now,
+                )
+                for order_id in ids
+            )
+        )
         for order_id in ids[:opened]:
-            await state.opened(order_id, [OpenResult(Receipt(order_id, f"bench_u{u:05d}", 100 + u, now), last=u == SHARES - 1)
-                                          for u in range(SHARES)])
+            await state.opened(
+                order_id,
+                [
+                    OpenResult(Receipt(order_id, f"bench_u{u:05d}", 100 + u, now), last=u == SHARES - 1)
+                    for u in range(SHARES)
+                ],
+            )
         usage = [int(await client.memory_usage(key(order_id), samples=0) or 0) for order_id in ids]
         await client.delete(*(key(order_id) for order_id in ids))
     finally:
         await client.aclose()
     fresh, full = statistics.mean(usage[opened:]), statistics.mean(usage[:opened])
-    return {"bytes_per_live_packet": fresh, "bytes_per_fully_opened_packet": full,
-            "bytes_per_opener": round((full - fresh) / SHARES, 1), "packets": packets, "fully_opened": opened}
+    return {
+        "bytes_per_live_packet": fresh,
+        "bytes_per_fully_opened_packet": full,
+        "bytes_per_opener": round((full - fresh) / SHARES, 1),
+        "packets": packets,
+        "fully_opened": opened,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,11 +126,28 @@ def main(argv: list[str] | None = None) -> int:
             with standalone(base / "redis") as redis:
                 config = production_config(database.dsn, redis.url)
                 (base / "hongbao.toml").write_text(config)
-                subprocess.run([sys.executable, "-m", "hongbao.server.cli", "--config", str(base / "hongbao.toml"), "migrate"],
-                               check=True, capture_output=True, timeout=300)
-                opts = Options(a.duration, a.warmup, a.connections, 1, (a.workers,), a.out, a.gate, server_config=config,
-                               grab_opened=True, redis_url=redis.url, targets=("ceiling", "healthz", "grab", "redis_rt"),
-                               floors=dict(FLOORS), profile_dir=a.profile, profile_format="raw")
+                subprocess.run(
+                    [sys.executable, "-m", "hongbao.server.cli", "--config", str(base / "hongbao.toml"), "migrate"],
+                    check=True,
+                    capture_output=True,
+                    timeout=300,
+                )
+                opts = Options(
+                    a.duration,
+                    a.warmup,
+                    a.connections,
+                    1,
+                    (a.workers,),
+                    a.out,
+                    a.gate,
+                    server_config=config,
+                    grab_opened=True,
+                    redis_url=redis.url,
+                    targets=("ceiling", "healthz", "grab", "redis_rt"),
+                    floors=dict(FLOORS),
+                    profile_dir=a.profile,
+                    profile_format="raw",
+                )
                 try:
                     result = run(opts)
                 except BenchError as exc:
@@ -110,9 +158,11 @@ def main(argv: list[str] | None = None) -> int:
             database.stop()
     a.out.write_text(json.dumps(result, indent=2) + "\n")
     memory = result["redis_memory"]
-    text = (table(result) + f"\nRedis grab state: {memory['bytes_per_live_packet']:.0f} bytes per live packet, "
-            f"{memory['bytes_per_fully_opened_packet']:.0f} once its {SHARES} shares are opened "
-            f"({memory['bytes_per_opener']:.1f} per opener)")
+    text = (
+        table(result) + f"\nRedis grab state: {memory['bytes_per_live_packet']:.0f} bytes per live packet, "
+        f"{memory['bytes_per_fully_opened_packet']:.0f} once its {SHARES} shares are opened "
+        f"({memory['bytes_per_opener']:.1f} per opener)"
+    )
     return report("bench-grab", result, text, a.out, a.gate, "below floor (--no-gate)")
 
 

@@ -28,7 +28,6 @@ overloaded run measures the collapse, not the throughput.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import secrets
 import subprocess
 import sys
@@ -37,8 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from rich.console import Console
-
 from hongbao.bench.baselines.compare import baseline_storm, comparison, print_comparison
 from hongbao.bench.http.run import BenchError, Process, free_port
 from hongbao.bench.storm.cli import SHORTCUTS, scenario_from, storm
@@ -46,6 +43,8 @@ from hongbao.bench.storm.runner import StormError, StormOptions
 from hongbao.bench.storm.scenario import NAMED
 from hongbao.bench.storm.settle import auditor_for
 from hongbao.server.config import load_settings
+from rich.console import Console
+
 from tests.integration.mariadb import MariaDb
 from tests.integration.redis_servers import standalone
 
@@ -53,15 +52,18 @@ from tests.integration.redis_servers import standalone
 def serve_production(work: Path, mysql_dsn: str, redis_url: str, workers: int) -> tuple[Process, Path]:
     """Write the server's TOML (2 x 4 shards, a fresh JWT secret), migrate, start ``hongbao serve``; (process, config)."""
     config = work / "hongbao.toml"
-    config.write_text(f'backend = "production"\nmysql_dsn = "{mysql_dsn}"\nmysql_prefix = "storm_"\nmysql_dbs = 2\n'
-                      f'mysql_tables = 4\nredis_url = "{redis_url}"\njwt_secret = "{secrets.token_hex(32)}"\n'
-                      f'data_dir = "{work / "var"}"\n')
+    config.write_text(
+        f'backend = "production"\nmysql_dsn = "{mysql_dsn}"\nmysql_prefix = "storm_"\nmysql_dbs = 2\n'
+        f'mysql_tables = 4\nredis_url = "{redis_url}"\njwt_secret = "{secrets.token_hex(32)}"\n'
+        f'data_dir = "{work / "var"}"\n'
+    )
     cli = [sys.executable, "-m", "hongbao.server.cli", "--config", str(config)]
     subprocess.run([*cli, "migrate"], check=True, capture_output=True, timeout=300)
     port, log = free_port(), work / "server.log"
     with open(log, "wb") as stderr:
-        popen = subprocess.Popen([*cli, "serve", "--port", str(port), "--workers", str(workers)],
-                                 stdout=subprocess.DEVNULL, stderr=stderr)
+        popen = subprocess.Popen(
+            [*cli, "serve", "--port", str(port), "--workers", str(workers)], stdout=subprocess.DEVNULL, stderr=stderr
+        )
     process = Process("hongbao", f"http://127.0.0.1:{port}", popen, log)
     process.wait_ready("/healthz")
     return process, config
@@ -70,11 +72,15 @@ def serve_production(work: Path, mysql_dsn: str, redis_url: str, workers: int) -
 def headline(ours: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     """The figures the issue asks for, from hongbao's report and the comparison."""
     ops = ours["operations"]
-    return {"opens_per_s": ops.get("open", {}).get("rps"), "audit_clean": bool(ours["audit"] and ours["audit"]["ok"]),
-            "latency_ms": {op: {"p50": e["p50_ms"], "p99": e["p99_ms"]} for op, e in ops.items()},
-            "push_p99_ms": ours["push"]["p99_ms"] if ours["push"] else None,
-            "push_missing": ours["push"]["missing"] if ours["push"] else None,
-            "ratios": result["operations"], "baseline_audit_clean": result["baseline_audit"]["ok"]}
+    return {
+        "opens_per_s": ops.get("open", {}).get("rps"),
+        "audit_clean": bool(ours["audit"] and ours["audit"]["ok"]),
+        "latency_ms": {op: {"p50": e["p50_ms"], "p99": e["p99_ms"]} for op, e in ops.items()},
+        "push_p99_ms": ours["push"]["p99_ms"] if ours["push"] else None,
+        "push_missing": ours["push"]["missing"] if ours["push"] else None,
+        "ratios": result["operations"],
+        "baseline_audit_clean": result["baseline_audit"]["ok"],
+    }
 
 
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -92,7 +98,9 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 server, config = serve_production(base, database.dsn, redis.url, args.workers)
                 settings = load_settings(config)
                 try:
-                    opts = StormOptions(server.url, scenario, settings.jwt_secret, args.out / "hongbao" / "work", console=console)
+                    opts = StormOptions(
+                        server.url, scenario, settings.jwt_secret, args.out / "hongbao" / "work", console=console
+                    )
                     ours = storm(opts, auditor_for(settings), args.out / "hongbao", 120.0)
                 finally:
                     server.stop()

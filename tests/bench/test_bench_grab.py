@@ -12,9 +12,26 @@ from pathlib import Path
 def test_a_tiny_grab_benchmark_reports_numbers(tmp_path: Path) -> None:
     """One-second runs with --no-gate exit 0; ceiling, healthz, grab and redis_rt all answered 2xx at a real rate, and the memory numbers are real."""
     out = tmp_path / "grab.json"
-    done = subprocess.run([sys.executable, "-m", "tests.bench.grab_production", "--duration", "1", "--warmup", "1",
-                           "--connections", "16", "--no-gate", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.bench.grab_production",
+            "--duration",
+            "1",
+            "--warmup",
+            "1",
+            "--connections",
+            "16",
+            "--no-gate",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
     assert result["incorrect"] == []

@@ -19,15 +19,20 @@ RUN = ROOT / "bench" / "push" / "run.py"
 def test_floors_and_the_redis_budget_gate_the_run() -> None:
     """A ratio over its floor, one not measured, or Redis past 380 bytes a user is a floor miss;
     ratios at or under their floors and Redis within budget are none."""
-    passing: dict[str, Any] = {"ratios": {"fanout_cpu_per_message": 1 / 3, "memory_per_idle_connection": 0.5},
-                               "redis": {"three_layers_bytes_per_user": 380}}
+    passing: dict[str, Any] = {
+        "ratios": {"fanout_cpu_per_message": 1 / 3, "memory_per_idle_connection": 0.5},
+        "redis": {"three_layers_bytes_per_user": 380},
+    }
     assert bench_push.floor_misses(passing) == []
-    failing: dict[str, Any] = {"ratios": {"fanout_cpu_per_message": 0.61, "memory_per_idle_connection": None},
-                               "redis": {"three_layers_bytes_per_user": 380.5}}
+    failing: dict[str, Any] = {
+        "ratios": {"fanout_cpu_per_message": 0.61, "memory_per_idle_connection": None},
+        "redis": {"three_layers_bytes_per_user": 380.5},
+    }
     assert bench_push.floor_misses(failing) == [
         "fanout_cpu_per_message: hongbao / websockets = 0.610, floor 0.333",
         "memory_per_idle_connection: not measured (the websockets side measured nothing)",
-        "redis: 380.5 bytes per online user, budget 380"]
+        "redis: 380.5 bytes per online user, budget 380",
+    ]
 
 
 def test_a_tiny_run_is_correct_and_reports_real_values(tmp_path: Path) -> None:
@@ -35,9 +40,33 @@ def test_a_tiny_run_is_correct_and_reports_real_values(tmp_path: Path) -> None:
     from the three servers, the CPU, memory, latency and Redis numbers are real, and the ratios are
     the same run's hongbao (or ceiling) / websockets values; no server wrote more than once per message."""
     out = tmp_path / "push.json"
-    done = subprocess.run([sys.executable, str(RUN), "--idle", "300", "--fanout", "200", "--broadcasts", "20",
-                           "--openers", "3", "--packets", "2", "--redis-users", "100", "--procs", "2", "--no-gate",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(RUN),
+            "--idle",
+            "300",
+            "--fanout",
+            "200",
+            "--broadcasts",
+            "20",
+            "--openers",
+            "3",
+            "--packets",
+            "2",
+            "--redis-users",
+            "100",
+            "--procs",
+            "2",
+            "--no-gate",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"bench-push: wrote {out}" in done.stdout and "fan-out CPU us / message" in done.stdout
     result = json.loads(out.read_text())
@@ -50,13 +79,16 @@ def test_a_tiny_run_is_correct_and_reports_real_values(tmp_path: Path) -> None:
         assert 0 < fan["writes_per_message"] <= 1.1, fan  # at most one write per message (and the HTTP answers)
         assert mem["connections"] == 300 and mem["rss_after_bytes"] > 0 and mem["rss_before_bytes"] > 0, mem
     ratios = result["ratios"]
-    assert ratios["fanout_cpu_per_message"] == round(result["fanout"]["hongbao"]["cpu_us_per_message"]
-                                                     / result["fanout"]["websockets"]["cpu_us_per_message"], 4)
-    assert ratios["memory_per_idle_connection"] == round(result["memory"]["hongbao"]["bytes_per_connection"]
-                                                         / result["memory"]["websockets"]["bytes_per_connection"], 4)
+    assert ratios["fanout_cpu_per_message"] == round(
+        result["fanout"]["hongbao"]["cpu_us_per_message"] / result["fanout"]["websockets"]["cpu_us_per_message"], 4
+    )
+    assert ratios["memory_per_idle_connection"] == round(
+        result["memory"]["hongbao"]["bytes_per_connection"] / result["memory"]["websockets"]["bytes_per_connection"], 4
+    )
     assert set(result["ceiling_ratios"]) == {"fanout_cpu_per_message", "memory_per_idle_connection"}
-    assert result["ceiling_ratios"]["fanout_cpu_per_message"] == round(result["fanout"]["ceiling"]["cpu_us_per_message"]
-                                                                       / result["fanout"]["websockets"]["cpu_us_per_message"], 4)
+    assert result["ceiling_ratios"]["fanout_cpu_per_message"] == round(
+        result["fanout"]["ceiling"]["cpu_us_per_message"] / result["fanout"]["websockets"]["cpu_us_per_message"], 4
+    )
     latency = result["latency"]
     assert latency["samples"] == 6 and latency["missing_events"] == 0, latency
     assert 0 < latency["push"]["p50_ms"] <= latency["push"]["p99_ms"] <= latency["push"]["max_ms"], latency

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import hongbao_native
 import pytest
-
 from hongbao.core.clock import ManualClock
 from hongbao.core.embedded import Embedded, create_admission, open_embedded
 
@@ -30,7 +29,9 @@ def admission() -> Iterator[hongbao_native.AdmissionTable]:
 
 
 @pytest.fixture
-def make_backend(tmp_path: Path, clock: ManualClock, admission: hongbao_native.AdmissionTable) -> Iterator[Callable[..., Embedded]]:
+def make_backend(
+    tmp_path: Path, clock: ManualClock, admission: hongbao_native.AdmissionTable
+) -> Iterator[Callable[..., Embedded]]:
     """Open one more worker's backend on the same data directory (same DB file, same admission)."""
     opened: list[Embedded] = []
 

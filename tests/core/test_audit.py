@@ -6,7 +6,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from hongbao.bench.audit import audit_sqlite
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.clock import ManualClock
@@ -73,8 +72,15 @@ async def test_share_tampering_breaks_the_packet_sum(backend: Embedded, clock: M
     """A receipt changed after the fact breaks its packet's sum and its credit match."""
     orders = await _world(backend, clock)
     path = backend.db.path
-    for table in [r[0] for r in backend.db.conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 't_receipt_%' AND type='table'")]:
-        _tamper(backend, f"UPDATE {table} SET amount_fen = amount_fen + 1 WHERE order_id = '{orders[0]}' AND user_id = 'B'")
+    for table in [
+        r[0]
+        for r in backend.db.conn.execute(
+            "SELECT name FROM sqlite_master WHERE name LIKE 't_receipt_%' AND type='table'"
+        )
+    ]:
+        _tamper(
+            backend, f"UPDATE {table} SET amount_fen = amount_fen + 1 WHERE order_id = '{orders[0]}' AND user_id = 'B'"
+        )
     violations = audit_sqlite(path).violations
     assert any(f"{orders[0]}: opened" in v for v in violations)
     assert any(f"{orders[0]}:B" in v and "credited" in v for v in violations)
@@ -103,7 +109,12 @@ async def test_a_credit_between_its_two_steps_is_counted_once(backend: Embedded,
     await svc.pay("A", order_id)
     await svc.open("B", order_id)
     await svc.credit(order_id, "B")
-    for table in [r[0] for r in backend.db.conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 't_receipt_%' AND type='table'")]:
+    for table in [
+        r[0]
+        for r in backend.db.conn.execute(
+            "SELECT name FROM sqlite_master WHERE name LIKE 't_receipt_%' AND type='table'"
+        )
+    ]:
         _tamper(backend, f"UPDATE {table} SET credit_status = 'pending' WHERE order_id = '{order_id}'")
     assert audit_sqlite(backend.db.path, drained=False).ok
     assert any("still marked pending" in v for v in audit_sqlite(backend.db.path, drained=True).violations)

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
-
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.embedded import Embedded
 from hongbao.core.service import CreditingMode
+
 from tests.core.test_service import _group, _paid
 
 T = TypeVar("T")
@@ -61,5 +61,7 @@ async def test_a_batch_of_list_rows_takes_three_trips(backend: Embedded, trips: 
     best = await svc.ports.packets.best_luck(order_id)
     assert best is not None
     now = svc.ports.clock.now_ms()
-    assert [(i.order_id, i.best_luck) for i in await svc.ports.lists.page(best, "received", 0, now + 1, 0, 20)] == [(order_id, True)]
+    assert [(i.order_id, i.best_luck) for i in await svc.ports.lists.page(best, "received", 0, now + 1, 0, 20)] == [
+        (order_id, True)
+    ]
     assert await svc.ports.lists.summary("S", "sent", 0, now + 1) == (1, 3000, 0)

@@ -4,7 +4,6 @@ cooldown, closing on a success; other errors pass through uncounted."""
 from __future__ import annotations
 
 import pytest
-
 from hongbao.core.breaker import Breaker, BreakerOpen
 
 

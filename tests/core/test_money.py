@@ -1,11 +1,10 @@
 """Wire amounts become integer fen exactly (money case M-01), and nothing else is accepted."""
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from hongbao.core.errors import InvalidAmount
 from hongbao.core.money import parse_fen, parse_yuan
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(
@@ -19,7 +18,25 @@ def test_yuan_strings_parse_exactly(text: str, fen: int) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["0.001", "1.234", "-1", "-0.01", "0", "0.00", "1e2", " 1", "1 ", "01.00", "1.", ".5", "", "１", "NaN", "inf", "+1"],
+    [
+        "0.001",
+        "1.234",
+        "-1",
+        "-0.01",
+        "0",
+        "0.00",
+        "1e2",
+        " 1",
+        "1 ",
+        "01.00",
+        "1.",
+        ".5",
+        "",
+        "１",
+        "NaN",
+        "inf",
+        "+1",
+    ],
 )
 def test_bad_yuan_strings_are_refused(bad: str) -> None:
     """More than two decimals, signs, zero, exponents, spaces and non-ASCII digits are invalid_amount."""
@@ -48,11 +65,21 @@ def test_fen_must_be_a_positive_int64(bad: object) -> None:
         parse_fen(bad)
 
 
-@pytest.mark.parametrize(("bad", "named"), [(None, "null or nothing"), (1e32, "a number with a fraction or out of range"),
-                                            ("100", "a string"), (True, "a boolean"), ([100], "an array")])
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        (None, "null or nothing"),
+        (1e32, "a number with a fraction or out of range"),
+        ("100", "a string"),
+        (True, "a boolean"),
+        ([100], "an array"),
+    ],
+)
 def test_a_refused_fen_is_named_in_json_words(bad: object, named: str) -> None:
     """The message says what the JSON value was (no Python type names: a 32-digit integer arrives as a float)."""
-    with pytest.raises(InvalidAmount, match=f"amount_fen must be an integer number of fen in 1..2\\*\\*63-1, got {named}"):
+    with pytest.raises(
+        InvalidAmount, match=f"amount_fen must be an integer number of fen in 1..2\\*\\*63-1, got {named}"
+    ):
         parse_fen(bad)
 
 

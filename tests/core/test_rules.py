@@ -1,7 +1,6 @@
 """Send requests are validated against the packet limits before anything is written."""
 
 import pytest
-
 from hongbao.core.errors import InvalidAmount, InvalidCount, InvalidRequest
 from hongbao.core.packet import Kind, PacketSpec
 from hongbao.core.rules import Limits, valid_user_id, validate_send
@@ -11,7 +10,9 @@ LIMITS = Limits()
 
 def test_lucky_packet_in_fen() -> None:
     """A lucky group packet keeps its total, count, group and greeting."""
-    spec = validate_send({"kind": "lucky", "count": 10, "total_fen": 1000, "group_id": "g1", "greeting": "恭喜发财"}, "u1", LIMITS)
+    spec = validate_send(
+        {"kind": "lucky", "count": 10, "total_fen": 1000, "group_id": "g1", "greeting": "恭喜发财"}, "u1", LIMITS
+    )
     assert spec == PacketSpec(Kind.LUCKY, 10, 1000, "g1", None, "恭喜发财")
 
 
@@ -45,12 +46,15 @@ def test_exclusive_packet() -> None:
     assert spec == PacketSpec(Kind.EXCLUSIVE, 1, 500, None, "B", "")
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    ({}, "an exclusive packet needs a receiver_id and no group_id"),
-    ({"receiver_id": "B", "group_id": "g"}, "an exclusive packet needs a receiver_id and no group_id"),
-    ({"receiver_id": "b ob"}, "receiver_id must be a user id: 1..64 of [A-Za-z0-9_-]"),
-    ({"receiver_id": 7}, "receiver_id must be a user id: 1..64 of [A-Za-z0-9_-]"),
-])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({}, "an exclusive packet needs a receiver_id and no group_id"),
+        ({"receiver_id": "B", "group_id": "g"}, "an exclusive packet needs a receiver_id and no group_id"),
+        ({"receiver_id": "b ob"}, "receiver_id must be a user id: 1..64 of [A-Za-z0-9_-]"),
+        ({"receiver_id": 7}, "receiver_id must be a user id: 1..64 of [A-Za-z0-9_-]"),
+    ],
+)
 def test_exclusive_packet_errors_name_what_is_wrong(extra: dict[str, object], message: str) -> None:
     """A missing receiver (or a group) and an invalid receiver id get messages of their own."""
     with pytest.raises(InvalidRequest) as err:
@@ -92,10 +96,25 @@ def test_bad_send_requests(body: dict[str, object], error: type[Exception]) -> N
 
 def test_greeting_limit_counts_characters() -> None:
     """64 Chinese characters fit the greeting limit; it counts characters, not bytes."""
-    assert validate_send({"count": 1, "total_fen": 1, "group_id": "g", "greeting": "福" * 64}, "u", LIMITS).greeting == "福" * 64
+    assert (
+        validate_send({"count": 1, "total_fen": 1, "group_id": "g", "greeting": "福" * 64}, "u", LIMITS).greeting
+        == "福" * 64
+    )
 
 
-@pytest.mark.parametrize(("uid", "ok"), [("u1", True), ("A-b_9", True), ("x" * 64, True), ("x" * 65, False), ("", False), ("a b", False), ("é", False), (7, False)])
+@pytest.mark.parametrize(
+    ("uid", "ok"),
+    [
+        ("u1", True),
+        ("A-b_9", True),
+        ("x" * 64, True),
+        ("x" * 65, False),
+        ("", False),
+        ("a b", False),
+        ("é", False),
+        (7, False),
+    ],
+)
 def test_user_ids(uid: object, ok: bool) -> None:
     """User ids are 1..64 characters of [A-Za-z0-9_-]."""
     assert valid_user_id(uid) is ok

@@ -7,7 +7,6 @@ import asyncio
 from collections.abc import Callable, Iterator
 
 import pytest
-
 from hongbao.core import errors, events
 from hongbao.core.clock import ManualClock
 from hongbao.core.embedded import Embedded
@@ -63,7 +62,11 @@ async def test_full_story(backend: Embedded) -> None:
         assert not repeat and receipt.amount_fen >= 1
     assert sum(amounts.values()) == 1000
     packet = await svc.ports.packets.get_packet(order_id)
-    assert packet is not None and (packet.status, packet.remaining_fen, packet.remaining_count) == (Status.FINISHED, 0, 0)
+    assert packet is not None and (packet.status, packet.remaining_fen, packet.remaining_count) == (
+        Status.FINISHED,
+        0,
+        0,
+    )
     best = max(amounts.values())
     assert await svc.ports.packets.best_luck(order_id) == next(u for u in users if amounts[u] == best)
     await _drain(svc)
@@ -215,7 +218,10 @@ async def test_ledger_amount_is_the_applied_entry(backend: Embedded) -> None:
     order_id = await _paid(svc, "A", {"count": 1, "total_fen": 120, "kind": "exclusive", "receiver_id": "B"}, fund=1)
     assert await svc.ports.ledger.amount("A", "topup", "A:k") == 500
     assert await svc.ports.ledger.amount("A", "send", order_id) == -120
-    assert [await svc.ports.ledger.amount(*key) for key in [("B", "topup", "A:k"), ("A", "send", "A:k"), ("A", "topup", "A:x")]] == [None] * 3
+    assert [
+        await svc.ports.ledger.amount(*key)
+        for key in [("B", "topup", "A:k"), ("A", "send", "A:k"), ("A", "topup", "A:x")]
+    ] == [None] * 3
 
 
 async def test_pay_is_idempotent_and_checks_balance(backend: Embedded) -> None:
@@ -375,12 +381,17 @@ async def test_a_claimed_batch_of_credits_is_applied_once(backend: Embedded) -> 
     assert await svc.drain_credits() == 0
     assert await svc.ports.queue.depth(CREDIT_STREAM) == 0
     for user in users:
-        credits = sorted((e.ref, e.amount_fen) for e in await svc.ports.ledger.entries(user, 0, 10) if e.kind == "credit")
+        credits = sorted(
+            (e.ref, e.amount_fen) for e in await svc.ports.ledger.entries(user, 0, 10) if e.kind == "credit"
+        )
         mine = sorted((f"{o}:{u}", a) for (o, u), a in amounts.items() if u == user)
         assert credits == mine and await svc.ports.ledger.balance(user) == sum(a for _, a in mine)
-    assert all(r.credited for r in [*await svc.ports.packets.receipts(first), *await svc.ports.packets.receipts(second)])
+    assert all(
+        r.credited for r in [*await svc.ports.packets.receipts(first), *await svc.ports.packets.receipts(second)]
+    )
     assert sorted((e.data["order_id"], e.user_ids) for e in heard.named("credited")) == sorted(
-        (o, (u,)) for (o, u) in amounts if u not in ("u0", "u1", "u2") or o == second)
+        (o, (u,)) for (o, u) in amounts if u not in ("u0", "u1", "u2") or o == second
+    )
     assert await svc.reconcile(window_ms=0) == 0
 
 
@@ -399,7 +410,10 @@ async def test_list_rows_of_a_batch(backend: Embedded) -> None:
     now = svc.ports.clock.now_ms()
 
     async def rows(user: str, direction: str) -> list[tuple[str, int, bool]]:
-        return [(i.order_id, i.amount_fen, i.best_luck) for i in await svc.ports.lists.page(user, direction, 0, now + 1, 0, 20)]
+        return [
+            (i.order_id, i.amount_fen, i.best_luck)
+            for i in await svc.ports.lists.page(user, direction, 0, now + 1, 0, 20)
+        ]
 
     assert sorted(await rows("S", "sent")) == sorted([(done, 100, False), (half, 100, False)])
     assert await rows("A", "received") == [(done, 70, True)]

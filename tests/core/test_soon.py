@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from hongbao.core.soon import Later, Soon
 
 
@@ -14,7 +13,9 @@ async def test_steps_run_in_order_once_in_the_callback() -> None:
     loop = asyncio.get_running_loop()
     future: asyncio.Future[int] = loop.create_future()
     calls: list[str] = []
-    soon = Soon[int](future).then(lambda v: calls.append(f"a{v}") or v + 1).then(lambda v: calls.append(f"b{v}") or v * 10)
+    soon = (
+        Soon[int](future).then(lambda v: calls.append(f"a{v}") or v + 1).then(lambda v: calls.append(f"b{v}") or v * 10)
+    )
     seen: list[int] = []
     soon.add_done_callback(lambda s: seen.append(s.result()))
     with pytest.raises(asyncio.InvalidStateError):
@@ -31,10 +32,12 @@ async def test_an_error_skips_then_steps_and_reaches_outcome() -> None:
     for fail in ("reply", "step"):
         future: asyncio.Future[int] = loop.create_future()
         skipped: list[int] = []
-        soon = (Soon[int](future)
-                .then(lambda v: 1 // 0 if fail == "step" else v)
-                .then(lambda v: skipped.append(v) or v)
-                .outcome(lambda v, e: f"{type(e).__name__} {v}"))
+        soon = (
+            Soon[int](future)
+            .then(lambda v: 1 // 0 if fail == "step" else v)
+            .then(lambda v: skipped.append(v) or v)
+            .outcome(lambda v, e: f"{type(e).__name__} {v}")
+        )
         if fail == "reply":
             future.set_exception(ConnectionError("gone"))
         else:

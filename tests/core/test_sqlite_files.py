@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push_db import PUSH_DB_FILE, PUSH_SCHEMA_VERSION, open_push_db
 from hongbao.core.adapters.sqlite_schema import MOVED_OUT_V4, SCHEMA_VERSION
@@ -36,7 +35,10 @@ def test_new_files_each_hold_their_own_tables(tmp_path: Path) -> None:
     try:
         assert not any(name.startswith("t_push_") for name in tables(money.path))
         assert set(MOVED_OUT_V4) | {"t_meta", "t_queue", "t_push_head"} == tables(push.path)
-        assert (meta(money.path, "schema_version"), meta(push.path, "schema_version")) == (str(SCHEMA_VERSION), str(PUSH_SCHEMA_VERSION))
+        assert (meta(money.path, "schema_version"), meta(push.path, "schema_version")) == (
+            str(SCHEMA_VERSION),
+            str(PUSH_SCHEMA_VERSION),
+        )
         synchronous = [int(db.conn.execute("PRAGMA synchronous").fetchone()[0]) for db in (money, push)]
         assert synchronous == [2, 1]  # FULL, NORMAL
         assert push.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -69,15 +71,22 @@ def test_version_1_push_file_restarts_its_streams(tmp_path: Path) -> None:
         conn.execute("INSERT INTO t_meta VALUES ('schema_version', '1')")
         conn.execute("CREATE TABLE t_push_message (uid TEXT, offset INTEGER, created_at INTEGER, body BLOB)")
         conn.execute("CREATE INDEX t_push_message_age ON t_push_message (created_at)")
-        conn.execute("CREATE TABLE t_push_stream (uid TEXT PRIMARY KEY, epoch TEXT, last_offset INTEGER, acked INTEGER)")
-        conn.execute("CREATE TABLE t_push_session (uid TEXT PRIMARY KEY, sid TEXT, node TEXT, login_at INTEGER, active_at INTEGER)")
+        conn.execute(
+            "CREATE TABLE t_push_stream (uid TEXT PRIMARY KEY, epoch TEXT, last_offset INTEGER, acked INTEGER)"
+        )
+        conn.execute(
+            "CREATE TABLE t_push_session (uid TEXT PRIMARY KEY, sid TEXT, node TEXT, login_at INTEGER, active_at INTEGER)"
+        )
         conn.execute("INSERT INTO t_push_message VALUES ('u1', 1, 0, x'00')")
         conn.execute("INSERT INTO t_push_stream VALUES ('u1', 'old', 1, 0)")
         conn.execute("INSERT INTO t_push_session VALUES ('u1', 's1', 'n/1', 0, 0)")
     open_push_db(tmp_path).close()
     with sqlite3.connect(tmp_path / PUSH_DB_FILE) as conn:
         columns = [str(row[1]) for row in conn.execute("PRAGMA table_info(t_push_message)")]
-        counts = [conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("t_push_message", "t_push_stream", "t_push_session")]
+        counts = [
+            conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            for t in ("t_push_message", "t_push_stream", "t_push_session")
+        ]
     assert (columns, counts) == (["uid", "offset", "head_id"], [0, 0, 1])
     assert meta(tmp_path / PUSH_DB_FILE, "schema_version") == str(PUSH_SCHEMA_VERSION) == "2"
 

@@ -64,4 +64,3 @@ def wait_until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
     while not check():
         assert time.monotonic() < deadline, f"not true within {timeout_s} s"
         time.sleep(0.02)
-

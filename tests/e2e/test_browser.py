@@ -39,8 +39,10 @@ def _header(headers: dict[str, str], name: str) -> str | None:
 
 
 def _events(page: Page) -> list[dict[str, Any]]:
-    return [{"offset": int(li.get_attribute("data-offset") or 0), "event": li.get_attribute("data-event")}
-            for li in page.locator("#events li").all()]
+    return [
+        {"offset": int(li.get_attribute("data-offset") or 0), "event": li.get_attribute("data-event")}
+        for li in page.locator("#events li").all()
+    ]
 
 
 def test_demo_page_receives_an_event_with_the_token_as_subprotocol(push_server: Server, page: Page) -> None:
@@ -73,11 +75,14 @@ def test_js_client_resumes_from_its_cursor(push_server: Server, page: Page) -> N
     first one's offset and epoch receives exactly the two it missed, in order."""
     uid = "browser-resume"
     page.goto(f"{push_server.url}/v1/ws/demo")
-    page.evaluate(f"""token => {{
+    page.evaluate(
+        f"""token => {{
         window.got = [];
         window.first = new HongbaoPush({{token: () => token, onEvent: ev => got.push(ev.offset), {FAST}}});
         first.start();
-    }}""", push_server.token(uid))
+    }}""",
+        push_server.token(uid),
+    )
     page.wait_for_function("first.stats.connects === 1")
     push(push_server, uid, "credited", {"n": 1})
     push(push_server, uid, "credited", {"n": 2})
@@ -85,12 +90,15 @@ def test_js_client_resumes_from_its_cursor(push_server: Server, page: Page) -> N
     cursor = page.evaluate("(() => { first.close(); return [first.lastOffset, first.epoch]; })()")
     push(push_server, uid, "credited", {"n": 3})
     push(push_server, uid, "credited", {"n": 4})
-    page.evaluate(f"""([token, offset, epoch]) => {{
+    page.evaluate(
+        f"""([token, offset, epoch]) => {{
         window.later = [];
         window.second = new HongbaoPush({{token: () => token, offset, epoch, {FAST},
                                           onEvent: ev => later.push([ev.offset, ev.data.n])}});
         second.start();
-    }}""", [push_server.token(uid), *cursor])
+    }}""",
+        [push_server.token(uid), *cursor],
+    )
     page.wait_for_function("later.length === 2")
     assert page.evaluate("later") == [[3, 3], [4, 4]]
     assert cursor[0] == 2 and page.evaluate("[second.stats.resets, second.stats.acks]") == [0, 2]
@@ -102,12 +110,15 @@ def test_js_client_resets_on_a_lost_epoch(push_server: Server, page: Page) -> No
     uid = "browser-reset"
     push(push_server, uid, "refunded", {"n": 1})
     page.goto(f"{push_server.url}/v1/ws/demo")
-    page.evaluate(f"""token => {{
+    page.evaluate(
+        f"""token => {{
         window.resets = 0; window.got = [];
         window.c = new HongbaoPush({{token: () => token, offset: 5, epoch: "gone", {FAST},
                                      onReset: () => {{ resets += 1; }}, onEvent: ev => got.push([ev.offset, ev.epoch])}});
         c.start();
-    }}""", push_server.token(uid))
+    }}""",
+        push_server.token(uid),
+    )
     page.wait_for_function("got.length === 1")
     resets, got, epoch = page.evaluate("[resets, got, c.epoch]")
     assert resets == 1 and epoch not in (None, "gone") and got == [[1, epoch]]
@@ -136,13 +147,16 @@ def test_js_client_waits_out_a_503(make_server: Callable[..., Server], page: Pag
     client gets in."""
     server = make_server(extra_config="ws_rate_per_s = 0.5\nws_burst = 1\n")
     page.goto(f"{server.url}/v1/ws/demo")
-    result = page.evaluate(f"""([first, second]) => new Promise(resolve => {{
+    result = page.evaluate(
+        f"""([first, second]) => new Promise(resolve => {{
         const retries = [];
         const late = new HongbaoPush({{token: () => second, preflightAfter: 1, {FAST},
             onRetry: (n, delay, reason) => retries.push([n, delay, reason]),
             onState: state => {{ if (state === "open") resolve({{retries, stats: late.stats}}); }}}});
         new HongbaoPush({{token: () => first, onState: state => {{ if (state === "open") late.start(); }}}}).start();
-    }})""", [server.token("busy-1"), server.token("busy-2")])
+    }})""",
+        [server.token("busy-1"), server.token("busy-2")],
+    )
     assert result["stats"]["connects"] == 1 and result["stats"]["preflights"] >= 1
     assert result["retries"][0][1] >= 1000 and result["retries"][0][2] == "connect failed"
 
@@ -151,14 +165,17 @@ def test_js_client_stops_when_replaced(push_server: Server, page: Page) -> None:
     """Two page clients of one user: the newer takes over, the older is closed 4001 and stops with
     onStopped("replaced") instead of fighting back; the newer stays open."""
     page.goto(f"{push_server.url}/v1/ws/demo")
-    reason = page.evaluate(f"""token => new Promise(resolve => {{
+    reason = page.evaluate(
+        f"""token => new Promise(resolve => {{
         const older = new HongbaoPush({{token: () => token, {FAST}, onStopped: resolve,
             onState: state => {{ if (state === "open" && !window.newer) {{
                 window.newer = new HongbaoPush({{token: () => token, {FAST}}});
                 newer.start();
             }} }}}});
         older.start();
-    }})""", push_server.token("browser-twice"))
+    }})""",
+        push_server.token("browser-twice"),
+    )
     assert reason == "replaced"
     page.wait_for_function("newer.stats.connects === 1")
     page.wait_for_timeout(300)

@@ -11,15 +11,20 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-
-from hongbao.server.push_hub import TICK_S
 from hongbao.server.push_client import (
-    AuthenticationFailed, PushClient, PushEvent, Replaced, backoff_delay,
+    AuthenticationFailed,
+    PushClient,
+    PushEvent,
+    Replaced,
+    backoff_delay,
 )
+from hongbao.server.push_hub import TICK_S
+
 from tests.e2e.conftest import apush, until, ws_url
 from tests.e2e.proxy import Proxy
 from tests.server import flows
 from tests.server.conftest import Server
+
 
 def _client(server: Server, uid: str, got: list[PushEvent], url: str | None = None, **options: Any) -> PushClient:
     """A client of ``uid`` appending its events to ``got``, with fast backoff (0.05 s base, 0.4 s cap)."""
@@ -106,8 +111,9 @@ async def test_half_open_link_is_noticed_by_the_app_ping(push_server: Server, ev
     proxy = Proxy(int(push_server.url.rsplit(":", 1)[1]))
     port = await proxy.start()
     try:
-        async with _client(push_server, uid, got, url=f"ws://127.0.0.1:{port}/v1/ws",
-                           ping_interval_s=0.3, pong_timeout_s=0.2) as client:
+        async with _client(
+            push_server, uid, got, url=f"ws://127.0.0.1:{port}/v1/ws", ping_interval_s=0.3, pong_timeout_s=0.2
+        ) as client:
             await client.wait_connected()
             proxy.freeze()
             await until(lambda: proxy.links == 2, timeout_s=5)  # the app ping found the link dead
@@ -129,8 +135,9 @@ async def test_topics_are_subscribed_again_after_a_reconnect(push_server: Server
     proxy = Proxy(int(push_server.url.rsplit(":", 1)[1]))
     port = await proxy.start()
     try:
-        async with _client(push_server, f"reader-{event_loop_kind}", got, url=f"ws://127.0.0.1:{port}/v1/ws",
-                           topics=(topic,)) as client:
+        async with _client(
+            push_server, f"reader-{event_loop_kind}", got, url=f"ws://127.0.0.1:{port}/v1/ws", topics=(topic,)
+        ) as client:
             await until(lambda: topic in client.subscribed)
             await apush(push_server, topic, "notice", {"n": 1}, to="topic")
             await until(lambda: len(got) == 1)
@@ -154,8 +161,9 @@ async def test_expired_token_reconnects_at_once_with_a_fresh_one(push_server: Se
         minted.append(server.token(uid, ttl_s=2 if not minted else 3600))
         return minted[-1]
 
-    client = PushClient(ws_url(server), provider, on_event=got.append, on_retry=lambda *a: retries.append(a),
-                        stable_after_s=0.5)
+    client = PushClient(
+        ws_url(server), provider, on_event=got.append, on_retry=lambda *a: retries.append(a), stable_after_s=0.5
+    )
     async with client:
         await until(lambda: client.stats.connects == 2, timeout_s=8)
         await apush(server, uid, "credited", {"n": 1})
@@ -183,9 +191,16 @@ async def test_backoff_grows_with_full_jitter_within_bounds(push_server: Server,
     """Retries against a server that refuses the token wait uniform(0, min(cap, base * 2**n)): each delay
     is within its bound, they are the seeded sequence, and the client gives up after max_auth_failures."""
     delays: list[tuple[int, float]] = []
-    client = PushClient(ws_url(push_server), lambda: "not-a-jwt", on_event=lambda _e: None,
-                        on_retry=lambda n, d, _r: delays.append((n, d)), backoff_base_s=0.01, backoff_cap_s=0.08,
-                        max_auth_failures=7, rng=random.Random(7))
+    client = PushClient(
+        ws_url(push_server),
+        lambda: "not-a-jwt",
+        on_event=lambda _e: None,
+        on_retry=lambda n, d, _r: delays.append((n, d)),
+        backoff_base_s=0.01,
+        backoff_cap_s=0.08,
+        max_auth_failures=7,
+        rng=random.Random(7),
+    )
     with pytest.raises(AuthenticationFailed):
         await client.run()
     expected = random.Random(7)
@@ -241,8 +256,9 @@ async def test_a_newer_connection_replaces_the_older(push_server: Server, event_
     assert first.stats.connects == 1 and first_got == [] and second.stats.connects == 1
 
 
-async def test_debug_log_never_shows_the_token(push_server: Server, event_loop_kind: str,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+async def test_debug_log_never_shows_the_token(
+    push_server: Server, event_loop_kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """With the websockets library's handshake logged at DEBUG, the subprotocol header line shows
     ``bearer, <redacted>`` and the token appears in no client log record."""
     uid = f"quiet-{event_loop_kind}"

@@ -55,7 +55,9 @@ def run(pieces: list[bytes], limits: tuple[int, int, int]) -> tuple[list[tuple[o
     try:
         for piece in [*pieces, b""]:  # the last feed raises an error found after a complete request
             for r in parser.feed(piece):
-                got.append((r.method, r.target, r.path, r.query, r.version, r.headers, r.body, r.keep_alive, r.websocket))
+                got.append(
+                    (r.method, r.target, r.path, r.query, r.version, r.headers, r.body, r.keep_alive, r.websocket)
+                )
     except HttpParseError as e:
         if e.status not in STATUSES or parser.state != "failed" or parser.pending_bytes != 0:
             raise AssertionError(f"bad error state: {e.status} {parser.state} {parser.pending_bytes}") from e

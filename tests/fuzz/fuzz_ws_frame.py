@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 with atheris.instrument_imports():
     import hongbao_native as hn
+
     from tests.reference import ws_frame as ref
 
 OPCODES = (0, 1, 2, 8, 9, 10)

@@ -16,7 +16,9 @@ import pytest
 from tests.integration import redis_servers
 from tests.integration.mariadb import mariadb  # noqa: F401  (the MariaDB server fixture)
 from tests.integration.redis_nodes import RedisNodes
-from tests.integration.redis_servers import RedisTarget as RedisTarget  # re-exported: some test modules import it from here
+from tests.integration.redis_servers import (
+    RedisTarget as RedisTarget,
+)  # re-exported: some test modules import it from here
 
 
 @pytest.fixture(scope="session")

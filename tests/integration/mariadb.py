@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import asyncmy
 import hongbao_native
 import pytest
-
 from hongbao.bench.http.run import free_port, terminate
 from hongbao.core.adapters.mysql_db import Layout, MysqlShards, connect_args, parse_dsn
 from hongbao.core.adapters.mysql_schema import migrate
@@ -38,10 +37,19 @@ if TYPE_CHECKING:
 USER, PASSWORD = "hongbao", "hongbao-test"
 READY_TIMEOUT_S = 30.0
 _TEST_SETTINGS = (
-    "--innodb-flush-log-at-trx-commit=0", "--sync-binlog=0", "--skip-log-bin", "--innodb-doublewrite=0",
-    "--innodb-file-per-table=0", "--innodb-buffer-pool-size=128M", "--innodb-log-file-size=64M",
-    "--innodb-flush-method=nosync", "--max-connections=1000", "--skip-name-resolve",
-    "--innodb-lock-wait-timeout=20", "--character-set-server=utf8mb4", "--collation-server=utf8mb4_bin",
+    "--innodb-flush-log-at-trx-commit=0",
+    "--sync-binlog=0",
+    "--skip-log-bin",
+    "--innodb-doublewrite=0",
+    "--innodb-file-per-table=0",
+    "--innodb-buffer-pool-size=128M",
+    "--innodb-log-file-size=64M",
+    "--innodb-flush-method=nosync",
+    "--max-connections=1000",
+    "--skip-name-resolve",
+    "--innodb-lock-wait-timeout=20",
+    "--character-set-server=utf8mb4",
+    "--collation-server=utf8mb4_bin",
     "--max-prepared-stmt-count=200000",
 )
 
@@ -49,8 +57,11 @@ _TEST_SETTINGS = (
 def _binary(name: str) -> str:
     path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin")
     if path is None:
-        pytest.fail(f"{name} not found: the integration tests need a real MariaDB server "
-                    "(apt-get install mariadb-server; .ci/run installs it)", pytrace=False)
+        pytest.fail(
+            f"{name} not found: the integration tests need a real MariaDB server "
+            "(apt-get install mariadb-server; .ci/run installs it)",
+            pytrace=False,
+        )
     return path
 
 
@@ -84,24 +95,47 @@ class MariaDb:
             return
         self.base.mkdir(parents=True, exist_ok=True)
         out = subprocess.run(
-            [_binary("mariadb-install-db"), "--no-defaults", f"--datadir={data}", "--user=root",
-             "--auth-root-authentication-method=normal", "--skip-test-db", "--innodb-file-per-table=0"],
-            capture_output=True, text=True, check=False)
+            [
+                _binary("mariadb-install-db"),
+                "--no-defaults",
+                f"--datadir={data}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--innodb-file-per-table=0",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if out.returncode != 0:
             pytest.fail(f"mariadb-install-db failed ({out.returncode}):\n{out.stdout}\n{out.stderr}", pytrace=False)
         (self.base / "init.sql").write_text(
             f"CREATE USER IF NOT EXISTS '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}';\n"
-            f"GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'127.0.0.1';\n")
+            f"GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'127.0.0.1';\n"
+        )
 
     def start(self) -> None:
         """Start mariadbd and wait until it greets a client; fails the test with its log if not."""
         self.install()
         self.process = subprocess.Popen(
-            [_binary("mariadbd"), "--no-defaults", "--user=root", f"--datadir={self.base / 'data'}",
-             f"--socket={self.base / 'sock'}", f"--port={self.port}", "--bind-address=127.0.0.1",
-             f"--pid-file={self.base / 'mariadbd.pid'}", f"--log-error={self.base / 'error.log'}",
-             f"--init-file={self.base / 'init.sql'}", f"--tmpdir={self.base}", *_TEST_SETTINGS],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                _binary("mariadbd"),
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={self.base / 'data'}",
+                f"--socket={self.base / 'sock'}",
+                f"--port={self.port}",
+                "--bind-address=127.0.0.1",
+                f"--pid-file={self.base / 'mariadbd.pid'}",
+                f"--log-error={self.base / 'error.log'}",
+                f"--init-file={self.base / 'init.sql'}",
+                f"--tmpdir={self.base}",
+                *_TEST_SETTINGS,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self._greets():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -139,8 +173,11 @@ async def _empty(dsn: str, layout: Layout) -> None:
         async with conn.cursor() as cur:
             for db in range(layout.n_dbs):
                 name = layout.db_name(db)
-                await cur.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema IN (%s, %s) "
-                                  "AND table_name <> 't_meta'", (name, layout.cold_name(db)))
+                await cur.execute(
+                    "SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema IN (%s, %s) "
+                    "AND table_name <> 't_meta'",
+                    (name, layout.cold_name(db)),
+                )
                 for schema, table in await cur.fetchall():
                     await cur.execute(f"DELETE FROM `{schema}`.`{table}`")
                 await cur.execute(f"DELETE FROM `{name}`.t_meta WHERE name LIKE 'flag:%'")
@@ -160,8 +197,13 @@ SERVICE_LAYOUT = Layout(2, 2, prefix="svc_")
 
 
 @pytest.fixture
-def make_backend(mariadb: MariaDb, service_redis: RedisTarget, clock: ManualClock, admission: hongbao_native.AdmissionTable,
-                 loop_cleanups: list[Any]) -> Callable[..., Production]:
+def make_backend(
+    mariadb: MariaDb,
+    service_redis: RedisTarget,
+    clock: ManualClock,
+    admission: hongbao_native.AdmissionTable,
+    loop_cleanups: list[Any],
+) -> Callable[..., Production]:
     """One more worker's production backend on the same MariaDB shards (2 x 2, emptied first),
     admission table and ``service_redis`` (emptied first; each backend its own queue consumer)."""
     layout = migrated(mariadb, SERVICE_LAYOUT)
@@ -171,7 +213,9 @@ def make_backend(mariadb: MariaDb, service_redis: RedisTarget, clock: ManualCloc
     def make(**kwargs: Any) -> Production:
         redis = Pipelines(redis_client(service_redis.url, cluster=service_redis.cluster))
         queue = RedisQueue(redis, f"worker-{next(made)}")
-        backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, queue, clock=clock, redis=redis, **kwargs)
+        backend = open_mysql(
+            MysqlShards(mariadb.dsn, layout, pool_size=4), admission, queue, clock=clock, redis=redis, **kwargs
+        )
         loop_cleanups.append(backend.aclose)
         return backend
 

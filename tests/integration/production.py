@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from hongbao.core.adapters.mysql_db import Layout
+
 from tests.integration.mariadb import MariaDb, migrated
 from tests.server.conftest import Server, start_server
 
@@ -19,13 +20,23 @@ def production_config(mariadb: MariaDb, redis_url: str, *, cluster: bool = False
     """The TOML of a production server on ``mariadb`` (SERVE_LAYOUT) and the Redis at ``redis_url``
     (a node of a Redis Cluster when ``cluster``); ``pool_size``: connections per database per worker."""
     layout = SERVE_LAYOUT
-    return (f'backend = "production"\nmysql_dsn = "{mariadb.dsn}"\nmysql_prefix = "{layout.prefix}"\n'
-            f'mysql_dbs = {layout.n_dbs}\nmysql_tables = {layout.n_tables}\nmysql_pool_size = {pool_size}\n'
-            f'redis_url = "{redis_url}"\nredis_cluster = {str(cluster).lower()}\n')
+    return (
+        f'backend = "production"\nmysql_dsn = "{mariadb.dsn}"\nmysql_prefix = "{layout.prefix}"\n'
+        f"mysql_dbs = {layout.n_dbs}\nmysql_tables = {layout.n_tables}\nmysql_pool_size = {pool_size}\n"
+        f'redis_url = "{redis_url}"\nredis_cluster = {str(cluster).lower()}\n'
+    )
 
 
-def start_production(directory: Path, mariadb: MariaDb, redis_url: str, *, cluster: bool = False, workers: int = 2,
-                     pool_size: int = 4, extra_config: str = "") -> Server:
+def start_production(
+    directory: Path,
+    mariadb: MariaDb,
+    redis_url: str,
+    *,
+    cluster: bool = False,
+    workers: int = 2,
+    pool_size: int = 4,
+    extra_config: str = "",
+) -> Server:
     """Empty SERVE_LAYOUT's shards (migrated on first use), then start a production server with
     ``workers`` workers in ``directory`` (``extra_config``: more TOML lines). Raises RuntimeError
     when it does not become ready."""
@@ -37,7 +48,19 @@ def start_production(directory: Path, mariadb: MariaDb, redis_url: str, *, clust
 def audit_cli(server: Server, *flags: str) -> str:
     """``hongbao audit`` of the shards ``server`` was configured with (a fresh process, as an
     operator runs it; ``flags`` such as ``--not-drained``): asserts exit 0 and returns the report."""
-    done = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "--config", str(server.data_dir / "hongbao.toml"),
-                           "audit", *flags], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hongbao.server.cli",
+            "--config",
+            str(server.data_dir / "hongbao.toml"),
+            "audit",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout

@@ -18,9 +18,9 @@ from urllib.parse import urlencode
 import httpx
 import orjson
 import websockets
+from hongbao.server.auth import mint
 from websockets.asyncio.client import ClientConnection
 
-from hongbao.server.auth import mint
 from tests.integration.redis_servers import RedisTarget
 from tests.server.conftest import Server, finish_server, start_server
 
@@ -46,10 +46,13 @@ class RedisNodes:
     def start(self, *names: str, extra_config: str = "") -> list[Server]:
         """Nodes ``names`` (push node ids ``name/<pid>``) on the shared Redis, started in parallel
         (a start takes seconds on a busy machine)."""
+
         def one(name: str) -> Server:
-            config = (f'redis_url = "{self.target.url}"\nredis_cluster = {str(self.target.cluster).lower()}\n'
-                      f'jwt_secret = "{JWT_SECRET}"\ninternal_secret = "{INTERNAL_SECRET}"\nnode_name = "{name}"\n'
-                      f"push_node_ttl_s = {NODE_TTL_S}\n{extra_config}")
+            config = (
+                f'redis_url = "{self.target.url}"\nredis_cluster = {str(self.target.cluster).lower()}\n'
+                f'jwt_secret = "{JWT_SECRET}"\ninternal_secret = "{INTERNAL_SECRET}"\nnode_name = "{name}"\n'
+                f"push_node_ttl_s = {NODE_TTL_S}\n{extra_config}"
+            )
             return start_server(self.tmp_path / name, 1, config)
 
         with ThreadPoolExecutor(len(names)) as pool:
@@ -120,8 +123,9 @@ def _children(pid: int) -> list[int]:
 
 def admin(server: Server) -> httpx.AsyncClient:
     """An admin HTTP client of ``server``."""
-    return httpx.AsyncClient(base_url=server.url, headers={"authorization": f"Bearer {token('admin', admin=True)}"},
-                             timeout=30, verify=False)
+    return httpx.AsyncClient(
+        base_url=server.url, headers={"authorization": f"Bearer {token('admin', admin=True)}"}, timeout=30, verify=False
+    )
 
 
 async def push(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
@@ -132,15 +136,17 @@ async def push(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
     return answer
 
 
-async def connect(server: Server, uid: str, offset: int | None = None, epoch: str | None = None,
-                  **kwargs: Any) -> ClientConnection:
+async def connect(
+    server: Server, uid: str, offset: int | None = None, epoch: str | None = None, **kwargs: Any
+) -> ClientConnection:
     """A WebSocket client of ``uid`` (token as the ``bearer`` subprotocol), resuming at
     (``offset``, ``epoch``) when given; no keepalive pings unless asked."""
     query = {k: str(v) for k, v in (("offset", offset), ("epoch", epoch)) if v is not None}
     url = server.url.replace("http://", "ws://") + "/v1/ws" + (f"?{urlencode(query)}" if query else "")
     kwargs.setdefault("ping_interval", None)
-    return await websockets.connect(url, subprotocols=[websockets.Subprotocol("bearer"), websockets.Subprotocol(token(uid))],
-                                    **kwargs)
+    return await websockets.connect(
+        url, subprotocols=[websockets.Subprotocol("bearer"), websockets.Subprotocol(token(uid))], **kwargs
+    )
 
 
 async def receive(ws: ClientConnection, count: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
-
 from hongbao.core.adapters.redis_client import RedisClient, redis_client
 
 READY_TIMEOUT_S = 20.0
@@ -73,15 +72,23 @@ class RedisTarget:
 
     def cli(self, *args: str, port: int | None = None) -> str:
         """Run ``redis-cli`` against a node; returns its output."""
-        return subprocess.run(["redis-cli", "-p", str(port or self.ports[0]), *args],
-                              check=True, capture_output=True, text=True, timeout=30).stdout
+        return subprocess.run(
+            ["redis-cli", "-p", str(port or self.ports[0]), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
 
 
 def _require(program: str) -> str:
     path = shutil.which(program)
     if path is None:
-        pytest.fail(f"{program} is not installed: the integration tests start a real Redis; "
-                    f"install Debian's redis-server package (apt-get install redis-server)", pytrace=False)
+        pytest.fail(
+            f"{program} is not installed: the integration tests start a real Redis; "
+            f"install Debian's redis-server package (apt-get install redis-server)",
+            pytrace=False,
+        )
     return path
 
 
@@ -108,8 +115,24 @@ def free_ports(count: int) -> list[int]:
 
 def _start_server(directory: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
     directory.mkdir(parents=True, exist_ok=True)
-    command = [_require("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
-               "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(directory / "redis.log"), *extra]
+    command = [
+        _require("redis-server"),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(directory),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--logfile",
+        str(directory / "redis.log"),
+        *extra,
+    ]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -118,8 +141,11 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], directory: Path) -> 
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"redis-server on port {port} exited with {process.returncode}:\n"
-                        f"{(directory / 'redis.log').read_text(errors='replace')}", pytrace=False)
+            pytest.fail(
+                f"redis-server on port {port} exited with {process.returncode}:\n"
+                f"{(directory / 'redis.log').read_text(errors='replace')}",
+                pytrace=False,
+            )
         try:
             with redis.Redis(host="127.0.0.1", port=port, socket_timeout=1) as client:
                 if client.ping():
@@ -170,8 +196,16 @@ def cluster_node(root: Path, port: int) -> subprocess.Popen[bytes]:
     """A cluster-enabled redis-server on ``port``, its files and nodes.conf in ``root/<port>``: a
     node of :func:`cluster`, or one of them started again after a stop (it rejoins with its slots,
     empty). Not waited for (see :func:`wait_ready`)."""
-    return _start_server(root / str(port), port, "--cluster-enabled", "yes", "--cluster-config-file",
-                         str(root / str(port) / "nodes.conf"), "--cluster-node-timeout", "2000")
+    return _start_server(
+        root / str(port),
+        port,
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        str(root / str(port) / "nodes.conf"),
+        "--cluster-node-timeout",
+        "2000",
+    )
 
 
 @contextlib.contextmanager
@@ -183,8 +217,20 @@ def cluster(root: Path) -> Iterator[RedisTarget]:
     try:
         for port, process in zip(ports, processes):
             wait_ready(port, process, root / str(port))
-        create = subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{port}" for port in ports),
-                                 "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, text=True, timeout=60)
+        create = subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{port}" for port in ports),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if create.returncode != 0:
             pytest.fail(f"redis-cli --cluster create failed:\n{create.stdout}\n{create.stderr}", pytrace=False)
         target = RedisTarget(f"redis://127.0.0.1:{ports[0]}", True, tuple(ports), tuple(p.pid for p in processes))

@@ -6,6 +6,7 @@ import asyncio
 
 from hongbao.bench.mysql_hot import compare
 from hongbao.core.adapters.mysql_db import Layout
+
 from tests.integration.mariadb import MariaDb, migrated
 
 
@@ -16,5 +17,7 @@ def test_batched_opens_beat_one_transaction_per_open(mariadb: MariaDb) -> None:
     assert batched.correct and single.correct
     assert batched.opens == single.opens == 300
     ratio = batched.opens_per_s / single.opens_per_s
-    print(f"hot packet: batched {batched.opens_per_s:.0f} opens/s, per open {single.opens_per_s:.0f} opens/s, {ratio:.1f}x")
+    print(
+        f"hot packet: batched {batched.opens_per_s:.0f} opens/s, per open {single.opens_per_s:.0f} opens/s, {ratio:.1f}x"
+    )
     assert ratio >= 3, (batched, single)

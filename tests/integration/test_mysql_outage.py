@@ -10,19 +10,22 @@ from hongbao.bench.audit import audit_mysql
 from hongbao.core import errors
 from hongbao.core.adapters.mysql_db import BREAKER_S
 from hongbao.core.production import Production
+
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.core.test_service import _drain, _group
 from tests.integration.mariadb import MariaDb, backend, make_backend  # noqa: F401  (fixtures)
 
 
-async def test_outage_fails_fast_and_heals(mariadb: MariaDb, backend: Production) -> None:  # noqa: F811
+async def test_outage_fails_fast_and_heals(mariadb: MariaDb, backend: Production) -> None:
     """Opens keep coming while MariaDB stops: each fails in milliseconds with a 503; after the restart they succeed and the books balance."""
     svc = backend.service
     users = [f"u{i:02}" for i in range(40)]
     await _group(svc, "g", ["S", *users])
     await svc.topup("S", 9000, "fund")
-    orders = [(await svc.pay("S", (await svc.send("S", {"count": 30, "total_fen": 3000, "group_id": "g"}))[0])).order_id
-              for _ in range(3)]
+    orders = [
+        (await svc.pay("S", (await svc.send("S", {"count": 30, "total_fen": 3000, "group_id": "g"}))[0])).order_id
+        for _ in range(3)
+    ]
     stopping = asyncio.ensure_future(asyncio.to_thread(mariadb.stop))
     seen: set[str] = set()
 

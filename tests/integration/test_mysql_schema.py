@@ -10,13 +10,13 @@ from typing import Any
 
 import asyncmy
 import pytest
-
 from hongbao.bench.audit import audit_mysql
 from hongbao.core.adapters.mysql_cold import DAY_MS, move_cold
 from hongbao.core.adapters.mysql_db import connect_args, parse_dsn
 from hongbao.core.clock import ManualClock
 from hongbao.core.production import Production
 from hongbao.server.cli import main as cli_main
+
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.core.test_service import _group, _paid
 from tests.integration.mariadb import MariaDb, make_backend  # noqa: F401  (fixture)
@@ -40,13 +40,20 @@ async def _sql(server: MariaDb, sql: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
-def test_migrate_is_idempotent_and_refuses_another_layout(mariadb: MariaDb, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_migrate_is_idempotent_and_refuses_another_layout(
+    mariadb: MariaDb, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """4 x 4: every table created once, a rerun creates none and keeps rows; 2 x 2 on it and a newer schema are refused."""
     config, dsn = _config(tmp_path, "mig_"), mariadb.dsn
     assert cli_main(["migrate", "--config", str(config), "--mysql-dsn", dsn]) == 0
     assert capsys.readouterr().out.strip().endswith(f"{4 * TABLES_PER_DB} tables created")
-    counts = asyncio.run(_sql(mariadb, "SELECT table_schema, COUNT(*) FROM information_schema.tables "
-                                       "WHERE table_schema LIKE 'mig\\_db\\___' GROUP BY table_schema ORDER BY 1"))
+    counts = asyncio.run(
+        _sql(
+            mariadb,
+            "SELECT table_schema, COUNT(*) FROM information_schema.tables "
+            "WHERE table_schema LIKE 'mig\\_db\\___' GROUP BY table_schema ORDER BY 1",
+        )
+    )
     assert counts == [(f"mig_db_{i:02}", TABLES_PER_DB) for i in range(4)]
     asyncio.run(_sql(mariadb, "INSERT INTO mig_db_02.t_account_03 (user_id, balance_fen) VALUES ('kept', 7)"))
     assert cli_main(["migrate", "--config", str(config), "--mysql-dsn", dsn]) == 0
@@ -59,7 +66,9 @@ def test_migrate_is_idempotent_and_refuses_another_layout(mariadb: MariaDb, tmp_
     assert "newer than this hongbao" in capsys.readouterr().err
 
 
-def test_migrate_needs_a_dsn(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_migrate_needs_a_dsn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without --mysql-dsn (or HONGBAO_MYSQL_DSN) migrate exits 2 (it cannot run) and says what to give."""
     monkeypatch.delenv("HONGBAO_MYSQL_DSN", raising=False)
     assert cli_main(["migrate", "--config", str(_config(tmp_path, "none_"))]) == 2
@@ -84,7 +93,9 @@ async def _world(svc_backend: Production, clock: ManualClock) -> tuple[str, str,
     return done, left, active
 
 
-async def test_audit_and_cold_move(mariadb: MariaDb, make_backend: Callable[..., Production], clock: ManualClock) -> None:  # noqa: F811
+async def test_audit_and_cold_move(
+    mariadb: MariaDb, make_backend: Callable[..., Production], clock: ManualClock
+) -> None:
     """The audit passes on honest shards and names money made; the cold move takes only closed old packets and the books still balance."""
     backend = make_backend()
     layout = backend.shards.layout
@@ -102,6 +113,8 @@ async def test_audit_and_cold_move(mariadb: MariaDb, make_backend: Callable[...,
     report = await audit_mysql(mariadb.dsn, layout)
     assert report.ok and report.counts["packets"] == 3, report.lines()
     db, t = layout.key_shard("B")
-    await _sql(mariadb, f"UPDATE {layout.db_name(db)}.t_account_{t:02} SET balance_fen = balance_fen + 1 WHERE user_id = 'B'")
+    await _sql(
+        mariadb, f"UPDATE {layout.db_name(db)}.t_account_{t:02} SET balance_fen = balance_fen + 1 WHERE user_id = 'B'"
+    )
     violations = (await audit_mysql(mariadb.dsn, layout)).violations
     assert any("money made or lost" in v for v in violations) and any("B: balance" in v for v in violations)

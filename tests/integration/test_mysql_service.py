@@ -10,11 +10,11 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
-
 from hongbao.core import errors
 from hongbao.core.clock import ManualClock
 from hongbao.core.packet import Status
 from hongbao.core.production import Production
+
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
 from tests.integration.mariadb import backend, make_backend  # noqa: F401  (fixtures)
@@ -22,8 +22,13 @@ from tests.integration.redis_servers import RedisTarget
 
 # On Redis a lapsed pre-order is dropped by its key's TTL, not by the next send: that case is
 # test_lapsed_pre_order_key_expires in tests/integration/test_redis_money.py.
-globals().update({name: test for name, test in vars(suite).items()
-                  if name.startswith("test_") and name != "test_lapsed_pre_orders_are_dropped"})
+globals().update(
+    {
+        name: test
+        for name, test in vars(suite).items()
+        if name.startswith("test_") and name != "test_lapsed_pre_orders_are_dropped"
+    }
+)
 
 DAY_MS = suite.DAY_MS
 
@@ -42,25 +47,34 @@ async def test_hot_packet_300_openers_on_two_workers(make_backend: Callable[...,
     users = [f"u{i:03}" for i in range(300)]
     await suite._group(svc, "g", ["S", *users])
     order_id = await suite._paid(svc, "S", {"count": 100, "total_fen": 20000, "group_id": "g"}, fund=20000)
-    outcomes = await asyncio.gather(*(workers[i % 2].service.open(u, order_id) for i, u in enumerate(users)), return_exceptions=True)
+    outcomes = await asyncio.gather(
+        *(workers[i % 2].service.open(u, order_id) for i, u in enumerate(users)), return_exceptions=True
+    )
     winners = {u: o[0].amount_fen for u, o in zip(users, outcomes) if isinstance(o, tuple)}
     assert len(winners) == 100 and sum(winners.values()) == 20000 and min(winners.values()) >= 1
     assert all(isinstance(o, errors.Finished) for o in outcomes if not isinstance(o, tuple))
     receipts = await svc.ports.packets.receipts(order_id)
     assert {r.user_id: r.amount_fen for r in receipts} == winners
     packet = await svc.ports.packets.get_packet(order_id)
-    assert packet is not None and (packet.status, packet.remaining_fen, packet.remaining_count) == (Status.FINISHED, 0, 0)
+    assert packet is not None and (packet.status, packet.remaining_fen, packet.remaining_count) == (
+        Status.FINISHED,
+        0,
+        0,
+    )
     best = max(receipts, key=lambda r: r.amount_fen).amount_fen
     assert await svc.ports.packets.best_luck(order_id) == next(r.user_id for r in receipts if r.amount_fen == best)
 
 
-async def test_refunds_race_on_three_workers(make_backend: Callable[..., Production], clock: ManualClock) -> None:  # noqa: F811
+async def test_refunds_race_on_three_workers(make_backend: Callable[..., Production], clock: ManualClock) -> None:
     """M-11: twelve expired packets, the refund job on 3 workers at once: each refunded exactly once, to its sender."""
     workers = [make_backend() for _ in range(3)]
     svc = workers[0].service
     senders = [f"s{i}" for i in range(12)]
     await suite._group(svc, "g", ["B", *senders])
-    orders = [await suite._paid(svc, s, {"count": 3, "total_fen": 90 + i, "group_id": "g"}, fund=90 + i) for i, s in enumerate(senders)]
+    orders = [
+        await suite._paid(svc, s, {"count": 3, "total_fen": 90 + i, "group_id": "g"}, fund=90 + i)
+        for i, s in enumerate(senders)
+    ]
     for order_id in orders[::2]:
         await svc.open("B", order_id)
     clock.advance_ms(DAY_MS)
@@ -73,4 +87,6 @@ async def test_refunds_race_on_three_workers(make_backend: Callable[..., Product
         refunds = [e for e in await svc.ports.ledger.entries(sender, 0, 10) if e.kind == "refund"]
         assert [e.amount_fen for e in refunds] == [total - opened[order_id]]
         packet = await svc.ports.packets.get_packet(order_id)
-        assert packet is not None and packet.status is Status.REFUNDED and packet.refunded_fen == total - opened[order_id]
+        assert (
+            packet is not None and packet.status is Status.REFUNDED and packet.refunded_fen == total - opened[order_id]
+        )

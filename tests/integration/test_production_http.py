@@ -23,16 +23,20 @@ from typing import Any
 import orjson
 import pytest
 import uvloop
-
 from hongbao.bench.audit import audit_mysql
+
 from tests.integration.mariadb import MariaDb, migrated
 from tests.integration.production import SERVE_LAYOUT, production_config
 from tests.integration.redis_servers import RedisTarget
 from tests.server import flows, test_money_cases, test_story
 from tests.server.conftest import Server, start_server, stop_server
 
-LEFT_OUT = {"test_m08_one_user_opens_fifty_times_at_once", "test_m09_no_oversell_with_a_thousand_openers",
-            "test_m23_every_receipt_is_credited_exactly_once", "test_m18_amounts_are_not_predictable"}
+LEFT_OUT = {
+    "test_m08_one_user_opens_fifty_times_at_once",
+    "test_m09_no_oversell_with_a_thousand_openers",
+    "test_m23_every_receipt_is_credited_exactly_once",
+    "test_m18_amounts_are_not_predictable",
+}
 ON_BOTH = {"test_full_story"}
 
 
@@ -48,8 +52,14 @@ def _once(test: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-globals().update({name: _once(test) for module in (test_story, test_money_cases) for name, test in vars(module).items()
-                  if name.startswith("test_") and name not in LEFT_OUT})
+globals().update(
+    {
+        name: _once(test)
+        for module in (test_story, test_money_cases)
+        for name, test in vars(module).items()
+        if name.startswith("test_") and name not in LEFT_OUT
+    }
+)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -100,10 +110,18 @@ def test_pipelined_grabs_on_redis_answer_in_order(server: Server) -> None:
     group_id = flows.group(server, "S", ["A", "B"])
     order_id = flows.paid_packet(server, "S", {"count": 2, "total_fen": 200, "group_id": group_id}, fund_fen=200)
     opened = flows.ok(server.client("A").post(f"/v1/packets/{order_id}/open"))
-    assert flows.ok(server.client("B").post(f"/v1/packets/{order_id}/grab")) == {"status": "ok"}  # B's membership cached
+    assert flows.ok(server.client("B").post(f"/v1/packets/{order_id}/grab")) == {
+        "status": "ok"
+    }  # B's membership cached
     auth = {user: f"Authorization: Bearer {server.token(user)}\r\n" for user in ("A", "B")}
-    grab = {user: f"POST /v1/packets/{order_id}/grab HTTP/1.1\r\nHost: x\r\n{auth[user]}Content-Length: 0\r\n\r\n" for user in auth}
-    healthz, balance = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", f"GET /v1/balance HTTP/1.1\r\nHost: x\r\n{auth['B']}\r\n"
+    grab = {
+        user: f"POST /v1/packets/{order_id}/grab HTTP/1.1\r\nHost: x\r\n{auth[user]}Content-Length: 0\r\n\r\n"
+        for user in auth
+    }
+    healthz, balance = (
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        f"GET /v1/balance HTTP/1.1\r\nHost: x\r\n{auth['B']}\r\n",
+    )
     answers = flows.pipelined(server, [grab["B"], healthz, grab["B"], balance, grab["A"], grab["B"], healthz])
     assert [status for status, _ in answers] == [200] * 7
     assert answers[0][1] == answers[2][1] == answers[5][1] == b'{"status":"ok"}'

@@ -7,9 +7,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
-
 from hongbao.bench.audit import audit_mysql
 from hongbao.server.cli import main as cli_main
+
 from tests.integration.conftest import RedisTarget
 from tests.integration.mariadb import MariaDb
 from tests.integration.production import SERVE_LAYOUT, start_production
@@ -65,7 +65,6 @@ def test_production_backend_over_http(mariadb: MariaDb, redis_standalone: RedisT
     assert status == 0 and "Traceback" not in server.log(), server.log()
     report = asyncio.run(audit_mysql(mariadb.dsn, SERVE_LAYOUT))
     assert report.ok and report.counts["packets"] == 2 and report.counts["receipts"] == 51, report.lines()
-
 
 
 def test_production_needs_its_services(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,11 +10,11 @@ from collections.abc import Callable
 
 import orjson
 import pytest
-
 from hongbao.core.clock import ManualClock
 from hongbao.core.ports import LedgerEntry
 from hongbao.core.production import Production
 from hongbao.core.service import CREDIT_STREAM, CreditingMode
+
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.integration.mariadb import make_backend  # noqa: F401  (fixture)
@@ -30,8 +30,10 @@ def service_redis(request: pytest.FixtureRequest) -> RedisTarget:
     return target
 
 
-async def test_m23_credit_worker_dies_before_its_acks(make_backend: Callable[..., Production],  # noqa: F811
-                                                      clock: ManualClock) -> None:  # noqa: F811
+async def test_m23_credit_worker_dies_before_its_acks(
+    make_backend: Callable[..., Production],
+    clock: ManualClock,
+) -> None:
     """M-23: worker one dies after crediting (one even before marking the receipt), unacked; worker two reclaims: each receipt credited once, a lost message is reconciled."""
     one, two = make_backend(), make_backend()
     for worker in (one, two):
@@ -49,7 +51,9 @@ async def test_m23_credit_worker_dies_before_its_acks(make_backend: Callable[...
     for message in bodies[:3]:  # ledger written and receipt marked, then the worker dies before acking
         assert await svc.credit(message["o"], message["u"])
     ledger_only = bodies[3]["u"]  # dies between the ledger write and the receipt's mark
-    await svc.ports.ledger.post(LedgerEntry(ledger_only, "credit", f"{order_id}:{ledger_only}", amounts[ledger_only], clock.now_ms()))
+    await svc.ports.ledger.post(
+        LedgerEntry(ledger_only, "credit", f"{order_id}:{ledger_only}", amounts[ledger_only], clock.now_ms())
+    )
     lost_id, lost = held[5][0], bodies[5]["u"]
     await svc.ports.queue.ack(CREDIT_STREAM, lost_id)  # this message is lost: only the reconciler can credit it
 

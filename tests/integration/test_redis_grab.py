@@ -9,13 +9,13 @@ from collections.abc import Callable
 
 import hongbao_native
 import pytest
-
 from hongbao.core import errors
 from hongbao.core.adapters.redis_grab import KEEP_MS, key
 from hongbao.core.clock import ManualClock
 from hongbao.core.production import Production
 from hongbao.core.service import GRAB_CACHE_TTL_MS, GRAB_OK
 from hongbao.core.soon import Later
+
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
 from tests.integration.conftest import RedisTarget
@@ -34,15 +34,22 @@ def _state(target: RedisTarget, order_id: str) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in target.sync_keys().hgetall(key(order_id)).items()}
 
 
-async def test_grab_state_follows_the_packet(make_backend: Make, redis_target: RedisTarget, clock: ManualClock) -> None:  # noqa: F811
+async def test_grab_state_follows_the_packet(make_backend: Make, redis_target: RedisTarget, clock: ManualClock) -> None:
     """Pay writes the key, each open adds the opener (after SCRIPT FLUSH too), the last share finishes it; another worker grabs from it."""
     one, two = make_backend(), make_backend()
     await suite._group(one.service, "g", ["S", "A", "B", "C"])
     order_id = await suite._paid(one.service, "S", {"count": 2, "total_fen": 100, "group_id": "g"})
     packet = await one.service.ports.packets.get_packet(order_id)
     assert packet is not None
-    assert _state(redis_target, order_id) == {"k": "lucky", "c": "2", "n": "2", "s": "active", "g": "g", "r": "",
-                                              "e": str(packet.expires_at_ms)}
+    assert _state(redis_target, order_id) == {
+        "k": "lucky",
+        "c": "2",
+        "n": "2",
+        "s": "active",
+        "g": "g",
+        "r": "",
+        "e": str(packet.expires_at_ms),
+    }
     ttl_ms = redis_target.sync_keys().pttl(key(order_id))
     assert packet.expires_at_ms - clock.now_ms() < ttl_ms <= packet.expires_at_ms - clock.now_ms() + KEEP_MS
     assert await two.service.grab("A", order_id) is GRAB_OK
@@ -63,7 +70,9 @@ async def test_grab_state_follows_the_packet(make_backend: Make, redis_target: R
     assert await two.service.grab("B", order_id) == {"status": "opened", "amount_fen": b.amount_fen}
 
 
-async def test_grab_state_rebuilt_from_the_db(make_backend: Make, redis_target: RedisTarget, clock: ManualClock) -> None:  # noqa: F811
+async def test_grab_state_rebuilt_from_the_db(
+    make_backend: Make, redis_target: RedisTarget, clock: ManualClock
+) -> None:
     """After a flush, a grab rebuilds the key from the DB (marked rebuilt, remaining count frozen); openers are told their amounts; the last share finishes it."""
     one, two = make_backend(), make_backend()
     await suite._group(one.service, "g", ["S", "A", "B", "C", "D"])
@@ -71,8 +80,16 @@ async def test_grab_state_rebuilt_from_the_db(make_backend: Make, redis_target: 
     a, _ = await one.service.open("A", order_id)
     redis_target.flush()
     assert await two.service.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}  # from the DB
-    assert _state(redis_target, order_id) == {"k": "lucky", "c": "3", "n": "2", "s": "active", "g": "g", "r": "",
-                                              "e": _state(redis_target, order_id)["e"], "p": "1"}
+    assert _state(redis_target, order_id) == {
+        "k": "lucky",
+        "c": "3",
+        "n": "2",
+        "s": "active",
+        "g": "g",
+        "r": "",
+        "e": _state(redis_target, order_id)["e"],
+        "p": "1",
+    }
     b, _ = await one.service.open("B", order_id)
     assert _state(redis_target, order_id)["n"] == "2" and _state(redis_target, order_id)["u:B"] == str(b.amount_fen)
     clock.advance_ms(GRAB_CACHE_TTL_MS)
@@ -84,7 +101,9 @@ async def test_grab_state_rebuilt_from_the_db(make_backend: Make, redis_target: 
         await two.service.grab("D", order_id)
 
 
-async def test_refund_and_refusals_update_the_state(make_backend: Make, redis_target: RedisTarget, clock: ManualClock) -> None:  # noqa: F811
+async def test_refund_and_refusals_update_the_state(
+    make_backend: Make, redis_target: RedisTarget, clock: ManualClock
+) -> None:
     """A refund sets the key's status; an exclusive packet's key answers its receiver only; an unknown id is 404 and leaves no key."""
     backend = make_backend()
     svc = backend.service
@@ -109,7 +128,7 @@ async def test_refund_and_refusals_update_the_state(make_backend: Make, redis_ta
     assert not redis_target.sync_keys().exists(key(unknown))
 
 
-async def test_grab_soon_answers_as_grab_or_says_later(make_backend: Make, redis_target: RedisTarget) -> None:  # noqa: F811
+async def test_grab_soon_answers_as_grab_or_says_later(make_backend: Make, redis_target: RedisTarget) -> None:
     """grab_soon (the HTTP grab's path without a coroutine) answers from one HMGET what grab answers, and says Later
     where grab needs the database: a member not cached in this worker, a packet missing from Redis, an unknown amount."""
     one, two = make_backend(), make_backend()

@@ -1,4 +1,4 @@
-""""Redis down at grab" (DESIGN.md section 10) on Redis servers of the test's own, stopped and
+""" "Redis down at grab" (DESIGN.md section 10) on Redis servers of the test's own, stopped and
 started again for real: a standalone redis-server, and one master of a 3-master cluster. While it
 is down, grab is answered from the DB behind the rate limiter (503 beyond it), cheaply (the
 breaker), counted in the fallback counters and /metrics; once it is back (empty), the grab state
@@ -15,18 +15,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from redis.exceptions import ConnectionError
-
 from hongbao.core import errors
 from hongbao.core.adapters.redis_client import Pipelines
 from hongbao.core.adapters.redis_grab import RedisGrabState, key
 from hongbao.core.adapters.redis_money import REDIS_DOWN
 from hongbao.core.breaker import Breaker
 from hongbao.core.clock import ManualClock
+from hongbao.core.packet import Receipt
 from hongbao.core.ports import OpenResult
 from hongbao.core.production import Production
-from hongbao.core.packet import Receipt
 from hongbao.core.service import GRAB_CACHE_TTL_MS, GRAB_OK
+from redis.exceptions import ConnectionError
+
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
 from tests.integration import redis_servers
@@ -78,8 +78,11 @@ class OwnRedis:
         if not self.cluster:
             return self.target.ports[0]
         slot = self.target.sync_client().execute_command("CLUSTER", "KEYSLOT", name)
-        return next(port for port in self.target.ports
-                    if self.target.sync_client(port).execute_command("CLUSTER", "COUNTKEYSINSLOT", slot))
+        return next(
+            port
+            for port in self.target.ports
+            if self.target.sync_client(port).execute_command("CLUSTER", "COUNTKEYSINSLOT", slot)
+        )
 
     def close(self) -> None:
         """Stop every node."""
@@ -103,10 +106,13 @@ def service_redis(own_redis: OwnRedis) -> RedisTarget:
     return own_redis.target
 
 
-async def test_redis_down_at_grab(make_backend: Make, own_redis: OwnRedis, clock: ManualClock) -> None:  # noqa: F811
+async def test_redis_down_at_grab(make_backend: Make, own_redis: OwnRedis, clock: ManualClock) -> None:
     """Redis stopped: grabs answer from the DB (rate-limited, 503 beyond, fast once the breaker is open); restarted empty: the grab state is rebuilt."""
     counts: dict[str, int] = {}
-    one, two = make_backend(), make_backend(counts=counts, grab_db_rate_per_s=25)  # two: 5 DB checks at once, 25 a second
+    one, two = (
+        make_backend(),
+        make_backend(counts=counts, grab_db_rate_per_s=25),
+    )  # two: 5 DB checks at once, 25 a second
     await suite._group(one.service, "g", ["S", "A", "B", "C"])
     order_id = await suite._paid(one.service, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
     a, _ = await one.service.open("A", order_id)
@@ -148,7 +154,9 @@ async def test_lost_write_is_repaired_by_the_next_read(redis_standalone: RedisTa
         breaker = Breaker("redis", REDIS_DOWN, counts, now=lambda: now[0])
         state = RedisGrabState(Pipelines(client), breaker, counts)
         name = key("o1")
-        redis_standalone.sync_client().hset(name, mapping={"k": "lucky", "c": 2, "n": 2, "s": "active", "g": "", "r": "", "e": 10**13})
+        redis_standalone.sync_client().hset(
+            name, mapping={"k": "lucky", "c": 2, "n": 2, "s": "active", "g": "", "r": "", "e": 10**13}
+        )
 
         async def down() -> None:
             raise ConnectionError("down")

@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 import redis.connection
 import redis.crc
+from hongbao.core.adapters.redis_client import LuaScript, Pipelines, redis_client
+from hongbao.core.adapters.redis_lean import LeanRedis, encode, key_slot, lean_for
 from hypothesis import given
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError, MovedError, ResponseError, TimeoutError
 
-from hongbao.core.adapters.redis_client import LuaScript, Pipelines, redis_client
-from hongbao.core.adapters.redis_lean import LeanRedis, encode, key_slot, lean_for
 from tests.integration import redis_servers
 from tests.integration.redis_servers import RedisTarget
 
-ARGS = st.lists(st.one_of(st.binary(max_size=300), st.text(max_size=100), st.integers(-2**63, 2**64)), max_size=8)
+ARGS = st.lists(st.one_of(st.binary(max_size=300), st.text(max_size=100), st.integers(-(2**63), 2**64)), max_size=8)
 
 
 @given(st.sampled_from(["GET", "HMGET", "EVALSHA", "XADD", "SET"]), ARGS)
@@ -73,7 +73,9 @@ async def test_error_replies_are_redis_py_exceptions(redis_target: RedisTarget) 
     async with redis_target.connect() as client:
         lean, pipes = _lean(client), Pipelines(client)
         await _send(lean, "{e}s", "SET", "{e}s", "text")
-        results = await asyncio.gather(_send(lean, "{e}s", "INCR", "{e}s"), _send(lean, "{e}s", "GET", "{e}s"), return_exceptions=True)
+        results = await asyncio.gather(
+            _send(lean, "{e}s", "INCR", "{e}s"), _send(lean, "{e}s", "GET", "{e}s"), return_exceptions=True
+        )
         assert isinstance(results[0], ResponseError) and "not an integer" in str(results[0])
         assert results[1] == b"text"
         script = LuaScript("return redis.call('INCRBY', KEYS[1], ARGV[1])")
@@ -165,4 +167,3 @@ def _migrate(cluster: RedisTarget, slot: int, name: str, source: int, target: in
     cluster.cli("migrate", "127.0.0.1", str(target), "", "0", "5000", "keys", name, port=source)
     for port in cluster.ports:
         cluster.cli("cluster", "setslot", str(slot), "node", ids[target], port=port)
-

@@ -1,4 +1,4 @@
-""""Queue down at open" for the user lists (DESIGN.md sections 5, 10): with the lists stream's
+""" "Queue down at open" for the user lists (DESIGN.md sections 5, 10): with the lists stream's
 redis-server stopped for real, the sent and received rows (and the best-luck flag) that pay and
 open could not queue are written by the periodic reconciler from the database, once."""
 
@@ -15,10 +15,14 @@ from tests.integration.test_redis_money import Open, open_on  # noqa: F401  (fix
 
 async def _rows(svc: PacketService, user: str, direction: str) -> list[tuple[str, int, bool]]:
     now = svc.ports.clock.now_ms()
-    return sorted((i.order_id, i.amount_fen, i.best_luck) for i in await svc.ports.lists.page(user, direction, 0, now + 1, 0, 20))
+    return sorted(
+        (i.order_id, i.amount_fen, i.best_luck) for i in await svc.ports.lists.page(user, direction, 0, now + 1, 0, 20)
+    )
 
 
-async def test_reconciler_writes_the_list_rows_a_dead_queue_lost(open_on: Open, clock: ManualClock, private_redis: PrivateRedis) -> None:  # noqa: F811
+async def test_reconciler_writes_the_list_rows_a_dead_queue_lost(
+    open_on: Open, clock: ManualClock, private_redis: PrivateRedis
+) -> None:
     """Redis stopped at pay and open: no list row is written then; the reconciler writes the sent row, every received row and the best-luck flag, and a second run writes nothing."""
     backend, counts = await open_on(private_redis.url, False)
     svc = backend.service
@@ -40,7 +44,7 @@ async def test_reconciler_writes_the_list_rows_a_dead_queue_lost(open_on: Open, 
     clock.advance_ms(1)
     await svc.reconcile(window_ms=0)
     assert await _rows(svc, "S", "sent") == sorted([(before, 300, False), (during, 200, False)])
-    a_first = (await svc.ports.packets.receipt(before, "A"))
+    a_first = await svc.ports.packets.receipt(before, "A")
     assert a_first is not None
     assert await _rows(svc, "A", "received") == sorted([(before, a_first.amount_fen, False), (during, 150, True)])
     assert await _rows(svc, "B", "received") == sorted([(before, late, False), (during, 50, False)])

@@ -7,11 +7,11 @@ import asyncio
 import time
 
 import orjson
-
 from hongbao.core.adapters.redis_client import Pipelines
 from hongbao.core.adapters.redis_push_logs import RedisMessageLog, RedisTopicLog, mlog_key, mstream_key
 from hongbao.core.adapters.redis_push_lua import USER_PEEK, USER_PUT
 from hongbao.core.push_ports import BodyMaker, Stored
+
 from tests.integration.redis_servers import RedisTarget
 
 T0 = 1_700_000_000_000
@@ -120,8 +120,12 @@ async def test_concurrent_appends_stay_in_offset_order(redis_target: RedisTarget
     """Batches racing from two clients: distinct offsets 1..60, stored in order, each batch consecutive."""
     async with redis_target.connect() as one_client, redis_target.connect() as two_client:
         logs = [RedisMessageLog(Pipelines(one_client), 100, 3600), RedisMessageLog(Pipelines(two_client), 100, 3600)]
-        batches = await asyncio.gather(*(logs[i % 2].append([("u1", body(f"b{i}.0")), ("u2", body("x")), ("u1", body(f"b{i}.1"))], T0)
-                                         for i in range(30)))
+        batches = await asyncio.gather(
+            *(
+                logs[i % 2].append([("u1", body(f"b{i}.0")), ("u2", body("x")), ("u1", body(f"b{i}.1"))], T0)
+                for i in range(30)
+            )
+        )
         for first, _, second in batches:
             assert second.offset == first.offset + 1
         assert sorted(m.offset for batch in batches for m in (batch[0], batch[2])) == list(range(1, 61))
@@ -189,7 +193,11 @@ async def test_topic_log_reads_from_a_cursor(redis_target: RedisTarget) -> None:
         for topic, event in [("news", "n2"), ("sports", "s1"), ("news", "n3")]:
             await topics.publish(topic, body(event))
         cursor, got = await topics.read(cursor, 1.0)
-        assert [(t, m.offset, decoded(m.body)["event"]) for t, m in got] == [("news", 2, "n2"), ("sports", 1, "s1"), ("news", 3, "n3")]
+        assert [(t, m.offset, decoded(m.body)["event"]) for t, m in got] == [
+            ("news", 2, "n2"),
+            ("sports", 1, "s1"),
+            ("news", 3, "n3"),
+        ]
         assert all(decoded(m.body)["epoch"] == m.epoch for _, m in got)
         assert (await topics.read(cursor, 0.05))[1] == []
 

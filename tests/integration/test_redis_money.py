@@ -13,7 +13,6 @@ from pathlib import Path
 
 import hongbao_native
 import pytest
-
 from hongbao.core import errors
 from hongbao.core.adapters.mysql_db import MysqlShards
 from hongbao.core.adapters.redis_client import Pipelines, redis_client
@@ -22,11 +21,12 @@ from hongbao.core.adapters.redis_queue import RedisQueue
 from hongbao.core.clock import ManualClock
 from hongbao.core.packet import Status
 from hongbao.core.production import Production, open_mysql
+
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
+from tests.integration import redis_servers
 from tests.integration.conftest import RedisTarget
 from tests.integration.mariadb import SERVICE_LAYOUT, MariaDb, migrated
-from tests.integration import redis_servers
 from tests.integration.production import start_production
 from tests.integration.redis_servers import free_ports
 from tests.server.conftest import stop_server
@@ -36,8 +36,12 @@ Open = Callable[[str, bool], Awaitable[tuple[Production, dict[str, int]]]]
 
 
 @pytest.fixture
-def open_on(mariadb: MariaDb, clock: ManualClock, admission: hongbao_native.AdmissionTable,  # noqa: F811
-            loop_cleanups: list[Callable[[], Awaitable[None]]]) -> Open:
+def open_on(
+    mariadb: MariaDb,
+    clock: ManualClock,
+    admission: hongbao_native.AdmissionTable,
+    loop_cleanups: list[Callable[[], Awaitable[None]]],
+) -> Open:
     """A worker's production backend on emptied MariaDB shards and the Redis at (url, cluster), with its fallback counters."""
     layout = migrated(mariadb, SERVICE_LAYOUT)
 
@@ -45,8 +49,14 @@ def open_on(mariadb: MariaDb, clock: ManualClock, admission: hongbao_native.Admi
         client = redis_client(url, cluster=cluster)
         await client.initialize()
         redis, counts = Pipelines(client), {}
-        backend = open_mysql(MysqlShards(mariadb.dsn, layout, pool_size=4), admission, RedisQueue(redis, "w"),
-                             clock=clock, redis=redis, counts=counts)
+        backend = open_mysql(
+            MysqlShards(mariadb.dsn, layout, pool_size=4),
+            admission,
+            RedisQueue(redis, "w"),
+            clock=clock,
+            redis=redis,
+            counts=counts,
+        )
         loop_cleanups.append(backend.aclose)
         return backend, counts
 
@@ -58,7 +68,9 @@ def _source(order_id: str) -> int:
 
 
 async def _preorder_rows(backend: Production) -> int:
-    rows = [await backend.shards.fetchone(db, "SELECT COUNT(*) FROM t_preorder", ()) for db in range(SERVICE_LAYOUT.n_dbs)]
+    rows = [
+        await backend.shards.fetchone(db, "SELECT COUNT(*) FROM t_preorder", ()) for db in range(SERVICE_LAYOUT.n_dbs)
+    ]
     return sum(int(row[0]) for row in rows if row is not None)
 
 
@@ -93,7 +105,9 @@ async def test_pay_and_cancel_race_on_redis(open_on: Open, redis_target: RedisTa
     await suite._group(svc, "g", ["A"])
     await svc.topup("A", 1000, "k")
     ids = [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(20)]
-    outcomes = await asyncio.gather(*(call for i in ids for call in (svc.pay("A", i), svc.cancel("A", i))), return_exceptions=True)
+    outcomes = await asyncio.gather(
+        *(call for i in ids for call in (svc.pay("A", i), svc.cancel("A", i))), return_exceptions=True
+    )
     pays, cancels = outcomes[::2], outcomes[1::2]
     won = [not isinstance(p, Exception) for p in pays]
     assert [isinstance(c, Exception) for c in cancels] == won
@@ -104,7 +118,10 @@ async def test_pay_and_cancel_race_on_redis(open_on: Open, redis_target: RedisTa
 
 async def test_sequence_is_not_reissued_after_redis_loses_it(open_on: Open, redis_target: RedisTarget) -> None:
     """Two workers take ids, Redis is flushed (an empty restart), the next ids are above every id handed out before."""
-    (one, _), (two, _) = await open_on(redis_target.url, redis_target.cluster), await open_on(redis_target.url, redis_target.cluster)
+    (one, _), (two, _) = (
+        await open_on(redis_target.url, redis_target.cluster),
+        await open_on(redis_target.url, redis_target.cluster),
+    )
     seqs = [one.service.ports.sequence, two.service.ports.sequence]
     before = await asyncio.gather(*(seqs[i % 2].next(1, 261130) for i in range(50)))
     redis_target.flush()
@@ -114,7 +131,7 @@ async def test_sequence_is_not_reissued_after_redis_loses_it(open_on: Open, redi
     assert min(n for _, n in after) > max(n for _, n in before)
 
 
-async def test_lapsed_pre_order_key_expires(open_on: Open, redis_standalone: RedisTarget, clock: ManualClock) -> None:  # noqa: F811
+async def test_lapsed_pre_order_key_expires(open_on: Open, redis_standalone: RedisTarget, clock: ManualClock) -> None:
     """A pre-order past pay_by cannot be paid (404) and its Redis key expires GRACE_MS after pay_by."""
     redis_standalone.flush()
     backend, _ = await open_on(redis_standalone.url, False)
@@ -130,7 +147,9 @@ async def test_lapsed_pre_order_key_expires(open_on: Open, redis_standalone: Red
     assert await svc.ports.ledger.balance("A") == 100
 
 
-async def test_redis_down_at_send(open_on: Open, tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]) -> None:
+async def test_redis_down_at_send(
+    open_on: Open, tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]
+) -> None:
     """Redis stopped: sends take DB ids and DB pre-orders, cheaply (breaker), pays work; Redis restarted empty: it takes over, ids are not reissued."""
     (port,) = free_ports(1)
     process = redis_servers.start_on(tmp_path, port)
@@ -147,7 +166,11 @@ async def test_redis_down_at_send(open_on: Open, tmp_path: Path, loop_cleanups: 
     outage += [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(10)]
     assert time.monotonic() - started < 1.0  # the breaker skips Redis: no connect retries per request
     assert {_source(i) for i in outage} == {1} and await _preorder_rows(backend) == 11
-    assert counts["redis_breaker_opens"] == 1 and counts["redis_fallback_sequence"] >= 11 and counts["redis_fallback_preorder"] >= 11
+    assert (
+        counts["redis_breaker_opens"] == 1
+        and counts["redis_fallback_sequence"] >= 11
+        and counts["redis_fallback_preorder"] >= 11
+    )
     assert (await svc.pay("A", outage[0])).status is Status.ACTIVE
     await svc.cancel("A", outage[1])
 

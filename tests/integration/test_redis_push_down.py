@@ -84,7 +84,9 @@ def test_push_while_redis_is_down(tmp_path: Path, private_redis: PrivateRedis) -
         async def scenario() -> None:
             async with admin(a) as pusher:
                 u1, u2 = await connect(a, "u1"), await connect(b, "u2")
-                await eventually(lambda: nodes.session_node("u2") is not None and nodes.session_node("u1") is not None, 10, "logins")
+                await eventually(
+                    lambda: nodes.session_node("u2") is not None and nodes.session_node("u1") is not None, 10, "logins"
+                )
                 assert (await push(pusher, user_id="u1", event="hello", data=0))["result"] == "delivered_to_socket"
                 assert [m["data"] for m in await receive(u1, 1)] == [0]
 
@@ -103,7 +105,10 @@ def test_push_while_redis_is_down(tmp_path: Path, private_redis: PrivateRedis) -
                 with pytest.raises(InvalidStatus) as refused:
                     await connect(a, "u3")
                 assert time.perf_counter() - started < 0.25
-                assert refused.value.response.status_code == 503 and int(refused.value.response.headers["retry-after"]) >= 1
+                assert (
+                    refused.value.response.status_code == 503
+                    and int(refused.value.response.headers["retry-after"]) >= 1
+                )
                 preflight = await pusher.get("/v1/ws/preflight")
                 assert preflight.status_code == 503
                 assert (await pusher.get("/readyz")).status_code == 503
@@ -119,8 +124,11 @@ def test_push_while_redis_is_down(tmp_path: Path, private_redis: PrivateRedis) -
                 assert len(warnings) <= opens, warnings  # the breaker's own line, not one per push or per tick
 
                 await asyncio.to_thread(private_redis.start)
-                await eventually(lambda: _ready(a) and _ready(b) and len(nodes.keys("node:*")) == 2, 15,
-                                 "both nodes ready and alive again (Redis came back empty)")
+                await eventually(
+                    lambda: _ready(a) and _ready(b) and len(nodes.keys("node:*")) == 2,
+                    15,
+                    "both nodes ready and alive again (Redis came back empty)",
+                )
                 async with await connect(b, "u2") as again:
                     await eventually(lambda: nodes.session_node("u2") is not None, 10, "u2 logged in again")
                     pushed = await push(pusher, user_id="u2", event="back", data=1)
@@ -128,7 +136,9 @@ def test_push_while_redis_is_down(tmp_path: Path, private_redis: PrivateRedis) -
                     assert [(m["event"], m["data"]) for m in await receive(again, 1)] == [("back", 1)]
                 pushed = await push(pusher, user_id="u1", event="back", data=2)
                 assert pushed["result"] == "delivered_to_socket"
-                events = [m for m in await receive(u1, 2) if m["type"] == "event"]  # a reset first: Redis came back empty
+                events = [
+                    m for m in await receive(u1, 2) if m["type"] == "event"
+                ]  # a reset first: Redis came back empty
                 assert [(m["event"], m["data"]) for m in events][-1:] == [("back", 2)]
                 await u1.close()
 

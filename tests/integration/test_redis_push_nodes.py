@@ -50,10 +50,19 @@ def test_crashed_nodes_sessions_are_swept(standalone_nodes: RedisNodes) -> None:
 
     async def scenario() -> None:
         sockets = await asyncio.gather(*(connect(b, f"p{i}") for i in range(200)))
-        await eventually(lambda: standalone_nodes.online() == 200 and len(standalone_nodes.keys("route:*")) == 200, 10, "logins")
+        await eventually(
+            lambda: standalone_nodes.online() == 200 and len(standalone_nodes.keys("route:*")) == 200, 10, "logins"
+        )
         standalone_nodes.kill(b)
-        await eventually(lambda: not (standalone_nodes.keys("route:*") or standalone_nodes.online() or standalone_nodes.keys("session:*")),
-                         NODE_TTL_S + 4, "a dead node's sessions swept within the liveness window")
+        await eventually(
+            lambda: (
+                not (
+                    standalone_nodes.keys("route:*") or standalone_nodes.online() or standalone_nodes.keys("session:*")
+                )
+            ),
+            NODE_TTL_S + 4,
+            "a dead node's sessions swept within the liveness window",
+        )
         assert standalone_nodes.keys("nodesessions:*") == []
         async with admin(a) as pusher:
             assert (await push(pusher, user_id="p7", event="late", data=0))["result"] == "queued"
@@ -72,7 +81,9 @@ def test_stale_route_cache_and_late_cleanup(standalone_nodes: RedisNodes) -> Non
     async def scenario() -> None:
         async with admin(c) as pusher:
             old = await connect(a, "u1")
-            await eventually(lambda: (standalone_nodes.session_node("u1") or "").startswith("a/"), 10, "u1 logged in on A")
+            await eventually(
+                lambda: (standalone_nodes.session_node("u1") or "").startswith("a/"), 10, "u1 logged in on A"
+            )
             assert (await push(pusher, user_id="u1", event="e", data=1))["result"] == "delivered_to_socket"
             assert [m["data"] for m in await receive(old, 1)] == [1]
             new = await connect(b, "u1", offset=1)
@@ -116,8 +127,15 @@ def test_no_zombies_after_1000_clients_vanish(standalone_nodes: RedisNodes) -> N
         silent = sockets[500:]
         for ws in silent:
             ws.transport.pause_reading()  # never reads, never answers: the server sees a dead link
-        await eventually(lambda: not (standalone_nodes.keys("session:*") or standalone_nodes.keys("route:*") or standalone_nodes.online()),
-                         15, "every session gone after the idle timeout")
+        await eventually(
+            lambda: (
+                not (
+                    standalone_nodes.keys("session:*") or standalone_nodes.keys("route:*") or standalone_nodes.online()
+                )
+            ),
+            15,
+            "every session gone after the idle timeout",
+        )
         assert standalone_nodes.keys("nodesessions:*") == []
         for ws in silent:
             ws.transport.abort()
@@ -136,7 +154,9 @@ def test_a_live_session_redis_lost_is_written_back(standalone_nodes: RedisNodes)
             await eventually(lambda: (standalone_nodes.session_node("u1") or "").startswith("a/"), 10, "u1 logged in")
             standalone_nodes.target.flush()
             await ws.ping()
-            await eventually(lambda: (standalone_nodes.session_node("u1") or "").startswith("a/"), 10, "u1's session written back")
+            await eventually(
+                lambda: (standalone_nodes.session_node("u1") or "").startswith("a/"), 10, "u1's session written back"
+            )
             assert standalone_nodes.online() == 1 and len(standalone_nodes.keys("route:*")) == 1
             async with admin(node) as pusher:
                 assert (await push(pusher, user_id="u1", event="back", data=1))["result"] == "delivered_to_socket"
@@ -155,7 +175,9 @@ def test_group_push_survives_client_kill(standalone_nodes: RedisNodes) -> None:
     members = [f"g{i}" for i in range(10)]
 
     async def scenario() -> None:
-        async with httpx.AsyncClient(base_url=node.url, headers={"authorization": f"Bearer {token(members[0])}"}) as owner:
+        async with httpx.AsyncClient(
+            base_url=node.url, headers={"authorization": f"Bearer {token(members[0])}"}
+        ) as owner:
             created = await owner.post("/v1/groups", json={"members": members})
             assert created.status_code in (200, 201), created.text
             group = created.json()["group_id"]

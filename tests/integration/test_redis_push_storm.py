@@ -39,9 +39,17 @@ class _Roamer:
 
     def __init__(self, uid: str, a_url: str, b_url: str) -> None:
         self.b_url, self.retries, self.events = b_url, list[tuple[str, float]](), list[PushEvent]()
-        self.client = PushClient(a_url, lambda: token(uid), on_event=self.events.append, on_retry=self._retry,
-                                 ping_interval_s=60.0, pong_timeout_s=30.0, backoff_base_s=0.5, backoff_cap_s=4.0,
-                                 open_timeout_s=20.0)
+        self.client = PushClient(
+            a_url,
+            lambda: token(uid),
+            on_event=self.events.append,
+            on_retry=self._retry,
+            ping_interval_s=60.0,
+            pong_timeout_s=30.0,
+            backoff_base_s=0.5,
+            backoff_cap_s=4.0,
+            open_timeout_s=20.0,
+        )
 
     def _retry(self, _attempt: int, delay_s: float, reason: str) -> None:
         self.retries.append((reason, delay_s))
@@ -123,7 +131,9 @@ def test_reconnect_storm_after_drain(standalone_nodes: RedisNodes) -> None:
         assert [_recv(pipe, 90) for pipe in pipes] == ["up"] * PROCS
         assert ws_counters(b) == (0, 0)
         settled = time.monotonic() + 30
-        while standalone_nodes.online() < CLIENTS:  # A logs in after the 101: every login on A lands before MONITOR counts
+        while (
+            standalone_nodes.online() < CLIENTS
+        ):  # A logs in after the 101: every login on A lands before MONITOR counts
             assert time.monotonic() < settled, f"{standalone_nodes.online()} of {CLIENTS} logins on A landed"
             time.sleep(0.05)
         with _monitor(standalone_nodes, writes):
@@ -165,13 +175,22 @@ def test_reconnect_storm_after_drain(standalone_nodes: RedisNodes) -> None:
                 proc.kill()
     reasons: Counter[str] = sum((Counter(r) for r, _, _ in reports), Counter())
     accepted, rejected = samples[-1][2]
-    worst = max((later[2][0] - first[2][0]) - RATE * (later[1] - first[0])
-                for i, first in enumerate(samples) for later in samples[i + 1:])
-    per_second = max(later[2][0] - first[2][0] for i, first in enumerate(samples) for later in samples[i + 1:]
-                     if later[1] - first[0] <= 1.2)
-    print(f"P-10: {CLIENTS} back on B in {back:.1f} s, pushes reached all at {reached:.1f} s; B: {accepted} 101s, "
-          f"{rejected} 503s; most 101s in a ~1 s span {per_second}; worst excess over rate x time {worst:.1f}; "
-          f"retries {dict(reasons)}; Redis writes {dict(writes)}")
+    worst = max(
+        (later[2][0] - first[2][0]) - RATE * (later[1] - first[0])
+        for i, first in enumerate(samples)
+        for later in samples[i + 1 :]
+    )
+    per_second = max(
+        later[2][0] - first[2][0]
+        for i, first in enumerate(samples)
+        for later in samples[i + 1 :]
+        if later[1] - first[0] <= 1.2
+    )
+    print(
+        f"P-10: {CLIENTS} back on B in {back:.1f} s, pushes reached all at {reached:.1f} s; B: {accepted} 101s, "
+        f"{rejected} 503s; most 101s in a ~1 s span {per_second}; worst excess over rate x time {worst:.1f}; "
+        f"retries {dict(reasons)}; Redis writes {dict(writes)}"
+    )
     assert accepted == CLIENTS and procs and all(proc.exitcode == 0 for proc in procs)
     assert worst <= BURST + 2, samples  # GCRA: burst + rate x span, for every span between two reads
     assert rejected > CLIENTS and reasons["handshake 503"] == rejected
@@ -196,8 +215,9 @@ def _monitor(nodes: RedisNodes, into: Counter[str]) -> Iterator[None]:
         time.sleep(0.3)
         watcher.terminate()
         watcher.wait()
-    for command, key, field in re.findall(r'^\S+ \[[^]]*\] "(\w+)" "([a-z]+)[^"]*"(?: "([^"]*)")?', log.read_text(errors="replace"),
-                                          re.MULTILINE):
+    for command, key, field in re.findall(
+        r'^\S+ \[[^]]*\] "(\w+)" "([a-z]+)[^"]*"(?: "([^"]*)")?', log.read_text(errors="replace"), re.MULTILINE
+    ):
         if command.lower() in _WRITES:
             refresh = command.lower() == "hset" and field == "lastActiveTime"  # a heartbeat's refresh, not a login
             into[f"{command.lower()} {key}" + (" refresh" if refresh else "")] += 1
@@ -260,8 +280,10 @@ def test_connection_storm_touches_redis_only_for_the_admitted(standalone_nodes: 
         time.sleep(1.0)  # the last admitted logins land (the hub logs in after the 101)
     accepted, rejected = ws_counters(node)
     probes.sort()
-    print(f"storm: {dict(statuses)} in {elapsed:.2f} s; login writes {dict(writes)}; /healthz median "
-          f"{probes[len(probes) // 2] * 1000:.0f} ms, slowest {probes[-1] * 1000:.0f} ms")
+    print(
+        f"storm: {dict(statuses)} in {elapsed:.2f} s; login writes {dict(writes)}; /healthz median "
+        f"{probes[len(probes) // 2] * 1000:.0f} ms, slowest {probes[-1] * 1000:.0f} ms"
+    )
     assert set(statuses) == {101, 503} and (statuses[101], statuses[503]) == (accepted, rejected)
     assert rejected > 10 * accepted and accepted <= 20 + 20 * elapsed * 1.05 + 2
     assert writes["hset session"] == writes["sadd online"] == writes["set route"] == accepted

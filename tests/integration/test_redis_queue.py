@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+from hongbao.core.adapters.redis_client import Pipelines
+from hongbao.core.adapters.redis_queue import CLAIM, GROUP, PUBLISH, RedisQueue, entry_id, message_id, queue_key
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hongbao.core.adapters.redis_client import Pipelines
-from hongbao.core.adapters.redis_queue import CLAIM, GROUP, PUBLISH, RedisQueue, entry_id, message_id, queue_key
 from tests.integration.redis_servers import RedisTarget
 
 
@@ -104,7 +104,10 @@ async def test_retried_claim_returns_its_entries(redis_target: RedisTarget) -> N
 
 def test_queues_share_one_slot(redis_cluster: RedisTarget) -> None:
     """Every queue key (and a publish's nonce) hashes to one cluster slot, so a publish to several streams is one script."""
-    slots = {redis_cluster.cli("cluster", "keyslot", key) for key in (*map(queue_key, ("credit", "lists", "push_group")), "{queue}:nonce:x")}
+    slots = {
+        redis_cluster.cli("cluster", "keyslot", key)
+        for key in (*map(queue_key, ("credit", "lists", "push_group")), "{queue}:nonce:x")
+    }
     assert len(slots) == 1
 
 

@@ -1,4 +1,4 @@
-""""Queue down at open" (DESIGN.md section 10) on the production backend, with the queue's
+""" "Queue down at open" (DESIGN.md section 10) on the production backend, with the queue's
 redis-server stopped and started again for real: opens commit their receipts and answer at once
 (the Redis breaker skips the dead queue instead of waiting out connection retries), the reconciler
 credits them, and once Redis is back the queue carries credits again."""
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hongbao.core.clock import ManualClock
 from hongbao.core.service import CREDIT_STREAM, CreditingMode
+
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.integration import redis_servers
@@ -20,8 +21,12 @@ from tests.integration.test_redis_money import Open, open_on  # noqa: F401  (fix
 OPENS = 20
 
 
-async def test_queue_down_at_open(open_on: Open, clock: ManualClock, tmp_path: Path,  # noqa: F811
-                                  loop_cleanups: list[Callable[[], Awaitable[None]]]) -> None:
+async def test_queue_down_at_open(
+    open_on: Open,
+    clock: ManualClock,
+    tmp_path: Path,
+    loop_cleanups: list[Callable[[], Awaitable[None]]],
+) -> None:
     """Redis stopped: 20 opens commit in well under a second (breaker), nothing is queued, the reconciler credits each once; Redis back: credits queue again."""
     (port,) = redis_servers.free_ports(1)
     process = redis_servers.start_on(tmp_path, port)
@@ -31,12 +36,14 @@ async def test_queue_down_at_open(open_on: Open, clock: ManualClock, tmp_path: P
     svc.crediting_mode = CreditingMode.QUEUED
     users = [f"u{i:02}" for i in range(OPENS + 4)]
     await suite._group(svc, "g", ["S", *users])
-    order_id = await suite._paid(svc, "S", {"count": len(users), "total_fen": 100 * len(users), "group_id": "g"}, fund=10_000)
+    order_id = await suite._paid(
+        svc, "S", {"count": len(users), "total_fen": 100 * len(users), "group_id": "g"}, fund=10_000
+    )
     await asyncio.to_thread(redis_servers.stop, process)
 
     amounts = {u: (await svc.open(u, order_id))[0].amount_fen for u in users[:2]}  # these find Redis gone
     started = time.perf_counter()
-    amounts |= {u: (await svc.open(u, order_id))[0].amount_fen for u in users[2:OPENS + 2]}
+    amounts |= {u: (await svc.open(u, order_id))[0].amount_fen for u in users[2 : OPENS + 2]}
     assert time.perf_counter() - started < 0.5  # no connect retries per open: ~1 s each without the breaker
     assert counts["redis_breaker_opens"] == 1 and counts["redis_fallback_queue"] >= OPENS
     assert {r.user_id: r.amount_fen for r in await svc.ports.packets.receipts(order_id)} == amounts
@@ -49,7 +56,7 @@ async def test_queue_down_at_open(open_on: Open, clock: ManualClock, tmp_path: P
     process = redis_servers.start_on(tmp_path, port)
     loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
     await asyncio.sleep(1.1)  # the breaker's cooldown: the next call is the trial
-    late = {u: (await svc.open(u, order_id))[0].amount_fen for u in users[OPENS + 2:]}
+    late = {u: (await svc.open(u, order_id))[0].amount_fen for u in users[OPENS + 2 :]}
     assert await svc.ports.queue.depth(CREDIT_STREAM) == 2
     assert await svc.drain_credits() == 2
     assert {u: await svc.ports.ledger.balance(u) for u in late} == late

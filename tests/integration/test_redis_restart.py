@@ -38,7 +38,9 @@ class Storm:
         self.answers: Counter[tuple[str, int]] = Counter()
         self.done = asyncio.Event()
 
-    async def call(self, client: httpx.AsyncClient, op: str, user: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def call(
+        self, client: httpx.AsyncClient, op: str, user: str, method: str, path: str, **kwargs: Any
+    ) -> httpx.Response:
         """One request as ``user``, its answer counted."""
         response = await client.request(method, path, headers=auth(self.server, user), **kwargs)
         self.answers[op, response.status_code] += 1
@@ -83,17 +85,26 @@ async def _storm(server: Server, gid: str, process: list[Any], redis_dir: Path, 
         storm.done.set()
 
     async with Crowd(server, len(MEMBERS) + len(SENDERS)) as crowd:
-        await asyncio.gather(chaos(), *(storm.sender(crowd[i], s) for i, s in enumerate(SENDERS)),
-                             *(storm.member(crowd[len(SENDERS) + i], m) for i, m in enumerate(MEMBERS)))
+        await asyncio.gather(
+            chaos(),
+            *(storm.sender(crowd[i], s) for i, s in enumerate(SENDERS)),
+            *(storm.member(crowd[len(SENDERS) + i], m) for i, m in enumerate(MEMBERS)),
+        )
     return storm
 
 
-async def _again(server: Server, opened: dict[tuple[str, str], int]) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], Any]]:
+async def _again(
+    server: Server, opened: dict[tuple[str, str], int]
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], Any]]:
     """Every (order, user) of ``opened`` opens and grabs again: (amounts the opens answer, the grabs' bodies)."""
     async with Crowd(server, 20) as crowd:
         pairs = list(opened)
-        opens = await crowd.run([lambda c, o=o, u=u: c.post(f"/v1/packets/{o}/open", headers=auth(server, u)) for o, u in pairs])
-        grabs = await crowd.run([lambda c, o=o, u=u: c.post(f"/v1/packets/{o}/grab", headers=auth(server, u)) for o, u in pairs])
+        opens = await crowd.run(
+            [lambda c, o=o, u=u: c.post(f"/v1/packets/{o}/open", headers=auth(server, u)) for o, u in pairs]
+        )
+        grabs = await crowd.run(
+            [lambda c, o=o, u=u: c.post(f"/v1/packets/{o}/grab", headers=auth(server, u)) for o, u in pairs]
+        )
     return ({p: ok(r)["amount_fen"] for p, r in zip(pairs, opens)}, {p: ok(r) for p, r in zip(pairs, grabs)})
 
 
@@ -118,13 +129,22 @@ def test_redis_killed_mid_storm_and_restarted_empty(mariadb: MariaDb, tmp_path: 
         early = {(before, u): open_as(server, before, u)["amount_fen"] for u in MEMBERS[:3]}
         storm = asyncio.run(_storm(server, gid, process, redis_dir, port))
         assert storm.answers["open", 200] > 3 * PACKET["count"], storm.answers
-        assert set(storm.answers) <= {("send", 201), ("pay", 200), ("pay", 404), ("grab", 200), ("grab", 410),
-                                      ("open", 200), ("open", 410)}, storm.answers
+        assert set(storm.answers) <= {
+            ("send", 201),
+            ("pay", 200),
+            ("pay", 404),
+            ("grab", 200),
+            ("grab", 410),
+            ("open", 200),
+            ("open", 410),
+        }, storm.answers
 
         orders = [before, *storm.paid]
         assert len(set(orders)) == len(orders)
         opened = {**early, **storm.opened}
-        with server.client(MEMBERS[-1]) as client:  # has not opened `before`: its grab state comes from the DB into the empty Redis
+        with server.client(
+            MEMBERS[-1]
+        ) as client:  # has not opened `before`: its grab state comes from the DB into the empty Redis
             assert ok(client.post(f"/v1/packets/{before}/grab")) == {"status": "ok"}
         with redis.Redis(port=port) as fresh:
             state = fresh.hgetall(f"grab:{{{before}}}")
@@ -147,6 +167,8 @@ def test_redis_killed_mid_storm_and_restarted_empty(mariadb: MariaDb, tmp_path: 
     finally:
         status = stop_server(server)
         redis_servers.stop(process[0])
-    assert status == 0 and "Traceback" not in server.log(), server.log()  # an outage is logged by the breaker, not per call
+    assert status == 0 and "Traceback" not in server.log(), (
+        server.log()
+    )  # an outage is logged by the breaker, not per call
     report = audit_cli(server)
     assert f"receipts: {len(receipts)}" in report and report.endswith("audit: 0 violations\n"), report

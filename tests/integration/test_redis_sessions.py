@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-
 from hongbao.core.adapters.redis_client import Pipelines, RedisClient
 from hongbao.core.adapters.redis_push import RedisSessionStore, node_sessions_key, online_key, route_key, session_key
 from hongbao.core.adapters.redis_push_nodes import RedisNodeDirectory
 from hongbao.core.push_ports import Route
+
 from tests.integration.redis_servers import RedisTarget
 
 T0 = 1_700_000_000_000
@@ -22,8 +22,12 @@ async def test_login_writes_three_layers(redis_target: RedisTarget) -> None:
         store = RedisSessionStore(Pipelines(client), 600)
         assert await store.login("u1", "s1", "a/1", T0) is None
         session = await client.hgetall(session_key("u1"))
-        assert session == {b"sessionId": b"s1", b"nodeId": b"a/1", b"loginTime": str(T0).encode(),
-                           b"lastActiveTime": str(T0).encode()}
+        assert session == {
+            b"sessionId": b"s1",
+            b"nodeId": b"a/1",
+            b"loginTime": str(T0).encode(),
+            b"lastActiveTime": str(T0).encode(),
+        }
         assert 590 <= await client.ttl(session_key("u1")) <= 600
         assert await client.get(route_key("s1")) == b"a/1"
         assert 590 <= await client.ttl(route_key("s1")) <= 600
@@ -31,8 +35,10 @@ async def test_login_writes_three_layers(redis_target: RedisTarget) -> None:
         assert await client.hgetall(node_sessions_key("a/1")) == {b"s1": b"u1"}
         assert await store.online_count() == 1
         if redis_target.cluster:
-            slots = {int(redis_target.cli("cluster", "keyslot", key)) for key in
-                     (session_key("u1"), route_key("s1"), online_key("u1"), node_sessions_key("a/1"))}
+            slots = {
+                int(redis_target.cli("cluster", "keyslot", key))
+                for key in (session_key("u1"), route_key("s1"), online_key("u1"), node_sessions_key("a/1"))
+            }
             assert len(slots) == 4
 
 
@@ -83,8 +89,12 @@ async def test_touch_refreshes_only_the_current_session(redis_target: RedisTarge
         await client.expire(session_key("u1"), 5)
         await client.expire(route_key("s1"), 5)
         await store.touch([("u1", "s1"), ("u1", "stale")], T0 + 30_000)
-        assert await client.hgetall(session_key("u1")) == {b"sessionId": b"s1", b"nodeId": b"a/1", b"loginTime": str(T0).encode(),
-                                                           b"lastActiveTime": str(T0 + 30_000).encode()}
+        assert await client.hgetall(session_key("u1")) == {
+            b"sessionId": b"s1",
+            b"nodeId": b"a/1",
+            b"loginTime": str(T0).encode(),
+            b"lastActiveTime": str(T0 + 30_000).encode(),
+        }
         assert await client.ttl(session_key("u1")) > 500
         assert await client.ttl(route_key("s1")) > 500
         assert await client.exists(route_key("stale")) == 0
@@ -127,8 +137,10 @@ async def test_tolerant_session_reads(redis_target: RedisTarget) -> None:
     async with redis_target.connect() as client:
         store, nodes = RedisSessionStore(Pipelines(client), 600), RedisNodeDirectory(Pipelines(client))
         await nodes.heartbeat("a/1", "127.0.0.1:9001", 30)
-        await client.hset(session_key("u1"), mapping={"sessionId": "s1", "nodeId": "a/1", "loginTime": "not-a-time",
-                                                      "future": "{json?"})
+        await client.hset(
+            session_key("u1"),
+            mapping={"sessionId": "s1", "nodeId": "a/1", "loginTime": "not-a-time", "future": "{json?"},
+        )
         assert await store.lookup("u1") == Route("a/1", "s1")
         await client.hset(session_key("u2"), mapping={"sessionId": "s2", "lastActiveTime": "x"})
         assert await store.lookup("u2") is None

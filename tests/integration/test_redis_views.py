@@ -11,7 +11,6 @@ import time
 
 import pytest
 import redis
-
 from hongbao.core import errors
 from hongbao.core.clock import ManualClock
 from hongbao.core.service import PacketService
@@ -38,7 +37,7 @@ async def _received(svc: PacketService, user: str) -> list[tuple[object, object,
     return [(i["order_id"], i["amount_fen"], i["best_luck"]) for i in items]
 
 
-async def test_details_follow_every_write(open_on: Open, redis_target: RedisTarget, clock: ManualClock) -> None:  # noqa: F811
+async def test_details_follow_every_write(open_on: Open, redis_target: RedisTarget, clock: ManualClock) -> None:
     """Cached details: the opening worker sees its open at once, the other within the memory TTL from a bumped Redis; finished details (best luck) are kept; a non-member is refused."""
     one, _ = await open_on(redis_target.url, redis_target.cluster)
     two, _ = await open_on(redis_target.url, redis_target.cluster)
@@ -62,7 +61,7 @@ async def test_details_follow_every_write(open_on: Open, redis_target: RedisTarg
         await details(w2, "X", order_id)
 
 
-async def test_lists_after_credit_and_a_flush(open_on: Open, redis_target: RedisTarget, clock: ManualClock) -> None:  # noqa: F811
+async def test_lists_after_credit_and_a_flush(open_on: Open, redis_target: RedisTarget, clock: ManualClock) -> None:
     """A cached (empty) received list shows the rows once drained, on both workers; after FLUSHALL the lists and details are rebuilt from the DB, equal."""
     one, _ = await open_on(redis_target.url, redis_target.cluster)
     two, _ = await open_on(redis_target.url, redis_target.cluster)
@@ -87,7 +86,7 @@ async def test_lists_after_credit_and_a_flush(open_on: Open, redis_target: Redis
     assert redis_target.sync_keys().exists(f"details:{{{order_id}}}", "lists:{A}") == 2
 
 
-async def test_details_with_redis_down(open_on: Open, clock: ManualClock, private_redis: PrivateRedis) -> None:  # noqa: F811
+async def test_details_with_redis_down(open_on: Open, clock: ManualClock, private_redis: PrivateRedis) -> None:
     """Redis stopped: details and lists come from the DB in well under a second each (breaker), counted as fallbacks; opens while down show at once; Redis back (empty): cached again."""
     backend, counts = await open_on(private_redis.url, False)
     svc = backend.service

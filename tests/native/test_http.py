@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 
 import httptools
 import pytest
+from hongbao_native import HttpParseError, Request, RequestParser, encode_response
 from hypothesis import given
 from hypothesis import strategies as st
-
-from hongbao_native import HttpParseError, Request, RequestParser, encode_response
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -127,75 +126,194 @@ VALID: list[tuple[str, bytes, list[dict[str, object]]]] = [
     (
         "get",
         b"GET /v1/balance HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\n\r\n",
-        [{"method": "GET", "target": "/v1/balance", "path": "/v1/balance", "query": "", "version": "1.1",
-          "headers": [("host", H), ("accept", "*/*")], "body": b"", "keep_alive": True, "websocket": False}],
+        [
+            {
+                "method": "GET",
+                "target": "/v1/balance",
+                "path": "/v1/balance",
+                "query": "",
+                "version": "1.1",
+                "headers": [("host", H), ("accept", "*/*")],
+                "body": b"",
+                "keep_alive": True,
+                "websocket": False,
+            }
+        ],
     ),
     (
         "get-query",
         b"GET /v1/ws/preflight?offset=12&epoch=3 HTTP/1.1\r\nHost: example.com\r\nX-Trace:  t 1 \r\n\r\n",
-        [{"method": "GET", "target": "/v1/ws/preflight?offset=12&epoch=3", "path": "/v1/ws/preflight",
-          "query": "offset=12&epoch=3", "version": "1.1", "headers": [("host", H), ("x-trace", "t 1")],
-          "body": b"", "keep_alive": True, "websocket": False}],
+        [
+            {
+                "method": "GET",
+                "target": "/v1/ws/preflight?offset=12&epoch=3",
+                "path": "/v1/ws/preflight",
+                "query": "offset=12&epoch=3",
+                "version": "1.1",
+                "headers": [("host", H), ("x-trace", "t 1")],
+                "body": b"",
+                "keep_alive": True,
+                "websocket": False,
+            }
+        ],
     ),
     (
         "post-content-length",
         b"POST /v1/packets HTTP/1.1\r\nHost: example.com\r\nContent-Type: application/json\r\n"
-        b"Content-Length: 16\r\n\r\n{\"count\": 10000}",
-        [{"method": "POST", "target": "/v1/packets", "path": "/v1/packets", "query": "", "version": "1.1",
-          "headers": [("host", H), ("content-type", "application/json"), ("content-length", "16")],
-          "body": b'{"count": 10000}', "keep_alive": True, "websocket": False}],
+        b'Content-Length: 16\r\n\r\n{"count": 10000}',
+        [
+            {
+                "method": "POST",
+                "target": "/v1/packets",
+                "path": "/v1/packets",
+                "query": "",
+                "version": "1.1",
+                "headers": [("host", H), ("content-type", "application/json"), ("content-length", "16")],
+                "body": b'{"count": 10000}',
+                "keep_alive": True,
+                "websocket": False,
+            }
+        ],
     ),
     (
         "post-chunked",
         b"POST /up HTTP/1.1\r\nHost: example.com\r\nTransfer-Encoding: chunked\r\n\r\n"
         b"4;name=value\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-Trailer: yes\r\n\r\n",
-        [{"method": "POST", "target": "/up", "path": "/up", "query": "", "version": "1.1",
-          "headers": [("host", H), ("transfer-encoding", "chunked")], "body": b"Wikipedia in\r\n\r\nchunks.",
-          "keep_alive": True, "websocket": False}],
+        [
+            {
+                "method": "POST",
+                "target": "/up",
+                "path": "/up",
+                "query": "",
+                "version": "1.1",
+                "headers": [("host", H), ("transfer-encoding", "chunked")],
+                "body": b"Wikipedia in\r\n\r\nchunks.",
+                "keep_alive": True,
+                "websocket": False,
+            }
+        ],
     ),
     (
         "pipelined-pair",
         b"POST /a HTTP/1.1\r\nHost: example.com\r\nContent-Length: 3\r\n\r\nabc"
         b"DELETE /b?x HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n",
-        [{"method": "POST", "target": "/a", "path": "/a", "query": "", "version": "1.1",
-          "headers": [("host", H), ("content-length", "3")], "body": b"abc", "keep_alive": True, "websocket": False},
-         {"method": "DELETE", "target": "/b?x", "path": "/b", "query": "x", "version": "1.1",
-          "headers": [("host", H), ("connection", "close")], "body": b"", "keep_alive": False, "websocket": False}],
+        [
+            {
+                "method": "POST",
+                "target": "/a",
+                "path": "/a",
+                "query": "",
+                "version": "1.1",
+                "headers": [("host", H), ("content-length", "3")],
+                "body": b"abc",
+                "keep_alive": True,
+                "websocket": False,
+            },
+            {
+                "method": "DELETE",
+                "target": "/b?x",
+                "path": "/b",
+                "query": "x",
+                "version": "1.1",
+                "headers": [("host", H), ("connection", "close")],
+                "body": b"",
+                "keep_alive": False,
+                "websocket": False,
+            },
+        ],
     ),
     (
         "http10-default-close",
         b"GET / HTTP/1.0\r\n\r\n",
-        [{"method": "GET", "target": "/", "path": "/", "query": "", "version": "1.0", "headers": [],
-          "body": b"", "keep_alive": False, "websocket": False}],
+        [
+            {
+                "method": "GET",
+                "target": "/",
+                "path": "/",
+                "query": "",
+                "version": "1.0",
+                "headers": [],
+                "body": b"",
+                "keep_alive": False,
+                "websocket": False,
+            }
+        ],
     ),
     (
         "http10-keep-alive",
         b"GET /x HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n",
-        [{"method": "GET", "target": "/x", "path": "/x", "query": "", "version": "1.0",
-          "headers": [("connection", "Keep-Alive")], "body": b"", "keep_alive": True, "websocket": False}],
+        [
+            {
+                "method": "GET",
+                "target": "/x",
+                "path": "/x",
+                "query": "",
+                "version": "1.0",
+                "headers": [("connection", "Keep-Alive")],
+                "body": b"",
+                "keep_alive": True,
+                "websocket": False,
+            }
+        ],
     ),
     (
         "http11-close-in-list",
         b"GET / HTTP/1.1\r\nHost: example.com\r\nConnection: te, Close\r\n\r\n",
-        [{"method": "GET", "target": "/", "path": "/", "query": "", "version": "1.1",
-          "headers": [("host", H), ("connection", "te, Close")], "body": b"", "keep_alive": False, "websocket": False}],
+        [
+            {
+                "method": "GET",
+                "target": "/",
+                "path": "/",
+                "query": "",
+                "version": "1.1",
+                "headers": [("host", H), ("connection", "te, Close")],
+                "body": b"",
+                "keep_alive": False,
+                "websocket": False,
+            }
+        ],
     ),
     (
         "websocket-upgrade",
         b"GET /v1/ws?token=abc HTTP/1.1\r\nHost: example.com\r\nUpgrade: websocket\r\n"
         b"Connection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
         b"Sec-WebSocket-Version: 13\r\n\r\n",
-        [{"method": "GET", "target": "/v1/ws?token=abc", "path": "/v1/ws", "query": "token=abc", "version": "1.1",
-          "headers": [("host", H), ("upgrade", "websocket"), ("connection", "keep-alive, Upgrade"),
-                      ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="), ("sec-websocket-version", "13")],
-          "body": b"", "keep_alive": True, "websocket": True}],
+        [
+            {
+                "method": "GET",
+                "target": "/v1/ws?token=abc",
+                "path": "/v1/ws",
+                "query": "token=abc",
+                "version": "1.1",
+                "headers": [
+                    ("host", H),
+                    ("upgrade", "websocket"),
+                    ("connection", "keep-alive, Upgrade"),
+                    ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                    ("sec-websocket-version", "13"),
+                ],
+                "body": b"",
+                "keep_alive": True,
+                "websocket": True,
+            }
+        ],
     ),
     (
         "leading-empty-line-and-latin1",
         b"\r\nPUT /p HTTP/1.1\r\nHost: example.com\r\nX-Name: Zo\xeb\r\nContent-Length: 0\r\n\r\n",
-        [{"method": "PUT", "target": "/p", "path": "/p", "query": "", "version": "1.1",
-          "headers": [("host", H), ("x-name", "Zo\u00eb"), ("content-length", "0")], "body": b"",
-          "keep_alive": True, "websocket": False}],
+        [
+            {
+                "method": "PUT",
+                "target": "/p",
+                "path": "/p",
+                "query": "",
+                "version": "1.1",
+                "headers": [("host", H), ("x-name", "Zo\u00eb"), ("content-length", "0")],
+                "body": b"",
+                "keep_alive": True,
+                "websocket": False,
+            }
+        ],
     ),
 ]
 
@@ -274,7 +392,11 @@ def test_chunked_pending_bytes_count_decoded_content() -> None:
 
 def test_limits_are_exposed() -> None:
     """The constructor's limits read back as properties, with the documented defaults."""
-    assert (RequestParser().max_header_size, RequestParser().max_headers, RequestParser().max_body_size) == (8192, 64, 1048576)
+    assert (RequestParser().max_header_size, RequestParser().max_headers, RequestParser().max_body_size) == (
+        8192,
+        64,
+        1048576,
+    )
     p = RequestParser(max_header_size=100, max_headers=3, max_body_size=10)
     assert (p.max_header_size, p.max_headers, p.max_body_size) == (100, 3, 10)
 
@@ -433,7 +555,10 @@ def test_pipelined_garbage_after_good_requests_fails_after_them() -> None:
     next feed raises the bad one's status, as when they arrive in separate reads."""
     parser = RequestParser()
     good = b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}GET /b HTTP/1.1\r\nHost: h\r\n\r\n"
-    assert [(r.method, r.path, r.body) for r in parser.feed(good + b"garbage\r\n\r\n")] == [("POST", "/a", b"{}"), ("GET", "/b", b"")]
+    assert [(r.method, r.path, r.body) for r in parser.feed(good + b"garbage\r\n\r\n")] == [
+        ("POST", "/a", b"{}"),
+        ("GET", "/b", b""),
+    ]
     assert (parser.state, parser.pending_bytes) == ("failed", 0)
     with pytest.raises(HttpParseError) as err:
         parser.feed(b"")
@@ -470,6 +595,7 @@ def test_header_size_limit_boundary(limit: int) -> None:
 @pytest.mark.parametrize("limit", [1, 5, 64])
 def test_header_count_limit_boundary(limit: int) -> None:
     """max_headers fields parse; one more is 431."""
+
     def make(n: int) -> bytes:
         return b"GET / HTTP/1.1\r\nHost: h\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(n - 1)) + b"\r\n"
 
@@ -491,6 +617,7 @@ def test_content_length_limit_boundary(limit: int) -> None:
 @pytest.mark.parametrize("limit", [1, 7, 1000])
 def test_chunked_limit_boundary(limit: int) -> None:
     """De-chunked content of exactly max_body_size parses; one byte more is 413 at its chunk size."""
+
     def make(n: int) -> bytes:
         sizes = [s for s in (n // 2, n - n // 2) if s]
         return _TE + b"".join(b"%x\r\n%s\r\n" % (s, b"c" * s) for s in sizes) + b"0\r\n\r\n"
@@ -515,7 +642,16 @@ def test_trailer_section_has_the_header_limits() -> None:
 # --------------------------------------------------------------------------------------------
 # hypothesis: generated requests against httptools
 
-_SPECIAL = {"host", "content-length", "transfer-encoding", "connection", "upgrade", "expect", "proxy-connection", "keep-alive"}
+_SPECIAL = {
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "expect",
+    "proxy-connection",
+    "keep-alive",
+}
 _name = st.text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_", min_size=1, max_size=12).filter(
     lambda n: n.lower() not in _SPECIAL
 )
@@ -584,6 +720,7 @@ def test_generated_requests_match_httptools(leading: list[bytes], final: bytes, 
 @given(st.binary(max_size=200), st.lists(st.integers(min_value=0), max_size=6))
 def test_arbitrary_bytes_only_raise_http_parse_error(data: bytes, cuts: list[int]) -> None:
     """Arbitrary bytes in arbitrary pieces give requests or HttpParseError, the same as whole."""
+
     def outcome(pieces: list[bytes]) -> tuple[list[dict[str, object]], int | None]:
         parser = RequestParser(max_header_size=128, max_headers=4, max_body_size=64)
         got: list[dict[str, object]] = []
@@ -609,26 +746,56 @@ def test_arbitrary_bytes_only_raise_http_parse_error(data: bytes, cuts: list[int
 
 
 ENCODED: list[tuple[str, int, list[tuple[str, str]], bytes, bytes]] = [
-    ("json-200", 200, [("Content-Type", "application/json")], b'{"ok":true}',
-     b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'),
+    (
+        "json-200",
+        200,
+        [("Content-Type", "application/json")],
+        b'{"ok":true}',
+        b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}',
+    ),
     ("empty-404", 404, [], b"", b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"),
     ("204-no-length", 204, [("X-A", "1")], b"", b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n"),
     ("304-no-length", 304, [("ETag", '"v1"')], b"", b'HTTP/1.1 304 Not Modified\r\nETag: "v1"\r\n\r\n'),
-    ("101-switching", 101, [("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Accept", "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")], b"",
-     b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-     b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"),
-    ("429-retry", 429, [("Retry-After", "1")], b"", b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n"),
+    (
+        "101-switching",
+        101,
+        [("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Accept", "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")],
+        b"",
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+    ),
+    (
+        "429-retry",
+        429,
+        [("Retry-After", "1")],
+        b"",
+        b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n",
+    ),
     ("431", 431, [], b"", b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n\r\n"),
     ("unregistered", 299, [], b"x", b"HTTP/1.1 299 \r\nContent-Length: 1\r\n\r\nx"),
     ("given-length-kept", 200, [("content-length", "2")], b"hi", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi"),
     ("head-response", 200, [("Content-Length", "1234")], b"", b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n"),
-    ("caller-chunked", 200, [("Transfer-Encoding", "chunked")], b"0\r\n\r\n", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
-    ("latin1-and-tab", 200, [("X-N", "Zo\u00eb\ta")], b"", b"HTTP/1.1 200 OK\r\nX-N: Zo\xeb\ta\r\nContent-Length: 0\r\n\r\n"),
+    (
+        "caller-chunked",
+        200,
+        [("Transfer-Encoding", "chunked")],
+        b"0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ),
+    (
+        "latin1-and-tab",
+        200,
+        [("X-N", "Zo\u00eb\ta")],
+        b"",
+        b"HTTP/1.1 200 OK\r\nX-N: Zo\xeb\ta\r\nContent-Length: 0\r\n\r\n",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "status", "headers", "body", "expected"), ENCODED, ids=[e[0] for e in ENCODED])
-def test_encode_response_exact_bytes(name: str, status: int, headers: list[tuple[str, str]], body: bytes, expected: bytes) -> None:
+def test_encode_response_exact_bytes(
+    name: str, status: int, headers: list[tuple[str, str]], body: bytes, expected: bytes
+) -> None:
     """encode_response writes exactly the expected status line, headers and body."""
     assert encode_response(status, headers, body) == expected
 
@@ -666,7 +833,9 @@ REFUSED: list[tuple[str, int, list[tuple[str, str]], bytes]] = [
 
 
 @pytest.mark.parametrize(("name", "status", "headers", "body"), REFUSED, ids=[r[0] for r in REFUSED])
-def test_encode_response_refuses_injection_and_bad_input(name: str, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+def test_encode_response_refuses_injection_and_bad_input(
+    name: str, status: int, headers: list[tuple[str, str]], body: bytes
+) -> None:
     """Response splitting, bad tokens, bad statuses and impossible framing raise ValueError."""
     with pytest.raises(ValueError) as err:
         encode_response(status, headers, body)
@@ -676,7 +845,13 @@ def test_encode_response_refuses_injection_and_bad_input(name: str, status: int,
 
 @pytest.mark.parametrize(
     ("headers", "error"),
-    [("X: y", TypeError), ([("X", 1)], TypeError), ([["X", "y"]], TypeError), ([("X",)], ValueError), ([("X", "y", "z")], ValueError)],
+    [
+        ("X: y", TypeError),
+        ([("X", 1)], TypeError),
+        ([["X", "y"]], TypeError),
+        ([("X",)], ValueError),
+        ([("X", "y", "z")], ValueError),
+    ],
 )
 def test_encode_response_checks_header_shapes(headers: object, error: type[Exception]) -> None:
     """Headers must be (str, str) tuples: other shapes raise TypeError or ValueError."""
@@ -710,9 +885,11 @@ class _RespCollector:
         self.complete = True
 
 
-_resp_value = st.text(st.characters(min_codepoint=0x21, max_codepoint=0xFF, blacklist_characters="\x7f"), max_size=16).map(
-    lambda v: v.strip()
-).filter(lambda v: all(not 0x80 <= ord(c) < 0xA0 for c in v))
+_resp_value = (
+    st.text(st.characters(min_codepoint=0x21, max_codepoint=0xFF, blacklist_characters="\x7f"), max_size=16)
+    .map(lambda v: v.strip())
+    .filter(lambda v: all(not 0x80 <= ord(c) < 0xA0 for c in v))
+)
 
 
 @given(

@@ -97,8 +97,12 @@ def test_encode_any_ints_matches_reference(region: int, yymmdd: int, source: int
     )
 
 
-@given(st.sampled_from([1, 2, 0, 3, -1]), st.one_of(dates, st.integers(-5, 10**6)), st.sampled_from([0, 1, 2, -1]),
-       st.one_of(st.integers(-3, 3), st.integers(10**11 - 3, 10**11 + 3)))
+@given(
+    st.sampled_from([1, 2, 0, 3, -1]),
+    st.one_of(dates, st.integers(-5, 10**6)),
+    st.sampled_from([0, 1, 2, -1]),
+    st.one_of(st.integers(-3, 3), st.integers(10**11 - 3, 10**11 + 3)),
+)
 def test_encode_near_bounds_matches_reference(region: int, yymmdd: int, source: int, sequence: int) -> None:
     """Values at and just past every field bound give the reference's result or error."""
     assert outcome(hn.encode_order_id, region, yymmdd, source, sequence) == outcome(

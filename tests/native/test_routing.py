@@ -98,8 +98,14 @@ def test_xxh3_takes_only_bytes() -> None:
 def test_jump_hash_reference_matches_published_vectors() -> None:
     """The reference jump hash reproduces ClickHouse's jumpConsistentHash test vectors."""
     # ClickHouse tests/queries/0_stateless/00580_consistent_hashing_functions.{sql,reference}
-    cases = [(1, 1, 0), (42, 57, 43), (256, 1024, 520), (3735883980, 1, 0), (3735883980, 666, 361),
-             (16045690984833335023, 255, 237)]
+    cases = [
+        (1, 1, 0),
+        (42, 57, 43),
+        (256, 1024, 520),
+        (3735883980, 1, 0),
+        (3735883980, 666, 361),
+        (16045690984833335023, 255, 237),
+    ]
     for key, n, expected in cases:
         assert ref.jump_hash(key, n) == expected
 
@@ -129,8 +135,11 @@ def test_shard_of_matches_reference(oid: str, n_db: int, n_tables: int) -> None:
     assert 0 <= db < n_db and 0 <= table < n_tables and day == hn.decode_order_id(oid).day
 
 
-@given(st.one_of(valid_ids, st.text(max_size=22), st.from_regex(r"[0-9]{20}", fullmatch=True)),
-       st.one_of(counts, st.integers()), st.one_of(counts, st.integers()))
+@given(
+    st.one_of(valid_ids, st.text(max_size=22), st.from_regex(r"[0-9]{20}", fullmatch=True)),
+    st.one_of(counts, st.integers()),
+    st.one_of(counts, st.integers()),
+)
 def test_shard_of_errors_match_reference(oid: str, n_db: int, n_tables: int) -> None:
     """Bad counts and bad ids raise the reference's ValueError (counts checked first)."""
     assert outcome(hn.shard_of, oid, n_db, n_tables) == outcome(ref.shard_of, oid, n_db, n_tables)
@@ -154,8 +163,11 @@ def test_online_shard_matches_reference(key: str) -> None:
 def test_counts_out_of_range_raise_value_error(bad: int) -> None:
     """Counts outside [1, 2**31) raise ValueError naming the argument, never OverflowError."""
     oid = next(iter(SHARD_GOLDEN))
-    for call, name in [(lambda: hn.shard_of(oid, bad, 2), "n_db"), (lambda: hn.shard_of(oid, 2, bad), "n_tables"),
-                       (lambda: hn.node_of("k", bad), "n_nodes")]:
+    for call, name in [
+        (lambda: hn.shard_of(oid, bad, 2), "n_db"),
+        (lambda: hn.shard_of(oid, 2, bad), "n_tables"),
+        (lambda: hn.node_of("k", bad), "n_nodes"),
+    ]:
         with pytest.raises(ValueError) as e:
             call()
         assert str(e.value) == f"{name} must be in [1, 2**31), got {bad}"

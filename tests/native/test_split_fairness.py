@@ -171,7 +171,9 @@ def violations(hist: np.ndarray, total: int, count: int) -> list[str]:
         mean = Fraction(int((observed * np.arange(total + 1)).sum()), packets)
         se = math.sqrt(moments(dist)[1] / packets)
         if abs(float(mean - target)) > 5 * se + 1e-12:
-            problems.append(f"position {pos}: mean {float(mean):.4f} is {float(mean - target) / se:.1f} SE from {total}/{count}")
+            problems.append(
+                f"position {pos}: mean {float(mean):.4f} is {float(mean - target) / se:.1f} SE from {total}/{count}"
+            )
         expected = packets * probabilities(dist, total + 1)
         impossible = int(observed[expected == 0].sum())
         if impossible:

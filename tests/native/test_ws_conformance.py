@@ -33,7 +33,11 @@ def f(opcode: int, payload: bytes = b"", fin: bool = True, rsv: int = 0) -> byte
         head = bytes([b0, 0x80 | 126]) + n.to_bytes(2, "big")
     else:
         head = bytes([b0, 0x80 | 127]) + n.to_bytes(8, "big")
-    return head + KEY + bytes(b ^ KEY[i % 4] for i, b in enumerate(payload)) if n < 4096 else head + KEY + _mask_fast(payload)
+    return (
+        head + KEY + bytes(b ^ KEY[i % 4] for i, b in enumerate(payload))
+        if n < 4096
+        else head + KEY + _mask_fast(payload)
+    )
 
 
 def _mask_fast(payload: bytes) -> bytes:
@@ -65,7 +69,9 @@ def fail(cid: str, frames: list[bytes], code: int, *delivered: tuple[int, bytes]
 
 def text_case(cid: str, payload: bytes, valid: bool) -> list[Case]:
     """6.x: one payload as a single frame, fragmented per byte (code points split), and per frame."""
-    frags = [f(T if i == 0 else C, payload[i : i + 1], fin=i == len(payload) - 1) for i in range(len(payload))] or [f(T)]
+    frags = [f(T if i == 0 else C, payload[i : i + 1], fin=i == len(payload) - 1) for i in range(len(payload))] or [
+        f(T)
+    ]
     if valid:
         return [ok(cid, [f(T, payload)], (T, payload)), ok(cid + "-bytefrags", frags, (T, payload))]
     return [fail(cid, [f(T, payload)], 1007), fail(cid + "-bytefrags", frags, 1007)]
@@ -103,7 +109,11 @@ CASES += [
     ok("2.8", [f(Q, b"unsolicited pong payload")], (Q, b"unsolicited pong payload")),
     ok("2.9", [f(Q, b"unsolicited"), f(P, b"ping")], (Q, b"unsolicited"), (P, b"ping")),
     ok("2.10", [f(P, b"payload-%d" % i) for i in range(10)], *[(P, b"payload-%d" % i) for i in range(10)]),
-    ok("2.11-bytewise", list(map(bytes, zip(b"".join(f(P, b"payload-%d" % i) for i in range(10))))), *[(P, b"payload-%d" % i) for i in range(10)]),
+    ok(
+        "2.11-bytewise",
+        list(map(bytes, zip(b"".join(f(P, b"payload-%d" % i) for i in range(10))))),
+        *[(P, b"payload-%d" % i) for i in range(10)],
+    ),
 ]
 
 # 3.x reserved bits (no extension negotiated): 1002, frames before it still delivered.
@@ -131,16 +141,34 @@ CASES += [
     ok("5.3", [f(T, b"frag1", fin=False), f(C, b"frag2")], (T, b"frag1frag2")),
     ok("5.4-bytewise", list(map(bytes, zip(f(T, b"frag1", fin=False) + f(C, b"frag2")))), (T, b"frag1frag2")),
     ok("5.6", [f(T, b"frag1", fin=False), f(P, b"ping"), f(C, b"frag2")], (P, b"ping"), (T, b"frag1frag2")),
-    ok("5.8-bytewise", list(map(bytes, zip(f(T, b"frag1", fin=False) + f(P, b"ping") + f(C, b"frag2")))), (P, b"ping"), (T, b"frag1frag2")),
+    ok(
+        "5.8-bytewise",
+        list(map(bytes, zip(f(T, b"frag1", fin=False) + f(P, b"ping") + f(C, b"frag2")))),
+        (P, b"ping"),
+        (T, b"frag1frag2"),
+    ),
     fail("5.9", [f(C, b"non-continuation payload"), f(T, b"Hello, world!")], 1002),
     fail("5.12", [f(C, b"non-continuation payload", fin=False), f(T, b"Hello, world!")], 1002),
-    fail("5.15", [f(T, b"fragment1", fin=False), f(C, b"fragment2"), f(C, b"fragment3", fin=False), f(T, b"fragment4")], 1002, (T, b"fragment1fragment2")),
+    fail(
+        "5.15",
+        [f(T, b"fragment1", fin=False), f(C, b"fragment2"), f(C, b"fragment3", fin=False), f(T, b"fragment4")],
+        1002,
+        (T, b"fragment1fragment2"),
+    ),
     fail("5.16", [f(C, b"fragment1", fin=False), f(T, b"fragment2", fin=False), f(C, b"fragment3")], 1002),
     fail("5.17", [f(C, b"fragment1"), f(T, b"fragment2", fin=False), f(C, b"fragment3")], 1002),
     fail("5.18", [f(T, b"fragment1", fin=False), f(T, b"fragment2")], 1002),
     ok(
         "5.19",
-        [f(T, b"fragment1", fin=False), f(C, b"fragment2", fin=False), f(P, b"pong1"), f(C, b"fragment3", fin=False), f(C, b"fragment4", fin=False), f(P, b"pong2"), f(C, b"fragment5")],
+        [
+            f(T, b"fragment1", fin=False),
+            f(C, b"fragment2", fin=False),
+            f(P, b"pong1"),
+            f(C, b"fragment3", fin=False),
+            f(C, b"fragment4", fin=False),
+            f(P, b"pong2"),
+            f(C, b"fragment5"),
+        ],
         (P, b"pong1"),
         (P, b"pong2"),
         (T, b"fragment1fragment2fragment3fragment4fragment5"),
@@ -158,13 +186,27 @@ CASES += [
     ok("6.2.1", [f(T, HELLO)], (T, HELLO)),
     ok("6.2.2", [f(T, HELLO[:6], fin=False), f(C, HELLO[6:])], (T, HELLO)),
     ok("6.2.3-bytewise", list(map(bytes, zip(f(T, HELLO)))), (T, HELLO)),
-    ok("6.2.4", [f(T, b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5" * 4)], (T, b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5" * 4)),
+    ok(
+        "6.2.4",
+        [f(T, b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5" * 4)],
+        (T, b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5" * 4),
+    ),
     fail("6.3.1", [f(T, b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5\xed\xa0\x80\x65\x64\x69\x74\x65\x64")], 1007),
-    fail("6.3.2-bytewise", list(map(bytes, zip(f(T, b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5\xed\xa0\x80\x65\x64\x69\x74\x65\x64")))), 1007),
+    fail(
+        "6.3.2-bytewise",
+        list(
+            map(bytes, zip(f(T, b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5\xed\xa0\x80\x65\x64\x69\x74\x65\x64")))
+        ),
+        1007,
+    ),
     fail("6.4.1", [f(T, KOSME, fin=False), f(C, b"\xf4\x90\x80\x80", fin=False), f(C, b"edited")], 1007),
     fail("6.4.2", [f(T, KOSME + b"\xf4", fin=False), f(C, b"\x90\x80\x80", fin=False), f(C, b"edited")], 1007),
     fail("6.4.3-fail-fast", [f(T, KOSME + b"\xf4\x90\x80\x80" + b"edited" * 200)[:30]], 1007),
-    fail("6.4.4-fail-fast-bytewise", list(map(bytes, zip(f(T, KOSME + b"\xf4\x90\x80\x80" + b"edited" * 200)[:30]))), 1007),
+    fail(
+        "6.4.4-fail-fast-bytewise",
+        list(map(bytes, zip(f(T, KOSME + b"\xf4\x90\x80\x80" + b"edited" * 200)[:30]))),
+        1007,
+    ),
     ok("6.5.1", [f(T, KOSME)], (T, KOSME)),
     ok("6.x-split-code-points", [f(T, b"\xe2", fin=False), f(C, b"\x82", fin=False), f(C, b"\xac")], (T, "€".encode())),
     ok("6.x-split-4-byte", [f(T, b"\xf0\x9f", fin=False), f(C, b"\x98\x80")], (T, "😀".encode())),
@@ -174,7 +216,10 @@ CASES += [
 ]
 UTF8_TABLE: list[tuple[str, bytes, bool]] = [
     # 6.6 kosme split at every byte: prefixes that stop mid code point are invalid messages.
-    *[(f"6.6.{i}", KOSME[:i], KOSME[:i].decode("utf-8", "ignore").encode() == KOSME[:i]) for i in range(1, len(KOSME) + 1)],
+    *[
+        (f"6.6.{i}", KOSME[:i], KOSME[:i].decode("utf-8", "ignore").encode() == KOSME[:i])
+        for i in range(1, len(KOSME) + 1)
+    ],
     ("6.7.1", b"\x00", True),
     ("6.7.2", b"\xc2\x80", True),
     ("6.7.3", b"\xe0\xa0\x80", True),
@@ -217,7 +262,11 @@ UTF8_TABLE: list[tuple[str, bytes, bool]] = [
     ("6.14.9", b"\xfb\xbf\xbf\xbf", False),
     ("6.14.10", b"\xfd\xbf\xbf\xbf\xbf", False),
     ("6.14.x-truncated-euro", b"\xe2\x82", False),
-    ("6.15.1", b"\xc0\xe0\x80\xf0\x80\x80\xf8\x80\x80\x80\xfc\x80\x80\x80\x80\xdf\xef\xbf\xf7\xbf\xbf\xfb\xbf\xbf\xbf\xfd\xbf\xbf\xbf\xbf", False),
+    (
+        "6.15.1",
+        b"\xc0\xe0\x80\xf0\x80\x80\xf8\x80\x80\x80\xfc\x80\x80\x80\x80\xdf\xef\xbf\xf7\xbf\xbf\xfb\xbf\xbf\xbf\xfd\xbf\xbf\xbf\xbf",
+        False,
+    ),
     ("6.16.1", b"\xfe", False),
     ("6.16.2", b"\xff", False),
     ("6.16.3", b"\xfe\xfe\xff\xff", False),
@@ -236,7 +285,21 @@ UTF8_TABLE: list[tuple[str, bytes, bool]] = [
     ("6.19.3", b"\xf0\x80\x80\x80", False),
     ("6.19.4", b"\xf8\x80\x80\x80\x80", False),
     ("6.19.5", b"\xfc\x80\x80\x80\x80\x80", False),
-    *[(f"6.20.{i}", s, False) for i, s in enumerate([b"\xed\xa0\x80", b"\xed\xad\xbf", b"\xed\xae\x80", b"\xed\xaf\xbf", b"\xed\xb0\x80", b"\xed\xbe\x80", b"\xed\xbf\xbf"], start=1)],
+    *[
+        (f"6.20.{i}", s, False)
+        for i, s in enumerate(
+            [
+                b"\xed\xa0\x80",
+                b"\xed\xad\xbf",
+                b"\xed\xae\x80",
+                b"\xed\xaf\xbf",
+                b"\xed\xb0\x80",
+                b"\xed\xbe\x80",
+                b"\xed\xbf\xbf",
+            ],
+            start=1,
+        )
+    ],
     *[
         (f"6.21.{i}", s, False)
         for i, s in enumerate(
@@ -254,7 +317,22 @@ UTF8_TABLE: list[tuple[str, bytes, bool]] = [
         )
     ],
     # Noncharacters are valid UTF-8 and must be accepted.
-    *[(f"6.22.{i}", s, True) for i, s in enumerate([b"\xef\xbf\xbe", b"\xef\xbf\xbf", b"\xf0\x9f\xbf\xbe", b"\xf0\x9f\xbf\xbf", b"\xf4\x8f\xbf\xbe", b"\xf4\x8f\xbf\xbf", b"\xef\xb7\x90", b"\xef\xb7\xaf"], start=1)],
+    *[
+        (f"6.22.{i}", s, True)
+        for i, s in enumerate(
+            [
+                b"\xef\xbf\xbe",
+                b"\xef\xbf\xbf",
+                b"\xf0\x9f\xbf\xbe",
+                b"\xf0\x9f\xbf\xbf",
+                b"\xf4\x8f\xbf\xbe",
+                b"\xf4\x8f\xbf\xbf",
+                b"\xef\xb7\x90",
+                b"\xef\xb7\xaf",
+            ],
+            start=1,
+        )
+    ],
     ("6.23.1", b"\xef\xbf\xb9", True),
     ("6.23.2", b"\xef\xbf\xbd", True),
     ("6.23.x-above-u10ffff", "\U0010ffff".encode() + b"\xf4\x90\x80\x80", False),
@@ -276,7 +354,9 @@ CASES += [
     fail("7.5.x-truncated-code-point", [close(1000, b"\xe2\x82")], 1007),
     ok("7.5.x-multibyte-reason", [close(1001, "€😀".encode())], (X, b"\x03\xe9" + "€😀".encode())),
 ]
-for i, code in enumerate([1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014, 3000, 3999, 4000, 4999], start=1):
+for i, code in enumerate(
+    [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014, 3000, 3999, 4000, 4999], start=1
+):
     CASES.append(ok(f"7.7.{i}-code-{code}", [close(code)], (X, code.to_bytes(2, "big"))))
 for i, code in enumerate([0, 999, 1004, 1005, 1006, 1015, 1016, 1100, 2000, 2999, 5000, 65535], start=1):
     CASES.append(fail(f"7.9.{i}-code-{code}", [close(code)], 1002))
@@ -292,7 +372,13 @@ CASES += [
 ]
 for i, frag in enumerate([64, 256, 1024, 4096, 16384, 65536, 262144, MIB], start=1):
     parts = [b"*" * frag] * (MIB // frag)
-    CASES.append(ok(f"9.3.{i}-1m-text-in-{frag}-byte-fragments", [b"".join(f(T if j == 0 else C, p, fin=j == len(parts) - 1) for j, p in enumerate(parts))], (T, b"*" * MIB)))
+    CASES.append(
+        ok(
+            f"9.3.{i}-1m-text-in-{frag}-byte-fragments",
+            [b"".join(f(T if j == 0 else C, p, fin=j == len(parts) - 1) for j, p in enumerate(parts))],
+            (T, b"*" * MIB),
+        )
+    )
 BIG_FRAME = f(B, b"\xfe" * MIB)
 for i, size in enumerate([64, 128, 256, 512, 1024, 2048, 4096], start=1):
     CASES.append(ok(f"9.6.{i}-1m-binary-chopped-{size}", chop(BIG_FRAME, size), (B, b"\xfe" * MIB)))
@@ -300,9 +386,20 @@ CASES += [
     ok("9.x-frame-at-limit", [f(B, b"x" * 1000)], (B, b"x" * 1000), max_frame=1000),
     fail("9.x-frame-over-limit", [f(B, b"x" * 1001)], 1009, max_frame=1000),
     fail("9.x-ping-over-frame-limit", [f(P, b"x" * 11)], 1009, max_frame=10),
-    ok("9.x-message-at-limit", [f(B, b"x" * 600, fin=False), f(C, b"y" * 400)], (B, b"x" * 600 + b"y" * 400), max_msg=1000),
+    ok(
+        "9.x-message-at-limit",
+        [f(B, b"x" * 600, fin=False), f(C, b"y" * 400)],
+        (B, b"x" * 600 + b"y" * 400),
+        max_msg=1000,
+    ),
     fail("9.x-message-over-limit", [f(B, b"x" * 600, fin=False), f(C, b"y" * 401)], 1009, max_msg=1000),
-    fail("9.x-message-over-limit-after-message", [f(T, b"a" * 1000), f(T, b"b" * 600, fin=False), f(C, b"c" * 401)], 1009, (T, b"a" * 1000), max_msg=1000),
+    fail(
+        "9.x-message-over-limit-after-message",
+        [f(T, b"a" * 1000), f(T, b"b" * 600, fin=False), f(C, b"c" * 401)],
+        1009,
+        (T, b"a" * 1000),
+        max_msg=1000,
+    ),
     fail("9.x-claimed-1-tib", [b"\x82\xff" + (1 << 40).to_bytes(8, "big")], 1009),
     fail("9.x-claimed-2-63", [b"\x82\xff" + (1 << 63).to_bytes(8, "big")], 1002),
 ]

@@ -84,7 +84,18 @@ def test_accept_key_matches_hashlib(nonce: bytes) -> None:
     assert hn.accept_key(key) == want == ref.accept_key(key)
 
 
-@pytest.mark.parametrize("key", ["", "dGhlIHNhbXBsZSBub25jZQ", "dGhlIHNhbXBsZSBub25jZR==", "aGVsbG8=", "!!!!dGhlIHNhbXBsZSBub2", " dGhlIHNhbXBsZSBub25jZQ==", base64.b64encode(b"x" * 17).decode()])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "dGhlIHNhbXBsZSBub25jZQ",
+        "dGhlIHNhbXBsZSBub25jZR==",
+        "aGVsbG8=",
+        "!!!!dGhlIHNhbXBsZSBub2",
+        " dGhlIHNhbXBsZSBub25jZQ==",
+        base64.b64encode(b"x" * 17).decode(),
+    ],
+)
 def test_accept_key_rejects_keys_that_are_not_16_base64_bytes(key: str) -> None:
     """A Sec-WebSocket-Key that is not canonical base64 of exactly 16 bytes raises ValueError."""
     with pytest.raises(ValueError):
@@ -201,7 +212,12 @@ def test_feed_accepts_buffers_and_empty_input() -> None:
 def test_frame_attributes_and_repr() -> None:
     """Frame exposes opcode, payload, close_code, close_reason; .text refuses non-text frames."""
     close, ping = server().feed(m(hn.OP_CLOSE, b"\x03\xe8bye"))[0], server().feed(m(hn.OP_PING, b"p"))[0]
-    assert (close.opcode, close.payload, close.close_code, close.close_reason) == (hn.OP_CLOSE, b"\x03\xe8bye", 1000, "bye")
+    assert (close.opcode, close.payload, close.close_code, close.close_reason) == (
+        hn.OP_CLOSE,
+        b"\x03\xe8bye",
+        1000,
+        "bye",
+    )
     assert "close_code=1000" in repr(close)
     assert (ping.opcode, ping.payload, ping.close_code) == (hn.OP_PING, b"p", None)
     with pytest.raises(ValueError, match="not a text message"):
@@ -268,7 +284,12 @@ def test_wsproto_and_websockets_frames_decode_here(length: int) -> None:
     stream = bytes(client.send_data(payload)) + bytes(client.ping(b"pi")) + bytes(client.send_data(text))
     stream += bytes(client.close(1000, "done"))
     frames = server().feed(stream)
-    assert as_tuples(frames) == [(2, payload, None, ""), (9, b"pi", None, ""), (1, text.encode(), None, ""), (8, b"\x03\xe8done", 1000, "done")]
+    assert as_tuples(frames) == [
+        (2, payload, None, ""),
+        (9, b"pi", None, ""),
+        (1, text.encode(), None, ""),
+        (8, b"\x03\xe8done", 1000, "done"),
+    ]
     assert frames[2].text == text
     ws = wsframes.Frame(wsframes.Opcode.BINARY, payload).serialize(mask=True)
     assert [f.payload for f in server().feed(ws)] == [payload]
@@ -279,7 +300,9 @@ def test_wsproto_and_websockets_frames_decode_here(length: int) -> None:
 def test_wsproto_fragments_decode_here() -> None:
     """A message wsproto sends in fragments, with a ping between, reassembles here."""
     client = FrameProtocol(client=True, extensions=[])
-    stream = bytes(client.send_data("hel", fin=False)) + bytes(client.ping(b"x")) + bytes(client.send_data("lo", fin=True))
+    stream = (
+        bytes(client.send_data("hel", fin=False)) + bytes(client.ping(b"x")) + bytes(client.send_data("lo", fin=True))
+    )
     assert as_tuples(server().feed(stream)) == [(9, b"x", None, ""), (1, b"hello", None, "")]
 
 
@@ -381,7 +404,9 @@ def test_p23_message_total_over_limit_fails_as_soon_as_it_passes() -> None:
         dec.feed(m(hn.OP_PING, b""))
     assert again.value.close_code == 1009
     ok = hn.FrameDecoder(100, 250)
-    got = ok.feed(m(hn.OP_BINARY, b"a" * 100, fin=False) + m(hn.OP_CONT, b"b" * 100, fin=False) + m(hn.OP_CONT, b"c" * 50))
+    got = ok.feed(
+        m(hn.OP_BINARY, b"a" * 100, fin=False) + m(hn.OP_CONT, b"b" * 100, fin=False) + m(hn.OP_CONT, b"c" * 50)
+    )
     assert [f.payload for f in got] == [b"a" * 100 + b"b" * 100 + b"c" * 50]
 
 
@@ -396,7 +421,9 @@ def test_p25_ping_edge_cases() -> None:
     assert outcome(b"\x89\xfe\x00\x7e" + KEY + b"p" * 126) == 1002
     assert outcome(b"\x89\xfd" + KEY + b"p" * 125) is None
     frames = server().feed(m(hn.OP_PONG, b"unsolicited") + b"".join(m(hn.OP_PING, bytes([i])) for i in range(10)))
-    assert [(f.opcode, f.payload) for f in frames] == [(hn.OP_PONG, b"unsolicited")] + [(hn.OP_PING, bytes([i])) for i in range(10)]
+    assert [(f.opcode, f.payload) for f in frames] == [(hn.OP_PONG, b"unsolicited")] + [
+        (hn.OP_PING, bytes([i])) for i in range(10)
+    ]
 
 
 def test_decoder_stays_failed() -> None:
@@ -423,7 +450,9 @@ messages = st.lists(
 
 
 @given(messages, st.binary(min_size=4, max_size=4), st.lists(st.integers(min_value=0), max_size=12))
-def test_random_messages_and_chunking_round_trip(msgs: list[tuple[int, list[bytes]]], key: bytes, cuts: list[int]) -> None:
+def test_random_messages_and_chunking_round_trip(
+    msgs: list[tuple[int, list[bytes]]], key: bytes, cuts: list[int]
+) -> None:
     """Random messages, fragmented (text split at arbitrary bytes), fed in random chunks, come back exactly."""
     stream = b""
     want: list[tuple[int, bytes]] = []
@@ -480,7 +509,20 @@ def raw_streams(draw: st.DrawFn) -> bytes:
                 st.binary(max_size=140),
                 st.binary(min_size=35, max_size=140),
                 st.text(max_size=40).map(str.encode),
-                st.sampled_from([b"\x03\xe8ok", b"\x03\xed", b"\x0b\xb8\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf", b"\xe2", b"\x82\xac", b"\x03", b"\x0f\xa0\xff"]),
+                st.sampled_from(
+                    [
+                        b"\x03\xe8ok",
+                        b"\x03\xed",
+                        b"\x0b\xb8\xe2\x82",
+                        b"\xed\xa0\x80",
+                        b"\xf4\x90\x80\x80",
+                        b"\xc0\xaf",
+                        b"\xe2",
+                        b"\x82\xac",
+                        b"\x03",
+                        b"\x0f\xa0\xff",
+                    ]
+                ),
             )
         )
         if control and corrupt != 4:
@@ -505,7 +547,12 @@ def raw_streams(draw: st.DrawFn) -> bytes:
     return out
 
 
-@given(raw_streams(), st.lists(st.integers(min_value=0), max_size=8), st.booleans(), st.sampled_from([(130, 300), (100, 150), (40, 90)]))
+@given(
+    raw_streams(),
+    st.lists(st.integers(min_value=0), max_size=8),
+    st.booleans(),
+    st.sampled_from([(130, 300), (100, 150), (40, 90)]),
+)
 def test_decoder_matches_reference(data: bytes, cuts: list[int], require_mask: bool, limits: tuple[int, int]) -> None:
     """On random (often invalid, often truncated) streams native and reference agree on the frames and the close code."""
     want_frames, want_code = ref.decode_stream(data, *limits, require_mask)
@@ -521,7 +568,13 @@ def test_decoder_matches_reference(data: bytes, cuts: list[int], require_mask: b
         assert len(chunked) == len(want_frames)
 
 
-@given(st.sampled_from([0, 1, 2, 8, 9, 10]), st.binary(max_size=300), st.booleans(), st.one_of(st.none(), st.binary(min_size=4, max_size=4)), st.booleans())
+@given(
+    st.sampled_from([0, 1, 2, 8, 9, 10]),
+    st.binary(max_size=300),
+    st.booleans(),
+    st.one_of(st.none(), st.binary(min_size=4, max_size=4)),
+    st.booleans(),
+)
 def test_encoder_matches_reference(opcode: int, payload: bytes, fin: bool, mask_key: bytes | None, rsv1: bool) -> None:
     """encode_frame gives the reference's bytes or, for invalid frames, the reference's ValueError."""
     try:

@@ -110,14 +110,17 @@ class Client:
         await self.ws.close()
 
 
-async def connect(server: Server, uid: str, offset: int | None = None, epoch: str | None = None, **kwargs: Any) -> Client:
+async def connect(
+    server: Server, uid: str, offset: int | None = None, epoch: str | None = None, **kwargs: Any
+) -> Client:
     """A WebSocket client of ``uid`` (token as the ``bearer`` subprotocol), resuming at
     (``offset``, ``epoch``) when given. The 101 comes before the hub has logged the session in, so
     this sends a marker (an unsubscribe of "ready") that the hub answers only once attached."""
     query = {k: str(v) for k, v in (("offset", offset), ("epoch", epoch)) if v is not None}
     url = server.url.replace("http://", "ws://") + "/v1/ws" + (f"?{urlencode(query)}" if query else "")
-    ws = await websockets.connect(url, subprotocols=[websockets.Subprotocol("bearer"), websockets.Subprotocol(server.token(uid))],
-                                  **kwargs)
+    ws = await websockets.connect(
+        url, subprotocols=[websockets.Subprotocol("bearer"), websockets.Subprotocol(server.token(uid))], **kwargs
+    )
     await ws.send('{"type":"unsubscribe","topic":"ready"}')
     early: list[dict[str, Any]] = []
     while (message := orjson.loads(await asyncio.wait_for(ws.recv(), 10))) != READY:

@@ -13,10 +13,6 @@ from typing import Any
 
 import orjson
 import pytest
-from hongbao_native import OP_TEXT, FrameDecoder, encode_frame
-from hypothesis import given
-from hypothesis import strategies as st
-
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push_db import open_push_db
 from hongbao.core.adapters.sqlite_state import SqliteGroupStore
@@ -25,6 +21,10 @@ from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.push_fanout import BROADCAST_CHUNK, JOIN_MAX_BYTES, joined
 from hongbao.server.push_hub import PushHub
 from hongbao.server.push_stores import open_push_stores
+from hongbao_native import OP_TEXT, FrameDecoder, encode_frame
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.push.conftest import Nodes, admin, connect, eventually, metric, push
 from tests.server.conftest import Server
 
@@ -87,7 +87,9 @@ def subscribed(hub: PushHub, uid: str, *topics: str) -> Socket:
     return conn
 
 
-async def publish_and_send(hub: PushHub, published: list[tuple[str, Any]], during: Awaitable[None] | None = None) -> None:
+async def publish_and_send(
+    hub: PushHub, published: list[tuple[str, Any]], during: Awaitable[None] | None = None
+) -> None:
     """Publish (topic, data) in order, read them in one read of the topic log, send them (with
     ``during`` running as a concurrent task)."""
     await hub.fanout.start()
@@ -181,8 +183,9 @@ def test_a_burst_of_broadcasts_arrives_whole_and_in_order(server: Server) -> Non
             assert await ws.receive(1) == [{"type": "subscribed", "topic": topic}]
         sends = metric(server, "push_broadcast_sends")
         async with admin(server) as client:
-            answers = await asyncio.gather(*(push(client, topic=("red", "blue")[i % 2], event="burst", data=i)
-                                             for i in range(40)))
+            answers = await asyncio.gather(
+                *(push(client, topic=("red", "blue")[i % 2], event="burst", data=i) for i in range(40))
+            )
         for i, ws in enumerate(subscribers):
             topic = ("red", "blue")[i % 2]
             got = await ws.receive(20)
@@ -195,4 +198,3 @@ def test_a_burst_of_broadcasts_arrives_whole_and_in_order(server: Server) -> Non
             await ws.close()
 
     asyncio.run(scenario())
-

@@ -16,6 +16,7 @@ from pathlib import Path
 from hongbao.core.push_ports import Stored
 from hongbao.server.push_fanout import BROADCAST_CHUNK, GIVE_WAY_S
 from hongbao.server.push_hub import PushHub
+
 from tests.push.test_broadcast_fanout import Socket, hub, publish_and_send, subscribed
 
 __all__ = ["hub"]  # the fixture, used by name
@@ -115,6 +116,8 @@ async def test_a_stuck_publish_pauses_the_fanout_once_for_at_most_give_way(hub: 
     finally:
         locker.execute("ROLLBACK")
         locker.close()
-    assert 0.9 * GIVE_WAY_S <= fanout_s < 6 * GIVE_WAY_S, fanout_s  # waiting at each of the 11 turns would be 11 * GIVE_WAY_S
+    assert 0.9 * GIVE_WAY_S <= fanout_s < 6 * GIVE_WAY_S, (
+        fanout_s
+    )  # waiting at each of the 11 turns would be 11 * GIVE_WAY_S
     assert (await stuck).offset == 2
     assert all(conn.topics() == [[("T", 1)]] for conn in conns)

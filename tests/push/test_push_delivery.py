@@ -38,7 +38,9 @@ def test_targeted_push_on_one_worker(one_worker: Server) -> None:
             assert [(a["result"], a["offset"]) for a in answers] == [("delivered_to_socket", i) for i in (1, 2, 3)]
             epoch = answers[0]["epoch"]
             got = await ws.receive(3)
-            assert got == [{"type": "event", "event": "hello", "data": {"i": i}, "offset": i + 1, "epoch": epoch} for i in range(3)]
+            assert got == [
+                {"type": "event", "event": "hello", "data": {"i": i}, "offset": i + 1, "epoch": epoch} for i in range(3)
+            ]
 
     asyncio.run(scenario())
 
@@ -154,7 +156,9 @@ def test_over_the_cap_is_queued_and_replayed_once(one_worker: Server) -> None:
         results = []
         async with admin(server) as client:
             for i in range(1, 41):
-                results.append((await push(client, user_id="slow", event="big", data={"i": i, "pad": "x" * 20_000}))["result"])
+                results.append(
+                    (await push(client, user_id="slow", event="big", data={"i": i, "pad": "x" * 20_000}))["result"]
+                )
         assert results[0] == "delivered_to_socket" and results[-1] == "queued"
         read = []
         try:
@@ -226,7 +230,9 @@ def test_broadcast_reaches_every_subscriber_on_every_worker(two_workers: Server)
         for ws in subscribers:
             got = await ws.receive(3)
             epoch = published[0]["epoch"]
-            assert [(m["topic"], m["offset"], m["data"], m["epoch"]) for m in got] == [("news", i + 1, i, epoch) for i in range(3)]
+            assert [(m["topic"], m["offset"], m["data"], m["epoch"]) for m in got] == [
+                ("news", i + 1, i, epoch) for i in range(3)
+            ]
         assert await other.silent(0.3)
         await eventually(lambda: metric(server, "push_broadcast_sends") == sends + 30)
         for ws in [*subscribers, other]:

@@ -28,8 +28,12 @@ def test_money_flow_events_reach_their_users(two_workers: Server) -> None:
     async def scenario() -> None:
         alice, bob, carol, dan = [await connect(server, uid) for uid in ("ev_alice", "ev_bob", "ev_carol", "ev_dan")]
         gid = group(server, "ev_alice", ["ev_bob", "ev_carol"])
-        lucky = paid_packet(server, "ev_alice", {"kind": "lucky", "count": 2, "total_fen": 300, "group_id": gid,
-                                                 "greeting": "hi"}, fund_fen=1000)
+        lucky = paid_packet(
+            server,
+            "ev_alice",
+            {"kind": "lucky", "count": 2, "total_fen": 300, "group_id": gid, "greeting": "hi"},
+            fund_fen=1000,
+        )
         amounts = {}
         for uid in ("ev_bob", "ev_carol"):
             with server.client(uid) as client:
@@ -48,8 +52,15 @@ def test_money_flow_events_reach_their_users(two_workers: Server) -> None:
         got_bob = await bob.receive(6)
         received = [m["data"] for m in got_bob if m["event"] == "packet_received"]
         assert [r["order_id"] for r in received] == [lucky, exclusive]
-        assert received[0] == {"order_id": lucky, "sender_id": "ev_alice", "kind": "lucky", "count": 2, "total_fen": 300,
-                               "greeting": "hi", "expires_at": received[0]["expires_at"]}
+        assert received[0] == {
+            "order_id": lucky,
+            "sender_id": "ev_alice",
+            "kind": "lucky",
+            "count": 2,
+            "total_fen": 300,
+            "greeting": "hi",
+            "expires_at": received[0]["expires_at"],
+        }
         named_bob = {m["event"]: m["data"] for m in got_bob if m["event"] != "packet_received"}
         assert [m["offset"] for m in got_bob] == list(range(1, 7))
         assert named_bob["opened"]["amount_fen"] == amounts["ev_bob"]

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
 from hongbao.server.config import Settings
 from hongbao.server.push_internal import SECRET_HEADER, internal_secret
+
 from tests.push.conftest import Nodes, admin, connect, eventually, push
 from tests.server.conftest import Server
 
@@ -89,7 +89,10 @@ def test_internal_listener_needs_the_shared_secret(cluster: tuple[Nodes, Server,
     directory's key, never logged), and "not here" for a session it does not hold."""
     nodes, a, _ = cluster
     with sqlite3.connect(nodes.data_dir / "push.db") as db:
-        addresses = [str(row[0]) for row in db.execute("SELECT address FROM t_push_node WHERE expires_at > ?", (int(time.time() * 1000),))]
+        addresses = [
+            str(row[0])
+            for row in db.execute("SELECT address FROM t_push_node WHERE expires_at > ?", (int(time.time() * 1000),))
+        ]
     secret = internal_secret(Settings(data_dir=nodes.data_dir))
     message = {"messages": [["nobody", "s1", 1, "e1", '{"type":"event"}']]}
     with httpx.Client(timeout=5) as client:

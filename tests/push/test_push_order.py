@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 import pytest
-
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push import SqliteMessageLog
 from hongbao.core.adapters.sqlite_push_db import open_push_db
@@ -25,6 +24,7 @@ from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.push_hub import PushHub
 from hongbao.server.push_messages import EventBody, now_ms
 from hongbao.server.push_stores import open_push_stores
+
 from tests.push.conftest import eventually
 
 
@@ -89,6 +89,7 @@ def worker(tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]) -
     yield Worker(hub, SqliteMessageLog(other, settings.push_log_max_messages, settings.push_log_max_age_s))
     for db in (money, push, other):
         db.close()
+
 
 async def test_overtaken_message_reaches_a_fresh_session(worker: Worker) -> None:
     """On a session that has sent nothing yet, a later offset delivered first waits for the earlier one, each sent once."""

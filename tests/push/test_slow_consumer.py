@@ -53,7 +53,9 @@ async def _phase(server: Server, gid: str, clients: list[Client]) -> list[list[t
         sends = []
         start = time.monotonic()
         for i in range(PER_PHASE):
-            sends.append(asyncio.ensure_future(push(client, group_id=gid, event="p01", data={"t": time.time(), "pad": PAD})))
+            sends.append(
+                asyncio.ensure_future(push(client, group_id=gid, event="p01", data={"t": time.time(), "pad": PAD}))
+            )
             await asyncio.sleep(max(0.0, start + (i + 1) / 500 - time.monotonic()))
         assert {a["result"] for a in await asyncio.gather(*sends)} == {"queued"}
     return list(await asyncio.gather(*receivers))

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.adapters.sqlite_push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
 from hongbao.core.adapters.sqlite_push_db import open_push_db
@@ -120,9 +119,20 @@ async def test_append_offsets_epoch_and_replay(dbs: tuple[SqliteDb, SqliteDb]) -
     second = await log_b.append([("u1", body("m3"))], T0)
     e1, e2 = first[0].epoch, first[1].epoch
     assert [(m.offset, m.epoch) for m in first + second] == [(1, e1), (1, e2), (2, e1), (3, e1)]
-    assert orjson.loads(second[0].body) == {"type": "event", "event": "note", "data": "m3", "offset": 3, "epoch": first[0].epoch}
+    assert orjson.loads(second[0].body) == {
+        "type": "event",
+        "event": "note",
+        "data": "m3",
+        "offset": 3,
+        "epoch": first[0].epoch,
+    }
     replay = await log_b.replay("u1", 1, first[0].epoch, T0)
-    assert (replay.epoch, texts(replay.messages), replay.complete, replay.last) == (first[0].epoch, ["m2", "m3"], True, 3)
+    assert (replay.epoch, texts(replay.messages), replay.complete, replay.last) == (
+        first[0].epoch,
+        ["m2", "m3"],
+        True,
+        3,
+    )
     assert (await log_a.replay("u1", 3, first[0].epoch, T0)).messages == []
 
 
@@ -231,8 +241,12 @@ async def test_appends_during_a_write_share_the_next_one(dbs: tuple[SqliteDb, Sq
     await held
     stored = [await first, *await rest]
     assert log.calls == [1, 40]
-    assert [m.offset for m in stored[1::2]] == list(range(2, 22)) and [m.offset for m in stored[2::2]] == list(range(1, 21))
-    assert texts((await log.replay("u1", None, None, int(time.time() * 1000))).messages) == [f"m{i}" for i in (0, *range(1, 41, 2))]
+    assert [m.offset for m in stored[1::2]] == list(range(2, 22)) and [m.offset for m in stored[2::2]] == list(
+        range(1, 21)
+    )
+    assert texts((await log.replay("u1", None, None, int(time.time() * 1000))).messages) == [
+        f"m{i}" for i in (0, *range(1, 41, 2))
+    ]
 
 
 async def test_posted_appends_share_a_write_and_reach_the_sender_in_one_call(dbs: tuple[SqliteDb, SqliteDb]) -> None:
@@ -246,16 +260,21 @@ async def test_posted_appends_share_a_write_and_reach_the_sender_in_one_call(dbs
     mixed = await appender.append("u2", body("awaited"))
     await appender.drained()
     assert log.calls == [31] and mixed.offset == 11
-    assert [(uid, m.offset) for uid, m in handed[0]] == [("u2" if i % 3 == 0 else "u1", i // 3 + 1 if i % 3 == 0 else i - i // 3)
-                                                         for i in range(30)] and len(handed) == 1
-    assert texts((await log.replay("u1", None, None, int(time.time() * 1000))).messages) == [f"p{i}" for i in range(30) if i % 3]
+    assert [(uid, m.offset) for uid, m in handed[0]] == [
+        ("u2" if i % 3 == 0 else "u1", i // 3 + 1 if i % 3 == 0 else i - i // 3) for i in range(30)
+    ] and len(handed) == 1
+    assert texts((await log.replay("u1", None, None, int(time.time() * 1000))).messages) == [
+        f"p{i}" for i in range(30) if i % 3
+    ]
 
 
 async def test_a_failed_write_reports_its_posted_appends_once(dbs: tuple[SqliteDb, SqliteDb]) -> None:
     """Appender.post: a write that fails calls on_failed once with the count of posted messages lost."""
     a, _ = dbs
     failed: list[tuple[int, str]] = []
-    appender = Appender(SqliteMessageLog(a, 100, 60), lambda items: None, lambda n, exc: failed.append((n, type(exc).__name__)))
+    appender = Appender(
+        SqliteMessageLog(a, 100, 60), lambda items: None, lambda n, exc: failed.append((n, type(exc).__name__))
+    )
     a.conn.execute("DROP TABLE t_push_stream")
     for i in range(5):
         appender.post("u1", body(f"p{i}"))

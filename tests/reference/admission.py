@@ -56,4 +56,3 @@ class AdmissionModel:
 
     def __len__(self) -> int:
         return len(self.counts)
-

@@ -58,7 +58,9 @@ def mask(payload: bytes, key: bytes, offset: int = 0) -> bytes:
     return bytes(b ^ key[(offset + i) % 4] for i, b in enumerate(payload))
 
 
-def encode_frame(opcode: int, payload: bytes, *, fin: bool = True, mask_key: bytes | None = None, rsv1: bool = False) -> bytes:
+def encode_frame(
+    opcode: int, payload: bytes, *, fin: bool = True, mask_key: bytes | None = None, rsv1: bool = False
+) -> bytes:
     """RFC 6455 section 5.2 with the minimal length encoding."""
     if opcode not in KNOWN_OPCODES:
         raise ValueError("bad opcode")
@@ -131,7 +133,9 @@ class Utf8Checker:
         return self.remaining == 0
 
 
-def decode_stream(data: bytes, max_frame_size: int, max_message_size: int, require_mask: bool = True) -> tuple[list[RefFrame], int | None]:
+def decode_stream(
+    data: bytes, max_frame_size: int, max_message_size: int, require_mask: bool = True
+) -> tuple[list[RefFrame], int | None]:
     """Frames delivered from `data` and the close code of the first violation (None: no violation
     in the bytes so far; a trailing incomplete frame is simply pending)."""
     frames: list[RefFrame] = []

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from hongbao.bench.audit import audit_sqlite
 from hongbao.bench.http.run import free_port, terminate
 from hongbao.server.auth import embedded_secret, mint
@@ -52,7 +51,9 @@ class Server:
     def async_client(self, user_id: str, *, admin: bool = False) -> httpx.AsyncClient:
         """An asyncio HTTP client acting as ``user_id``."""
         token = self.token(user_id, admin=admin)
-        return httpx.AsyncClient(base_url=self.url, headers={"authorization": f"Bearer {token}"}, timeout=30, verify=False)
+        return httpx.AsyncClient(
+            base_url=self.url, headers={"authorization": f"Bearer {token}"}, timeout=30, verify=False
+        )
 
     def log(self) -> str:
         """Everything the server wrote to stderr so far."""
@@ -73,9 +74,24 @@ def start_server(data_dir: Path, workers: int = 1, extra_config: str = "", name:
     log_path = data_dir / f"server{suffix}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HONGBAO_")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "hongbao.server.cli", "--config", str(config), "serve", "--port", str(port),
-         "--data-dir", str(data_dir), "--workers", str(workers)],
-        stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"), env=env)
+        [
+            sys.executable,
+            "-m",
+            "hongbao.server.cli",
+            "--config",
+            str(config),
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+            "--workers",
+            str(workers),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(log_path, "wb"),
+        env=env,
+    )
     server = Server(f"http://127.0.0.1:{port}", data_dir, process, log_path)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -27,8 +27,9 @@ class Crowd:
     httpx, not the server); 300 one-connection clients cost ~1.5 ms a request."""
 
     def __init__(self, server: Server, size: int = 300) -> None:
-        self.clients = [httpx.AsyncClient(base_url=server.url, limits=ONE_CONNECTION, timeout=60, verify=False)
-                        for _ in range(size)]
+        self.clients = [
+            httpx.AsyncClient(base_url=server.url, limits=ONE_CONNECTION, timeout=60, verify=False) for _ in range(size)
+        ]
 
     def __getitem__(self, index: int) -> httpx.AsyncClient:
         return self.clients[index % len(self.clients)]
@@ -73,7 +74,9 @@ async def eventually_async(check: Callable[[], Awaitable[None]], timeout_s: floa
             await asyncio.sleep(0.05)
 
 
-async def fan_out(server: Server, crowd: Crowd, method: str, path: str, users: list[str], **kwargs: Any) -> list[httpx.Response]:
+async def fan_out(
+    server: Server, crowd: Crowd, method: str, path: str, users: list[str], **kwargs: Any
+) -> list[httpx.Response]:
     """``method path`` once per entry of ``users`` (as that user), all at once (as many at a time
     as the crowd has clients); answers in the order of ``users``."""
 

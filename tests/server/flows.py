@@ -33,7 +33,13 @@ def pipelined(server: Server, requests: list[str]) -> list[tuple[int, bytes]]:
             data += sock.recv(65536)
             while b"\r\n\r\n" in data:
                 head, rest = data.split(b"\r\n\r\n", 1)
-                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")))
+                length = int(
+                    next(
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    )
+                )
                 if len(rest) < length:
                     break
                 answers.append((int(head.split(b" ")[1]), rest[:length]))
@@ -45,7 +51,11 @@ def topup(server: Server, user_id: str, amount_fen: int, key: str | None = None)
     """Admin top-up; returns the new balance in fen."""
     headers = {"idempotency-key": key} if key else {}
     with server.client("admin", admin=True) as admin:
-        return int(ok(admin.post(f"/v1/admin/accounts/{user_id}/topup", json={"amount_fen": amount_fen}, headers=headers))["balance_fen"])
+        return int(
+            ok(admin.post(f"/v1/admin/accounts/{user_id}/topup", json={"amount_fen": amount_fen}, headers=headers))[
+                "balance_fen"
+            ]
+        )
 
 
 def group(server: Server, creator: str, members: list[str]) -> str:

@@ -23,11 +23,10 @@ import httpx
 import jwt
 import orjson
 import pytest
-
 from hongbao.server.auth import embedded_secret, mint
+
 from tests.server.conftest import Server, finish_server, start_server
-from tests.server.flows import group, move_clock, ok, paid_packet, topup
-from tests.server.flows import balance, ms
+from tests.server.flows import balance, group, move_clock, ms, ok, paid_packet, topup
 
 HEADER_TIMEOUT_S = 1.0
 BODY_TIMEOUT_S = 1.0
@@ -62,7 +61,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         topup(server, "bob", 1_000)
         packet = paid_packet(server, "alice", {"kind": "lucky", "count": 3, "total_fen": 300, "group_id": gid})
         with server.client("bob") as bob:
-            preorder = ok(bob.post("/v1/packets", json={"kind": "lucky", "count": 2, "total_fen": 200, "group_id": gid}), 201)["order_id"]
+            preorder = ok(
+                bob.post("/v1/packets", json={"kind": "lucky", "count": 2, "total_fen": 200, "group_id": gid}), 201
+            )["order_id"]
         w = World(server, gid, packet, preorder, httpx.Client(base_url=server.url, timeout=10, verify=False))
         w.worker_pid = _worker_pids(server)[0]
         w.before = {user: balance(server, user) for user in MONEY_USERS}
@@ -85,6 +86,7 @@ def _packet_state(server: Server, order_id: str) -> dict[str, Any]:
 
 
 # --- the table -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Row:
@@ -164,8 +166,12 @@ ROWS = [
     amount_row("fen-and-yuan", code="invalid_request", total_yuan="3.00"),
     amount_row("group-missing", code="invalid_request", group_id=DROP),
     amount_row("group-and-receiver", code="invalid_request", receiver_id="bob"),
-    amount_row("exclusive-to-self", code="invalid_request", kind="exclusive", count=1, group_id=DROP, receiver_id="alice"),
-    amount_row("exclusive-bad-receiver", code="invalid_request", kind="exclusive", count=1, group_id=DROP, receiver_id="b b"),
+    amount_row(
+        "exclusive-to-self", code="invalid_request", kind="exclusive", count=1, group_id=DROP, receiver_id="alice"
+    ),
+    amount_row(
+        "exclusive-bad-receiver", code="invalid_request", kind="exclusive", count=1, group_id=DROP, receiver_id="b b"
+    ),
     Row("send-to-a-foreign-group", "POST", "/v1/packets", 403, "not_member", user="mallory", body=send()),
     # order ids: unknown (valid check digit) and garbage (bad check digit, wrong shape)
     Row("open-unknown", "POST", "/v1/packets/{unknown}/open", 404, "not_found"),
@@ -196,14 +202,30 @@ ROWS = [
     Row("non-member-open", "POST", "/v1/packets/{packet}/open", 403, "not_member", user="mallory"),
     Row("non-member-grab", "POST", "/v1/packets/{packet}/grab", 403, "not_member", user="mallory"),
     Row("non-member-details", "GET", "/v1/packets/{packet}", 403, "not_member", user="mallory"),
-    Row("open-as-someone-else", "POST", "/v1/packets/{packet}/open", 403, "not_member", user="mallory",
-        body={"user_id": "bob", "sub": "bob"}, headers=(("x-user-id", "bob"),)),
+    Row(
+        "open-as-someone-else",
+        "POST",
+        "/v1/packets/{packet}/open",
+        403,
+        "not_member",
+        user="mallory",
+        body={"user_id": "bob", "sub": "bob"},
+        headers=(("x-user-id", "bob"),),
+    ),
     Row("pay-someone-elses-preorder", "POST", "/v1/packets/{preorder}/pay", 403, "forbidden", user="alice"),
     Row("cancel-someone-elses-preorder", "DELETE", "/v1/packets/{preorder}", 403, "forbidden", user="alice"),
     Row("cancel-a-paid-packet", "DELETE", "/v1/packets/{packet}", 409, "conflict", user="alice"),
     Row("open-unpaid", "POST", "/v1/packets/{preorder}/open", 409, "not_paid", user="carol"),
     Row("group-details-non-member", "GET", "/v1/groups/{gid}", 403, "not_member", user="mallory"),
-    Row("group-add-non-member", "POST", "/v1/groups/{gid}/members", 403, "not_member", user="mallory", body={"members": ["mallory"]}),
+    Row(
+        "group-add-non-member",
+        "POST",
+        "/v1/groups/{gid}/members",
+        403,
+        "not_member",
+        user="mallory",
+        body={"members": ["mallory"]},
+    ),
     Row("group-remove-other-not-creator", "DELETE", "/v1/groups/{gid}/members/carol", 403, "forbidden", user="bob"),
     Row("group-members-not-a-list", "POST", "/v1/groups", 400, "invalid_request", body={"members": "bob"}),
     Row("group-member-bad-id", "POST", "/v1/groups", 400, "invalid_request", body={"members": ["bob", "b b"]}),
@@ -215,21 +237,91 @@ ROWS = [
     Row("json-not-utf8", "POST", "/v1/packets", 400, "invalid_request", raw_body=b'{"kind": "\xff\xfe"}'),
     Row("json-nan", "POST", "/v1/packets", 400, "invalid_request", raw_body=b'{"total_fen": NaN}'),
     Row("json-deep-array", "POST", "/v1/packets", 400, "invalid_request", raw_body=b"[" * 20_000 + b"]" * 20_000),
-    Row("json-deep-object", "POST", "/v1/packets", 400, "invalid_request",
-        raw_body=b'{"kind": ' + b'{"a": ' * 5_000 + b"1" + b"}" * 5_000 + b"}"),
-    Row("json-topup-malformed", "POST", "/v1/admin/accounts/bob/topup", 400, "invalid_request", user="admin", raw_body=b"{amount_fen: 5}"),
+    Row(
+        "json-deep-object",
+        "POST",
+        "/v1/packets",
+        400,
+        "invalid_request",
+        raw_body=b'{"kind": ' + b'{"a": ' * 5_000 + b"1" + b"}" * 5_000 + b"}",
+    ),
+    Row(
+        "json-topup-malformed",
+        "POST",
+        "/v1/admin/accounts/bob/topup",
+        400,
+        "invalid_request",
+        user="admin",
+        raw_body=b"{amount_fen: 5}",
+    ),
     # admin routes: admins only, and their inputs are checked too
     Row("topup-not-admin", "POST", "/v1/admin/accounts/alice/topup", 403, "forbidden", body={"amount_fen": 100}),
     Row("crediting-mode-not-admin", "POST", "/v1/admin/crediting-mode", 403, "forbidden", body={"mode": "queued"}),
     Row("clock-not-admin", "POST", "/v1/admin/clock", 403, "forbidden", body={"now_ms": 0}),
-    Row("topup-zero", "POST", "/v1/admin/accounts/bob/topup", 400, "invalid_amount", user="admin", body={"amount_fen": 0}),
-    Row("topup-negative", "POST", "/v1/admin/accounts/bob/topup", 400, "invalid_amount", user="admin", body={"amount_fen": -500}),
-    Row("topup-float", "POST", "/v1/admin/accounts/bob/topup", 400, "invalid_amount", user="admin", body={"amount_fen": 1.5}),
-    Row("topup-string", "POST", "/v1/admin/accounts/bob/topup", 400, "invalid_amount", user="admin", body={"amount_fen": "100"}),
-    Row("topup-bad-user", "POST", "/v1/admin/accounts/b!b/topup", 400, "invalid_request", user="admin", body={"amount_fen": 100}),
-    Row("topup-long-key", "POST", "/v1/admin/accounts/bob/topup", 400, "invalid_request", user="admin", body={"amount_fen": 100},
-        headers=(("idempotency-key", "k" * 129),)),
-    Row("crediting-mode-unknown", "POST", "/v1/admin/crediting-mode", 400, "invalid_request", user="admin", body={"mode": "never"}),
+    Row(
+        "topup-zero",
+        "POST",
+        "/v1/admin/accounts/bob/topup",
+        400,
+        "invalid_amount",
+        user="admin",
+        body={"amount_fen": 0},
+    ),
+    Row(
+        "topup-negative",
+        "POST",
+        "/v1/admin/accounts/bob/topup",
+        400,
+        "invalid_amount",
+        user="admin",
+        body={"amount_fen": -500},
+    ),
+    Row(
+        "topup-float",
+        "POST",
+        "/v1/admin/accounts/bob/topup",
+        400,
+        "invalid_amount",
+        user="admin",
+        body={"amount_fen": 1.5},
+    ),
+    Row(
+        "topup-string",
+        "POST",
+        "/v1/admin/accounts/bob/topup",
+        400,
+        "invalid_amount",
+        user="admin",
+        body={"amount_fen": "100"},
+    ),
+    Row(
+        "topup-bad-user",
+        "POST",
+        "/v1/admin/accounts/b!b/topup",
+        400,
+        "invalid_request",
+        user="admin",
+        body={"amount_fen": 100},
+    ),
+    Row(
+        "topup-long-key",
+        "POST",
+        "/v1/admin/accounts/bob/topup",
+        400,
+        "invalid_request",
+        user="admin",
+        body={"amount_fen": 100},
+        headers=(("idempotency-key", "k" * 129),),
+    ),
+    Row(
+        "crediting-mode-unknown",
+        "POST",
+        "/v1/admin/crediting-mode",
+        400,
+        "invalid_request",
+        user="admin",
+        body={"mode": "never"},
+    ),
     # query strings
     Row("list-page-zero", "GET", "/v1/me/received?page=0", 400, "invalid_request"),
     Row("list-page-negative", "GET", "/v1/me/sent?page=-1", 400, "invalid_request"),
@@ -252,10 +344,16 @@ def _fill(text: str, w: World) -> str:
     unknown = hongbao_native.encode_order_id(1, int(w.packet[1:7]), 1, 99_999_999_999)
     bad_check = w.packet[:-1] + str((int(w.packet[-1]) + 1) % 10)
     i = next(i for i in range(len(w.packet) - 2, 0, -1) if w.packet[i] != w.packet[i + 1])
-    swapped = w.packet[:i] + w.packet[i + 1] + w.packet[i] + w.packet[i + 2:]
-    return (text.replace("{packet}", w.packet).replace("{preorder}", w.preorder).replace("{gid}", w.gid)
-            .replace("{unknown}", unknown).replace("{bad_check}", bad_check).replace("{swapped}", swapped)
-            .replace("{token}", w.server.token("alice")))
+    swapped = w.packet[:i] + w.packet[i + 1] + w.packet[i] + w.packet[i + 2 :]
+    return (
+        text.replace("{packet}", w.packet)
+        .replace("{preorder}", w.preorder)
+        .replace("{gid}", w.gid)
+        .replace("{unknown}", unknown)
+        .replace("{bad_check}", bad_check)
+        .replace("{swapped}", swapped)
+        .replace("{token}", w.server.token("alice"))
+    )
 
 
 def _token(row: Row, w: World) -> str | None:
@@ -306,7 +404,11 @@ def test_bad_request(world: World, row: Row) -> None:
     token = _token(row, world)
     if token is not None:
         headers["authorization"] = f"Basic {token or 'YWxpY2U6cHc='}" if row.token == "basic" else f"Bearer {token}"
-    content = row.raw_body if row.raw_body is not None else (json.dumps(_body(row.body, world)).encode() if row.body is not None else None)
+    content = (
+        row.raw_body
+        if row.raw_body is not None
+        else (json.dumps(_body(row.body, world)).encode() if row.body is not None else None)
+    )
     if content is not None:
         headers["content-type"] = "application/json"
     response = world.http.request(row.method, _fill(row.path, world), content=content, headers=headers)
@@ -317,13 +419,16 @@ def test_bad_request(world: World, row: Row) -> None:
 
 # --- limits of the HTTP layer (raw sockets: the client must not fix the request for us) ----------
 
+
 def _address(server: Server) -> tuple[str, int]:
     url = urlsplit(server.url)
     assert url.hostname is not None and url.port is not None
     return url.hostname, url.port
 
 
-def raw_exchange(server: Server, request: bytes, timeout_s: float = 5.0) -> tuple[int, dict[str, str], dict[str, Any], float]:
+def raw_exchange(
+    server: Server, request: bytes, timeout_s: float = 5.0
+) -> tuple[int, dict[str, str], dict[str, Any], float]:
     """Send ``request`` on a new connection, read until the server closes it; returns (status,
     headers, JSON body, seconds until closed)."""
     started = time.monotonic()
@@ -344,14 +449,41 @@ def _head(world: World, method: str, path: str, extra: str = "") -> bytes:
 
 
 LIMIT_ROWS: list[tuple[str, Callable[[World], bytes], int, str]] = [
-    ("body-over-64KiB-by-length", lambda w: _head(w, "POST", "/v1/packets", f"Content-Length: {MAX_BODY + 1}\r\n\r\n"), 413, "payload_too_large"),
-    ("body-over-64KiB-sent", lambda w: _head(w, "POST", "/v1/packets", f"Content-Length: {MAX_BODY + 1}\r\n\r\n") + b"x" * (MAX_BODY + 1),
-     413, "payload_too_large"),
-    ("body-over-64KiB-chunked", lambda w: _head(w, "POST", "/v1/packets", "Transfer-Encoding: chunked\r\n\r\n")
-     + b"%x\r\n" % (MAX_BODY + 1) + b"x" * (MAX_BODY + 1) + b"\r\n0\r\n\r\n", 413, "payload_too_large"),
-    ("header-over-8KiB", lambda w: _head(w, "GET", "/v1/balance", f"X-Filler: {'a' * 9000}\r\n\r\n"), 431, "headers_too_large"),
-    ("too-many-headers", lambda w: _head(w, "GET", "/v1/balance", "".join(f"X-H{i}: v\r\n" for i in range(70)) + "\r\n"),
-     431, "headers_too_large"),
+    (
+        "body-over-64KiB-by-length",
+        lambda w: _head(w, "POST", "/v1/packets", f"Content-Length: {MAX_BODY + 1}\r\n\r\n"),
+        413,
+        "payload_too_large",
+    ),
+    (
+        "body-over-64KiB-sent",
+        lambda w: _head(w, "POST", "/v1/packets", f"Content-Length: {MAX_BODY + 1}\r\n\r\n") + b"x" * (MAX_BODY + 1),
+        413,
+        "payload_too_large",
+    ),
+    (
+        "body-over-64KiB-chunked",
+        lambda w: (
+            _head(w, "POST", "/v1/packets", "Transfer-Encoding: chunked\r\n\r\n")
+            + b"%x\r\n" % (MAX_BODY + 1)
+            + b"x" * (MAX_BODY + 1)
+            + b"\r\n0\r\n\r\n"
+        ),
+        413,
+        "payload_too_large",
+    ),
+    (
+        "header-over-8KiB",
+        lambda w: _head(w, "GET", "/v1/balance", f"X-Filler: {'a' * 9000}\r\n\r\n"),
+        431,
+        "headers_too_large",
+    ),
+    (
+        "too-many-headers",
+        lambda w: _head(w, "GET", "/v1/balance", "".join(f"X-H{i}: v\r\n" for i in range(70)) + "\r\n"),
+        431,
+        "headers_too_large",
+    ),
 ]
 
 
@@ -384,8 +516,11 @@ def test_an_oversized_body_still_being_sent_gets_its_413(world: World) -> None:
 def test_oversized_body_through_httpx(world: World) -> None:
     """A real client sending a body over the limit gets 413 payload_too_large."""
     with world.server.client("alice") as alice:
-        response = alice.post("/v1/packets", content=b'{"greeting": "' + b"x" * MAX_BODY + b'"}',
-                              headers={"content-type": "application/json"})
+        response = alice.post(
+            "/v1/packets",
+            content=b'{"greeting": "' + b"x" * MAX_BODY + b'"}',
+            headers={"content-type": "application/json"},
+        )
     assert_error(response, 413, "payload_too_large")
 
 
@@ -432,13 +567,20 @@ def test_messages_say_what_is_wrong(world: World) -> None:
     token = world.server.token("alice")
     for body in ('{"amount_fen": 1}'.encode("utf-16"), b'{"greeting": "\xff"}'):
         response = world.http.post("/v1/packets", content=body, headers={"authorization": f"Bearer {token}"})
-        assert assert_error(response, 400, "invalid_request")["error"]["message"] == "the body must be JSON text in UTF-8 (RFC 8259 section 8.1)"
+        assert (
+            assert_error(response, 400, "invalid_request")["error"]["message"]
+            == "the body must be JSON text in UTF-8 (RFC 8259 section 8.1)"
+        )
     twice = _head(world, "GET", "/v1/balance", f"Authorization: Bearer {token}\r\nConnection: close\r\n\r\n")
     status, _, body, _ = raw_exchange(world.server, twice)
-    assert (status, body["error"]) == (401, {"code": "unauthorized", "message": "send one Authorization: Bearer <token> field with one token"})
+    assert (status, body["error"]) == (
+        401,
+        {"code": "unauthorized", "message": "send one Authorization: Bearer <token> field with one token"},
+    )
 
 
 # --- after the table -----------------------------------------------------------------------------
+
 
 def test_user_id_comes_from_the_token_only(world: World) -> None:
     """A member opening with someone else's id in the body and headers opens for themself only."""
@@ -446,8 +588,13 @@ def test_user_id_comes_from_the_token_only(world: World) -> None:
     gid = group(server, "dan", ["erin", "fay"])
     order = paid_packet(server, "dan", {"kind": "equal", "count": 2, "per_share_fen": 40, "group_id": gid}, fund_fen=80)
     with server.client("erin") as erin:
-        opened = ok(erin.post(f"/v1/packets/{order}/open", json={"user_id": "fay", "sub": "fay"},
-                              headers={"x-user-id": "fay", "x-forwarded-user": "fay"}))
+        opened = ok(
+            erin.post(
+                f"/v1/packets/{order}/open",
+                json={"user_id": "fay", "sub": "fay"},
+                headers={"x-user-id": "fay", "x-forwarded-user": "fay"},
+            )
+        )
         assert opened["amount_fen"] == 40
         details = ok(erin.get(f"/v1/packets/{order}"))
         assert [r["user_id"] for r in details["receipts"]] == ["erin"]
@@ -495,10 +642,15 @@ def test_the_table_moved_no_money_and_killed_no_worker(world: World) -> None:
         assert ok(bob.get(f"/v1/packets/{world.preorder}"), 409)["error"]["code"] == "not_paid"
     assert ok(httpx.get(f"{server.url}/healthz")) == {"status": "ok"}
     metrics = httpx.get(f"{server.url}/metrics").text
-    fives = [line for line in metrics.splitlines() if line.startswith("hongbao_http_requests_total") and 'status="5' in line]
+    fives = [
+        line for line in metrics.splitlines() if line.startswith("hongbao_http_requests_total") and 'status="5' in line
+    ]
     assert fives == []
-    fours = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                if line.startswith("hongbao_http_requests_total") and 'status="4' in line)
+    fours = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("hongbao_http_requests_total") and 'status="4' in line
+    )
     assert fours >= len(ROWS)
     log = server.log()
     assert _worker_pids(server) == [world.worker_pid], log  # never restarted

@@ -24,8 +24,14 @@ needs_wrk = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not i
 
 def _wrk_result(requests: int, seconds: float = 1.0, statuses: dict[str, int] | None = None) -> dict[str, Any]:
     lat = {"mean": 1000.0, "stdev": 10.0, "max": 5000, "p50": 900, "p75": 1200, "p90": 1500, "p99": 3000, "p99_9": 4000}
-    return {"requests": requests, "duration_us": int(seconds * 1e6), "bytes": 0, "latency_us": lat,
-            "errors": {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0}, "statuses": statuses or {}}
+    return {
+        "requests": requests,
+        "duration_us": int(seconds * 1e6),
+        "bytes": 0,
+        "latency_us": lat,
+        "errors": {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0},
+        "statuses": statuses or {},
+    }
 
 
 def _runs(ceilings: list[int], healthz: int, grab: int, opens: int) -> list[bench_http.Run]:
@@ -47,7 +53,10 @@ def test_ratios_use_the_mean_ceiling_and_floors_gate_the_exit_status() -> None:
     assert passing["floor_misses"] == [] and passing["incorrect"] == [] and passing["passed"] is True
     assert bench_http.exit_status(passing, gate=True) == 0
     failing = bench_http.summarize(_runs([10_000], 6_999, 4_999, 800), opts, [0.0, 0.0, 0.0])
-    assert failing["floor_misses"] == ["healthz x1: 70.0% of the ceiling, floor 70%", "grab x1: 50.0% of the ceiling, floor 50%"]
+    assert failing["floor_misses"] == [
+        "healthz x1: 70.0% of the ceiling, floor 70%",
+        "grab x1: 50.0% of the ceiling, floor 50%",
+    ]
     assert bench_http.exit_status(failing, gate=True) == 1
     assert bench_http.exit_status(failing, gate=False) == 0
     table = bench_http.table(failing)
@@ -72,7 +81,9 @@ def test_the_ceiling_answers_each_pipelined_request_with_the_fixed_response() ->
         ceiling.wait_ready("/")
         with httpx.Client(base_url=ceiling.url) as client:
             answers = [client.get(f"/any/{i}") for i in range(3)]
-        assert [(a.status_code, a.json(), a.headers["content-type"]) for a in answers] == [(200, {"status": "ok"}, "application/json")] * 3
+        assert [(a.status_code, a.json(), a.headers["content-type"]) for a in answers] == [
+            (200, {"status": "ok"}, "application/json")
+        ] * 3
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 5)
             data = b""
@@ -80,7 +91,10 @@ def test_the_ceiling_answers_each_pipelined_request_with_the_fixed_response() ->
                 chunk = sock.recv(65536)
                 assert chunk, data
                 data += chunk
-        assert data == b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nContent-Length: 15\r\n\r\n{\"status\":\"ok\"}" * 5
+        assert (
+            data
+            == b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nContent-Length: 15\r\n\r\n{"status":"ok"}' * 5
+        )
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
@@ -92,8 +106,25 @@ def test_one_second_runs_with_one_and_two_workers_are_correct(tmp_path: Path) ->
     with answers all 2xx, each open a new receipt (checked against the database by the script),
     ratios against the same run's ceiling, and latency percentiles."""
     out = tmp_path / "http.json"
-    done = subprocess.run([sys.executable, str(RUN), "--duration", "1", "--warmup", "1", "--workers", "1,2", "--no-gate",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(RUN),
+            "--duration",
+            "1",
+            "--warmup",
+            "1",
+            "--workers",
+            "1,2",
+            "--no-gate",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"bench-http: wrote {out}" in done.stdout
     result = json.loads(out.read_text())

@@ -11,20 +11,24 @@ from typing import Any
 import httpx
 
 from tests.server.conftest import Server
-from tests.server.flows import group, ok, paid_packet, topup
 from tests.server.crowd import Crowd, auth, balances, details_of, eventually_async, fan_out, ledger_async
-from tests.server.flows import ms
+from tests.server.flows import group, ms, ok, paid_packet, topup
+
 
 async def storm(server: Server) -> None:
     """300 members open a 100-share lucky packet of 10000 fen at once."""
     users = [f"u{i:03}" for i in range(300)]
     gid = group(server, "sender", users)
-    order = paid_packet(server, "sender", {"kind": "lucky", "count": 100, "total_fen": 10_000, "group_id": gid}, fund_fen=10_000)
+    order = paid_packet(
+        server, "sender", {"kind": "lucky", "count": 100, "total_fen": 10_000, "group_id": gid}, fund_fen=10_000
+    )
     async with Crowd(server) as crowd:
         responses = await fan_out(server, crowd, "POST", f"/v1/packets/{order}/open", users)
         statuses = Counter(r.status_code for r in responses)
         assert statuses == {200: 100, 410: 200}, statuses
-        assert {tuple(r.json()["error"].values()) for r in responses if r.status_code == 410} == {("finished", f"packet {order} is finished")}
+        assert {tuple(r.json()["error"].values()) for r in responses if r.status_code == 410} == {
+            ("finished", f"packet {order} is finished")
+        }
         winners = {u: r.json()["amount_fen"] for u, r in zip(users, responses, strict=True) if r.status_code == 200}
         details = await details_of(server, crowd, order, "sender")
         receipts = details["receipts"]
@@ -60,13 +64,19 @@ async def test_repeated_pay_debits_once(server: Server) -> None:
     gid = group(server, "payer", ["friend"])
     topup(server, "payer", 5_000)
     with server.client("payer") as payer:
-        order = ok(payer.post("/v1/packets", json={"kind": "lucky", "count": 2, "total_fen": 1_200, "group_id": gid}), 201)["order_id"]
+        order = ok(
+            payer.post("/v1/packets", json={"kind": "lucky", "count": 2, "total_fen": 1_200, "group_id": gid}), 201
+        )["order_id"]
     async with Crowd(server, 20) as crowd:
         bodies = [ok(r) for r in await fan_out(server, crowd, "POST", f"/v1/packets/{order}/pay", ["payer"] * 20)]
         assert {(b["status"], b["expires_at"]) for b in bodies} == {("active", bodies[0]["expires_at"])}
         assert ok(await crowd[0].post(f"/v1/packets/{order}/pay", headers=auth(server, "payer"))) == bodies[0]
         assert await balances(server, crowd, ["payer"]) == {"payer": 3_800}
-        sends = [(e["kind"], e["ref"], e["amount_fen"]) for e in await ledger_async(server, crowd, "payer") if e["kind"] == "send"]
+        sends = [
+            (e["kind"], e["ref"], e["amount_fen"])
+            for e in await ledger_async(server, crowd, "payer")
+            if e["kind"] == "send"
+        ]
         assert sends == [("send", order, -1_200)]
         # Someone else paying the same order is refused and moves nothing.
         refused = await crowd[0].post(f"/v1/packets/{order}/pay", headers=auth(server, "friend"))
@@ -85,10 +95,14 @@ async def test_repeated_open_returns_the_first_amount(server: Server) -> None:
         outcomes: dict[str, set[tuple[int, Any]]] = {u: set() for u in users}
         for user, response in zip(fired, responses, strict=True):
             body = response.json()
-            outcomes[user].add((response.status_code, body["amount_fen"] if response.status_code == 200 else body["error"]["code"]))
+            outcomes[user].add(
+                (response.status_code, body["amount_fen"] if response.status_code == 200 else body["error"]["code"])
+            )
         for user, seen in outcomes.items():
             assert len(seen) == 1, (user, seen)  # one outcome per user: one amount, or only "finished"
-        winners = {u: amount for u, ((status, amount),) in ((u, tuple(s)) for u, s in outcomes.items()) if status == 200}
+        winners = {
+            u: amount for u, ((status, amount),) in ((u, tuple(s)) for u, s in outcomes.items()) if status == 200
+        }
         assert len(winners) == 3 and sum(winners.values()) == 900
         assert all(seen == {(410, "finished")} for u, seen in outcomes.items() if u not in winners)
         fresh = Counter(r.json()["repeat"] for r in responses if r.status_code == 200)
@@ -114,7 +128,9 @@ async def test_repeated_topup_with_one_key_applies_once(server: Server) -> None:
         assert ok(await crowd[0].post(path, json={"amount_fen": 23}, headers=headers))["balance_fen"] == 800
         entries = await ledger_async(server, crowd, "saver")
         assert sorted((e["kind"], e["ref"], e["amount_fen"]) for e in entries) == [
-            ("topup", "saver:topup-once-1", 777), ("topup", "saver:topup-once-2", 23)]
+            ("topup", "saver:topup-once-1", 777),
+            ("topup", "saver:topup-once-2", 23),
+        ]
 
 
 async def test_refund_racing_the_last_opens(make_server: Callable[..., Server]) -> None:
@@ -122,7 +138,9 @@ async def test_refund_racing_the_last_opens(make_server: Callable[..., Server]) 
     server = make_server(workers=2)
     users = [f"r{i:03}" for i in range(300)]
     gid = group(server, "sender", users)
-    order = paid_packet(server, "sender", {"kind": "lucky", "count": 100, "total_fen": 10_000, "group_id": gid}, fund_fen=10_000)
+    order = paid_packet(
+        server, "sender", {"kind": "lucky", "count": 100, "total_fen": 10_000, "group_id": gid}, fund_fen=10_000
+    )
     admin = auth(server, "admin", admin=True)
     async with Crowd(server) as crowd:
         expires_at = ms((await details_of(server, crowd, order, "sender"))["expires_at"])
@@ -153,7 +171,11 @@ async def test_refund_racing_the_last_opens(make_server: Callable[..., Server]) 
             assert details["status"] in {"finished", "refunded"}, details["status"]
             assert {r["user_id"]: r["amount_fen"] for r in details["receipts"]} == winners
             assert details["opened_fen"] + details["refunded_fen"] == 10_000
-            refunds = [(e["ref"], e["amount_fen"]) for e in await ledger_async(server, crowd, "sender") if e["kind"] == "refund"]
+            refunds = [
+                (e["ref"], e["amount_fen"])
+                for e in await ledger_async(server, crowd, "sender")
+                if e["kind"] == "refund"
+            ]
             assert refunds == ([(order, details["refunded_fen"])] if details["refunded_fen"] else [])
             assert await balances(server, crowd, [*winners, "sender"]) == {**winners, "sender": details["refunded_fen"]}
 
@@ -161,6 +183,9 @@ async def test_refund_racing_the_last_opens(make_server: Callable[..., Server]) 
         details = await details_of(server, crowd, order, "sender")
         # The jump really landed among the opens: some shares were opened after the first wave,
         # and the rest was refunded rather than opened.
-        assert details["refunded_fen"] > 0 and details["status"] == "refunded" and codes["expired"] > 0, (details, codes)
+        assert details["refunded_fen"] > 0 and details["status"] == "refunded" and codes["expired"] > 0, (
+            details,
+            codes,
+        )
         everyone = await balances(server, crowd, [*users, "sender"])
         assert sum(everyone.values()) == 10_000

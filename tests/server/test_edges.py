@@ -14,11 +14,11 @@ import jwt
 import orjson
 import pytest
 import yaml
-
 from hongbao.server.auth import embedded_secret
+
 from tests.server.conftest import Server
-from tests.server.test_openapi import SPEC_PATH, TOPUP, Checker
 from tests.server.flows import balance, ok, pipelined
+from tests.server.test_openapi import SPEC_PATH, TOPUP, Checker
 
 
 def test_bearer_scheme_is_case_insensitive(server: Server) -> None:
@@ -30,7 +30,9 @@ def test_bearer_scheme_is_case_insensitive(server: Server) -> None:
 
 def test_exp_must_be_a_number(server: Server) -> None:
     """A token whose exp is a string is refused with 401, though the string is numeric."""
-    bad = jwt.encode({"sub": "alice", "exp": str(int(time.time()) + 3600)}, embedded_secret(server.data_dir), algorithm="HS256")
+    bad = jwt.encode(
+        {"sub": "alice", "exp": str(int(time.time()) + 3600)}, embedded_secret(server.data_dir), algorithm="HS256"
+    )
     with server.client("alice") as client:
         answer = client.get("/v1/balance", headers={"authorization": f"Bearer {bad}"})
     assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized"
@@ -40,8 +42,7 @@ def test_exp_must_be_a_number(server: Server) -> None:
 def test_bad_idempotency_keys_are_refused(server: Server, key: bytes) -> None:
     """An empty, spaced, over-long or non-ASCII Idempotency-Key is a 400, and nothing is topped up."""
     with server.client("admin", admin=True) as admin:
-        answer = admin.post("/v1/admin/accounts/k/topup", json={"amount_fen": 5},
-                            headers=[("idempotency-key", key)])
+        answer = admin.post("/v1/admin/accounts/k/topup", json={"amount_fen": 5}, headers=[("idempotency-key", key)])
         assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_request"
     with server.client("k") as client:
         assert ok(client.get("/v1/balance"))["balance_fen"] == 0
@@ -57,8 +58,10 @@ def test_idempotency_key_reused_with_another_amount_is_422(server: Server) -> No
         reused = check(admin.post("/v1/admin/accounts/r/topup", json={"amount_fen": 700}, headers=key), TOPUP, 422)
         again = check(admin.post("/v1/admin/accounts/r/topup", json={"amount_fen": 500}, headers=key), TOPUP, 200)
     assert (first["applied"], again["applied"], again["balance_fen"]) == (True, False, 500)
-    assert reused["error"] == {"code": "idempotency_key_reused",
-                               "message": "Idempotency-Key reuse-1 was used for a top-up of 500 fen, not 700 fen"}
+    assert reused["error"] == {
+        "code": "idempotency_key_reused",
+        "message": "Idempotency-Key reuse-1 was used for a top-up of 500 fen, not 700 fen",
+    }
     with server.client("r") as client:
         assert ok(client.get("/v1/balance"))["balance_fen"] == 500
 
@@ -69,8 +72,12 @@ def test_repeated_members_do_not_count(server: Server) -> None:
         assert ok(client.post("/v1/groups", json={"members": ["bob"] * 1000}), 201)["members"] == ["alice", "bob"]
 
 
-JSON_ROUTES = [(method.upper(), path) for path, operations in yaml.safe_load(SPEC_PATH.read_text(encoding="utf-8"))["paths"].items()
-               for method, operation in operations.items() if isinstance(operation, dict) and "requestBody" in operation]
+JSON_ROUTES = [
+    (method.upper(), path)
+    for path, operations in yaml.safe_load(SPEC_PATH.read_text(encoding="utf-8"))["paths"].items()
+    for method, operation in operations.items()
+    if isinstance(operation, dict) and "requestBody" in operation
+]
 
 
 def test_every_json_route_refuses_an_empty_or_null_body(server: Server) -> None:
@@ -85,7 +92,9 @@ def test_every_json_route_refuses_an_empty_or_null_body(server: Server) -> None:
             for body in (b"", b"null", b"[]"):
                 answer = client.request(method, path, content=body, headers={"content-type": "application/json"})
                 assert (answer.status_code, answer.json()["error"]) == (
-                    400, {"code": "invalid_request", "message": "the body must be a JSON object"}), (method, path, body)
+                    400,
+                    {"code": "invalid_request", "message": "the body must be a JSON object"},
+                ), (method, path, body)
         assert ok(alice.get(f"/v1/groups/{gid}"))["members"] == ["alice", "bob"]
         assert ok(alice.get("/v1/me/sent"))["items"] == [] and ok(alice.get("/v1/balance"))["balance_fen"] == 0
 
@@ -106,7 +115,11 @@ def test_http10_keep_alive_is_answered_with_keep_alive(server: Server) -> None:
     ("argv", "env", "message"),
     [
         (["serve", "--port", "70000"], {}, "port must be in 0..65535, got 70000"),
-        (["serve"], {"HONGBAO_WORKERS": "abc"}, "environment variable HONGBAO_WORKERS='abc': workers must be an integer, got 'abc'"),
+        (
+            ["serve"],
+            {"HONGBAO_WORKERS": "abc"},
+            "environment variable HONGBAO_WORKERS='abc': workers must be an integer, got 'abc'",
+        ),
         (["audit", "--data-dir", "nowhere"], {}, "no database at nowhere/hongbao.db"),
     ],
 )
@@ -117,8 +130,14 @@ def test_bad_command_line_values_are_named(tmp_path: Path, argv: list[str], env:
 
 
 def _cli(cwd: Path, argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hongbao.server.cli", *argv], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "hongbao.server.cli", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+    )
 
 
 @pytest.mark.parametrize(
@@ -129,15 +148,32 @@ def _cli(cwd: Path, argv: list[str], env: dict[str, str] | None = None) -> subpr
         ("expiry_ms = -1000\n", ["serve"], {}, "limits.expiry_ms must be in 1000..2_592_000_000, got -1000"),
         ("", ["serve"], {"HONGBAO_PAY_TTL_MS": "-1"}, "limits.pay_ttl_ms must be in 1000..2_592_000_000, got -1"),
         ("[limits]\ngreeting_max_chars = 300\n", ["serve"], {}, "limits.greeting_max_chars must be in 0..255, got 300"),
-        ("[limits]\nmax_count = 5\n", ["serve", "--workers", "-1"], {}, "workers must be in 0..1024 (0: automatic), got -1"),
+        (
+            "[limits]\nmax_count = 5\n",
+            ["serve", "--workers", "-1"],
+            {},
+            "workers must be in 0..1024 (0: automatic), got -1",
+        ),
         ("header_timeout_s = inf\n", ["serve"], {}, "header_timeout_s must be in 0.001..86400, got inf"),
-        ("[server]\nkeepalive_timeout_s = nan\n", ["serve"], {}, "keepalive_timeout_s must be in 0.001..86400, got nan"),
+        (
+            "[server]\nkeepalive_timeout_s = nan\n",
+            ["serve"],
+            {},
+            "keepalive_timeout_s must be in 0.001..86400, got nan",
+        ),
         ("max_body_bytes = 0\n", ["serve"], {}, "max_body_bytes must be in 1..1_073_741_824, got 0"),
-        ("[limits]\nmax_count = 100\nmax_cuont = 5\n", ["serve"], {}, "config file hongbao.toml: unknown setting limits.max_cuont"),
+        (
+            "[limits]\nmax_count = 100\nmax_cuont = 5\n",
+            ["serve"],
+            {},
+            "config file hongbao.toml: unknown setting limits.max_cuont",
+        ),
         ("", ["token", "--user", "a"], {"HONGBAO_MAX_COUNT": "0"}, "limits.max_count must be in 1..10000, got 0"),
     ],
 )
-def test_out_of_range_settings_stop_the_start(tmp_path: Path, toml: str, argv: list[str], env: dict[str, str], message: str) -> None:
+def test_out_of_range_settings_stop_the_start(
+    tmp_path: Path, toml: str, argv: list[str], env: dict[str, str], message: str
+) -> None:
     """A setting out of its range (TOML, HONGBAO_* or flag) exits 2 with one line naming it, its value
     and the allowed range, before any worker starts."""
     (tmp_path / "hongbao.toml").write_text(toml)
@@ -166,8 +202,13 @@ def test_config_is_accepted_after_the_command(tmp_path: Path) -> None:
     """`hongbao token --config FILE` reads the file like `hongbao --config FILE token` does."""
     config = tmp_path / "h.toml"
     config.write_text(f'data_dir = "{tmp_path / "elsewhere"}"\n')
-    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "token", "--config", str(config), "--user", "a"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "hongbao.server.cli", "token", "--config", str(config), "--user", "a"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     secret = embedded_secret(tmp_path / "elsewhere")
     assert jwt.decode(result.stdout.strip(), secret, algorithms=["HS256"])["sub"] == "a"
@@ -177,9 +218,13 @@ def test_pipelined_requests_are_answered_in_order(server: Server) -> None:
     """Requests pipelined in one write (RFC 9112 section 9.3.2) are answered in their order, whether
     answered at once (healthz, 404) or after I/O (balance): sync answers wait behind async ones."""
     auth = f"Authorization: Bearer {server.token('pipelined')}\r\n"
-    requests = ["GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", f"GET /v1/balance HTTP/1.1\r\nHost: x\r\n{auth}\r\n",
-                f"GET /nowhere HTTP/1.1\r\nHost: x\r\n{auth}\r\n", f"GET /v1/balance HTTP/1.1\r\nHost: x\r\n{auth}\r\n",
-                "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"]
+    requests = [
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        f"GET /v1/balance HTTP/1.1\r\nHost: x\r\n{auth}\r\n",
+        f"GET /nowhere HTTP/1.1\r\nHost: x\r\n{auth}\r\n",
+        f"GET /v1/balance HTTP/1.1\r\nHost: x\r\n{auth}\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+    ]
     answers = pipelined(server, requests)
     assert [status for status, _ in answers] == [200, 200, 404, 200, 200]
     assert answers[0][1] == answers[4][1] and b'"status"' in answers[0][1]
@@ -193,11 +238,15 @@ def test_pipelined_requests_ahead_of_a_malformed_one_are_answered_first(server: 
     the same as when the malformed request arrives in a later read."""
     auth = f"Authorization: Bearer {server.token('admin', admin=True)}\r\n"
     body = '{"amount_fen": 7}'
-    topup = f"POST /v1/admin/accounts/piped/topup HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {len(body)}\r\n\r\n{body}"
+    topup = (
+        f"POST /v1/admin/accounts/piped/topup HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {len(body)}\r\n\r\n{body}"
+    )
     answers = pipelined(server, [topup, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", "garbage\r\n\r\n"])
     assert [status for status, _ in answers] == [200, 200, 400]
     assert orjson.loads(answers[0][1])["balance_fen"] == 7 and b'"status"' in answers[1][1]
-    assert orjson.loads(answers[2][1]) == {"error": {"code": "invalid_request", "message": "malformed request: bad request line"}}
+    assert orjson.loads(answers[2][1]) == {
+        "error": {"code": "invalid_request", "message": "malformed request: bad request line"}
+    }
     assert balance(server, "piped") == 7
 
 
@@ -242,7 +291,11 @@ def test_head_closing_and_405_allow(server: Server) -> None:
     """HEAD with Connection: close gets the head only, then the close; a 405 lists HEAD wherever GET is
     allowed, and HEAD on a POST-only path is itself a 405 without a body."""
     closing = _exchange(server, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", heads=1)
-    assert closing.startswith(b"HTTP/1.1 200 ") and closing.endswith(b"\r\n\r\n") and b"content-length: 15" in closing.lower()
+    assert (
+        closing.startswith(b"HTTP/1.1 200 ")
+        and closing.endswith(b"\r\n\r\n")
+        and b"content-length: 15" in closing.lower()
+    )
     with server.client("header") as client:
         assert client.put("/v1/balance").headers["allow"] == "GET, HEAD"
         assert client.put("/v1/packets/1").headers["allow"] == "DELETE, GET, HEAD"

@@ -6,7 +6,6 @@ import asyncio
 import logging
 
 import pytest
-
 from hongbao.core import errors
 from hongbao.core.breaker import BreakerOpen
 from hongbao.server.app import every
@@ -32,5 +31,7 @@ async def test_a_dependency_down_is_quiet_and_other_failures_name_the_job(caplog
         await every("refunds", 0.001, job, stopping)()
     assert calls == [0, 1, 2, 3]
     records = [r for r in caplog.records if r.name == "hongbao.server"]
-    assert [(r.levelname, r.getMessage()) for r in records] == [("ERROR", "background job refunds failed; retrying in 0.00 s")]
+    assert [(r.levelname, r.getMessage()) for r in records] == [
+        ("ERROR", "background job refunds failed; retrying in 0.00 s")
+    ]
     assert records[0].exc_info is not None and records[0].exc_info[0] is RuntimeError

@@ -18,13 +18,41 @@ import hongbao_native
 import httpx
 
 from tests.server.conftest import Server
-from tests.server.flows import group, move_clock, ok, paid_packet, set_mode, topup
 from tests.server.crowd import Call, Crowd, auth, balances, details_of, eventually_async, fan_out
-from tests.server.flows import balance, best_luck, eventually, ledger, ms, user_list
+from tests.server.flows import (
+    balance,
+    best_luck,
+    eventually,
+    group,
+    ledger,
+    move_clock,
+    ms,
+    ok,
+    paid_packet,
+    set_mode,
+    topup,
+    user_list,
+)
 
-DETAIL_KEYS = {"order_id", "sender_id", "kind", "status", "count", "total_fen", "opened_count", "opened_fen",
-               "remaining_count", "refunded_fen", "group_id", "receiver_id", "greeting", "created_at", "expires_at",
-               "receipts", "best_luck_user_id"}
+DETAIL_KEYS = {
+    "order_id",
+    "sender_id",
+    "kind",
+    "status",
+    "count",
+    "total_fen",
+    "opened_count",
+    "opened_fen",
+    "remaining_count",
+    "refunded_fen",
+    "group_id",
+    "receiver_id",
+    "greeting",
+    "created_at",
+    "expires_at",
+    "receipts",
+    "best_luck_user_id",
+}
 
 
 def details(server: Server, order_id: str, user_id: str) -> dict[str, Any]:
@@ -42,7 +70,10 @@ def open_as(server: Server, order_id: str, user_id: str, status: int = 200) -> d
 def freeze_clock(server: Server, now_ms: int) -> None:
     """Stop the test server's clock at ``now_ms`` (every worker) until the next move."""
     with server.client("admin", admin=True) as admin:
-        assert ok(admin.post("/v1/admin/clock", json={"now_ms": now_ms, "frozen": True})) == {"now_ms": now_ms, "frozen": True}
+        assert ok(admin.post("/v1/admin/clock", json={"now_ms": now_ms, "frozen": True})) == {
+            "now_ms": now_ms,
+            "frozen": True,
+        }
 
 
 def entries(server: Server, user_id: str, kind: str) -> list[tuple[str, int]]:
@@ -71,8 +102,14 @@ def raw_request(server: Server, request: bytes) -> socket.socket:
 def _credit_states(server: Server, order_id: str) -> list[str]:
     """The credit_status of every receipt of the packet, from the database."""
     with database(server) as db:
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 't_receipt_%'")]
-        return [row[0] for t in tables for row in db.execute(f"SELECT credit_status FROM {t} WHERE order_id = ?", (order_id,))]
+        tables = [
+            r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 't_receipt_%'")
+        ]
+        return [
+            row[0]
+            for t in tables
+            for row in db.execute(f"SELECT credit_status FROM {t} WHERE order_id = ?", (order_id,))
+        ]
 
 
 def _call(method: str, path: str, headers: dict[str, str]) -> Call:
@@ -84,10 +121,13 @@ def _call_json(method: str, path: str, headers: dict[str, str], body: dict[str, 
 
 
 def _topup_call(user_id: str, amount_fen: int, admin: dict[str, str]) -> Call:
-    return lambda client: client.post(f"/v1/admin/accounts/{user_id}/topup", json={"amount_fen": amount_fen}, headers=admin)
+    return lambda client: client.post(
+        f"/v1/admin/accounts/{user_id}/topup", json={"amount_fen": amount_fen}, headers=admin
+    )
 
 
 # M-07 ---------------------------------------------------------------------------------------------
+
 
 def test_m07_equal_packet_debit_is_shares_plus_refund(server: Server) -> None:
     """M-07: an equal packet's debited total equals the sum of the shares paid plus the refund."""
@@ -119,7 +159,9 @@ def test_m07_equal_packet_debit_is_shares_plus_refund(server: Server) -> None:
         assert len(set(shares)) == 1  # equal means equal
         assert -sends[order] == sum(shares) + info["refunded_fen"] == info["opened_fen"] + refund
         assert info["status"] == ("refunded" if refund else "finished")
-    eventually(lambda: _assert_balances(server, {"a": 49, "b": 49, "c": 49, "d": 9, "e": 0, "sender": 1_000 - 170 + 14}))
+    eventually(
+        lambda: _assert_balances(server, {"a": 49, "b": 49, "c": 49, "d": 9, "e": 0, "sender": 1_000 - 170 + 14})
+    )
 
 
 def _assert_balances(server: Server, expected: dict[str, int]) -> None:
@@ -128,11 +170,14 @@ def _assert_balances(server: Server, expected: dict[str, int]) -> None:
 
 # M-08 ---------------------------------------------------------------------------------------------
 
+
 async def test_m08_one_user_opens_fifty_times_at_once(server: Server) -> None:
     """M-08: 50 concurrent opens and 3 timed-out retries by one user make one receipt with one amount."""
     members = [f"m{i}" for i in range(9)]
     gid = group(server, "sender", ["eager", *members])
-    order = paid_packet(server, "sender", {"kind": "lucky", "count": 10, "total_fen": 1_000, "group_id": gid}, fund_fen=1_000)
+    order = paid_packet(
+        server, "sender", {"kind": "lucky", "count": 10, "total_fen": 1_000, "group_id": gid}, fund_fen=1_000
+    )
     async with Crowd(server, 50) as crowd:
         responses = await fan_out(server, crowd, "POST", f"/v1/packets/{order}/open", ["eager"] * 50)
         bodies = [ok(r) for r in responses]
@@ -157,22 +202,30 @@ async def test_m08_one_user_opens_fifty_times_at_once(server: Server) -> None:
 
         await eventually_async(credited_once)
     with database(server) as db:
-        receipt_tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 't_receipt_%'")]
+        receipt_tables = [
+            r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 't_receipt_%'")
+        ]
         assert receipt_tables
         for table in receipt_tables:
-            unique = [[c[2] for c in db.execute(f"PRAGMA index_info('{idx[1]}')")]
-                      for idx in db.execute(f"PRAGMA index_list('{table}')") if idx[2]]
+            unique = [
+                [c[2] for c in db.execute(f"PRAGMA index_info('{idx[1]}')")]
+                for idx in db.execute(f"PRAGMA index_list('{table}')")
+                if idx[2]
+            ]
             assert ["order_id", "user_id"] in unique, (table, unique)
 
 
 # M-09 ---------------------------------------------------------------------------------------------
+
 
 async def test_m09_no_oversell_with_a_thousand_openers(make_server: Callable[..., Server]) -> None:
     """M-09: 1000 users opening a 10-share packet at once get 10 receipts summing to T; 990 get 410, no money."""
     server = make_server(extra_config="max_group_size = 2000\n")
     users = [f"p{i:04}" for i in range(1000)]
     gid = group(server, "sender", users)
-    order = paid_packet(server, "sender", {"kind": "lucky", "count": 10, "total_fen": 1_000, "group_id": gid}, fund_fen=1_000)
+    order = paid_packet(
+        server, "sender", {"kind": "lucky", "count": 10, "total_fen": 1_000, "group_id": gid}, fund_fen=1_000
+    )
     async with Crowd(server, 1000) as crowd:
         start = {u: (100 if i % 10 == 0 else 0) for i, u in enumerate(users)}
         admin = auth(server, "admin", admin=True)
@@ -185,7 +238,12 @@ async def test_m09_no_oversell_with_a_thousand_openers(make_server: Callable[...
         winners = {u: r.json()["amount_fen"] for u, r in zip(users, responses, strict=True) if r.status_code == 200}
         info = await details_of(server, crowd, order, "sender")
         assert {r["user_id"]: r["amount_fen"] for r in info["receipts"]} == winners
-        assert (info["opened_count"], info["opened_fen"], info["remaining_count"], info["status"]) == (10, 1_000, 0, "finished")
+        assert (info["opened_count"], info["opened_fen"], info["remaining_count"], info["status"]) == (
+            10,
+            1_000,
+            0,
+            "finished",
+        )
 
         async def credited() -> None:
             assert await balances(server, crowd, winners) == {u: start[u] + share for u, share in winners.items()}
@@ -200,6 +258,7 @@ async def test_m09_no_oversell_with_a_thousand_openers(make_server: Callable[...
 
 # M-11 ---------------------------------------------------------------------------------------------
 
+
 def test_m11_refund_exactly_once_on_three_workers(make_server: Callable[..., Server]) -> None:
     """M-11: the refund job on 3 workers refunds every expired packet exactly once, new packets arriving meanwhile."""
     server = make_server(workers=3)
@@ -208,13 +267,18 @@ def test_m11_refund_exactly_once_on_three_workers(make_server: Callable[..., Ser
     seventy = paid_packet(server, "sender", {"kind": "equal", "count": 10, "per_share_fen": 10, "group_id": gid})
     for user in ["a", "b", "c"]:
         assert open_as(server, seventy, user)["amount_fen"] == 10
-    others = [paid_packet(server, "sender", {"kind": "lucky", "count": 3, "total_fen": 100 + i, "group_id": gid}) for i in range(5)]
+    others = [
+        paid_packet(server, "sender", {"kind": "lucky", "count": 3, "total_fen": 100 + i, "group_id": gid})
+        for i in range(5)
+    ]
     opened_other = open_as(server, others[0], "a")["amount_fen"]
     expected_refunds = {seventy: 70, others[0]: 100 - opened_other, **{o: 100 + i for i, o in enumerate(others) if i}}
     last_expiry = max(ms(details(server, o, "a")["expires_at"]) for o in expected_refunds)
     move_clock(server, last_expiry + 1)
     # New packets keep arriving while the refund job scans (their expiry is a day after the jump).
-    fresh = [paid_packet(server, "sender", {"kind": "lucky", "count": 2, "total_fen": 50, "group_id": gid}) for _ in range(3)]
+    fresh = [
+        paid_packet(server, "sender", {"kind": "lucky", "count": 2, "total_fen": 50, "group_id": gid}) for _ in range(3)
+    ]
 
     def all_refunded() -> None:
         assert sorted(entries(server, "sender", "refund")) == sorted(expected_refunds.items())
@@ -234,10 +298,13 @@ def test_m11_refund_exactly_once_on_three_workers(make_server: Callable[..., Ser
 
 # M-13 ---------------------------------------------------------------------------------------------
 
+
 def test_m13_expiry_edge_to_the_millisecond(server: Server) -> None:
     """M-13: open at expires_at - 1 ms succeeds and nothing is refunded; at expires_at opens are 410 and the rest refunds."""
     gid = group(server, "sender", ["early", "late"])
-    order = paid_packet(server, "sender", {"kind": "lucky", "count": 3, "total_fen": 300, "group_id": gid}, fund_fen=300)
+    order = paid_packet(
+        server, "sender", {"kind": "lucky", "count": 3, "total_fen": 300, "group_id": gid}, fund_fen=300
+    )
     t0 = ms(details(server, order, "early")["expires_at"])
     freeze_clock(server, t0 - 1)
     opened = open_as(server, order, "early")
@@ -259,10 +326,15 @@ def test_m13_expiry_edge_to_the_millisecond(server: Server) -> None:
     info = details(server, order, "late")
     assert [r["user_id"] for r in info["receipts"]] == ["early"]
     assert info["opened_fen"] + info["refunded_fen"] == 300
-    eventually(lambda: _assert_balances(server, {"early": opened["amount_fen"], "late": 0, "sender": 300 - opened["amount_fen"]}))
+    eventually(
+        lambda: _assert_balances(
+            server, {"early": opened["amount_fen"], "late": 0, "sender": 300 - opened["amount_fen"]}
+        )
+    )
 
 
 # M-14 ---------------------------------------------------------------------------------------------
+
 
 def test_m14_refund_goes_to_the_packet_sender(server: Server) -> None:
     """M-14: A's expired packet refunds A (+ the rest, once); B, sending while refunds run, gets nothing."""
@@ -290,15 +362,21 @@ def _assert_refunds(server: Server, user_id: str, expected: list[tuple[str, int]
 
 # M-15 ---------------------------------------------------------------------------------------------
 
+
 def test_m15_a_timed_out_open_retried_gets_its_original_amount(server: Server) -> None:
     """M-15: a retried open after a client gave up returns the original amount; grab reports it and writes nothing."""
     gid = group(server, "sender", ["quitter", "other", "looker"])
-    order = paid_packet(server, "sender", {"kind": "lucky", "count": 2, "total_fen": 500, "group_id": gid}, fund_fen=500)
+    order = paid_packet(
+        server, "sender", {"kind": "lucky", "count": 2, "total_fen": 500, "group_id": gid}, fund_fen=500
+    )
     with server.client("quitter") as quitter:
         assert ok(quitter.post(f"/v1/packets/{order}/grab")) == {"status": "ok"}
     token = server.token("quitter")
-    sock = raw_request(server, f"POST /v1/packets/{order}/open HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n"
-                               "Content-Length: 0\r\n\r\n".encode())
+    sock = raw_request(
+        server,
+        f"POST /v1/packets/{order}/open HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Length: 0\r\n\r\n".encode(),
+    )
     sock.close()  # the client "timed out": it never reads its answer
 
     def receipt() -> int:
@@ -329,6 +407,7 @@ def test_m15_a_timed_out_open_retried_gets_its_original_amount(server: Server) -
 
 # M-18 ---------------------------------------------------------------------------------------------
 
+
 async def test_m18_amounts_are_not_predictable(server: Server) -> None:
     """M-18: 200 packets T=10000 N=10 have 200 distinct share sequences, and no answer shows an unopened share."""
     users = [f"o{i}" for i in range(10)]
@@ -356,7 +435,9 @@ async def test_m18_amounts_are_not_predictable(server: Server) -> None:
         opens = [_call("POST", f"/v1/packets/{o}/open", auth(server, u)) for o in orders for u in users]
         answers = await crowd.run(opens)
         assert Counter(r.status_code for r in answers) == {200: 2000}
-        assert all(set(r.json()) == {"order_id", "amount_fen", "opened_at", "repeat"} for r in answers)  # one's own share only
+        assert all(
+            set(r.json()) == {"order_id", "amount_fen", "opened_at", "repeat"} for r in answers
+        )  # one's own share only
         infos = [ok(r) for r in await crowd.run([_call("GET", f"/v1/packets/{o}", sender) for o in orders])]
     sequences = [tuple(r["amount_fen"] for r in info["receipts"]) for info in infos]
     assert all(len(s) == 10 and sum(s) == 10_000 and min(s) >= 1 for s in sequences)
@@ -368,6 +449,7 @@ async def test_m18_amounts_are_not_predictable(server: Server) -> None:
 
 
 # M-19 ---------------------------------------------------------------------------------------------
+
 
 def test_m19_best_luck_ties_go_to_the_earliest_open(server: Server) -> None:
     """M-19: best luck is the largest share, ties to the earliest open, flagged once per packet once finished."""
@@ -385,10 +467,12 @@ def test_m19_best_luck_ties_go_to_the_earliest_open(server: Server) -> None:
     clients = {u: server.client(u) for u in [*users, "sender"]}
     try:
         for i in range(30):
-            sent = clients["sender"].post("/v1/packets", json={"kind": "lucky", "count": 4, "total_fen": 6, "group_id": gid})
+            sent = clients["sender"].post(
+                "/v1/packets", json={"kind": "lucky", "count": 4, "total_fen": 6, "group_id": gid}
+            )
             order = ok(sent, 201)["order_id"]
             assert ok(clients["sender"].post(f"/v1/packets/{order}/pay"))["status"] == "active"
-            sequence = users[i % 4:] + users[: i % 4]
+            sequence = users[i % 4 :] + users[: i % 4]
             for user in sequence:
                 ok(clients[user].post(f"/v1/packets/{order}/open"))
             info = ok(clients["w"].get(f"/v1/packets/{order}"))
@@ -401,7 +485,9 @@ def test_m19_best_luck_ties_go_to_the_earliest_open(server: Server) -> None:
         for client in clients.values():
             client.close()
     assert ties >= 5, ties  # the tie rule really was exercised (T=6, N=4 ties at the top ~80% of the time)
-    year = datetime.fromtimestamp(ms(details(server, next(iter(best)), "w")["created_at"]) / 1000, ZoneInfo("Asia/Shanghai")).year
+    year = datetime.fromtimestamp(
+        ms(details(server, next(iter(best)), "w")["created_at"]) / 1000, ZoneInfo("Asia/Shanghai")
+    ).year
 
     def one_flag_per_packet() -> None:
         flags: Counter[str] = Counter()
@@ -429,9 +515,16 @@ async def test_m19_one_best_luck_flag_per_packet_under_concurrent_opens(make_ser
     sender = auth(server, "sender")
     body = {"kind": "lucky", "count": 3, "total_fen": 20_000, "group_id": gid}
     async with Crowd(server, 100) as crowd:
-        orders = [ok(r, 201)["order_id"] for r in await crowd.run([_call_json("POST", "/v1/packets", sender, body)] * 100)]
-        assert all(ok(r)["status"] == "active" for r in await crowd.run([_call("POST", f"/v1/packets/{o}/pay", sender) for o in orders]))
-        opened = await crowd.run([_call("POST", f"/v1/packets/{o}/open", auth(server, u)) for o in orders for u in users])
+        orders = [
+            ok(r, 201)["order_id"] for r in await crowd.run([_call_json("POST", "/v1/packets", sender, body)] * 100)
+        ]
+        assert all(
+            ok(r)["status"] == "active"
+            for r in await crowd.run([_call("POST", f"/v1/packets/{o}/pay", sender) for o in orders])
+        )
+        opened = await crowd.run(
+            [_call("POST", f"/v1/packets/{o}/open", auth(server, u)) for o in orders for u in users]
+        )
         assert Counter(r.status_code for r in opened) == {200: 300}
         infos = [ok(r) for r in await crowd.run([_call("GET", f"/v1/packets/{o}", sender) for o in orders])]
         best = {info["order_id"]: info["best_luck_user_id"] for info in infos}
@@ -440,10 +533,14 @@ async def test_m19_one_best_luck_flag_per_packet_under_concurrent_opens(make_ser
 
         async def flags_agree() -> None:
             for user in users:
-                pages = await crowd.run([_call("GET", f"/v1/me/received?year={year}&page={p}", auth(server, user)) for p in range(1, 6)])
+                pages = await crowd.run(
+                    [_call("GET", f"/v1/me/received?year={year}&page={p}", auth(server, user)) for p in range(1, 6)]
+                )
                 rows = [row for page in pages for row in ok(page)["items"]]
                 assert len(rows) == 100, (user, len(rows))
-                assert {r["order_id"] for r in rows if r["best_luck"]} == {o for o, u in best.items() if u == user}, user
+                assert {r["order_id"] for r in rows if r["best_luck"]} == {o for o, u in best.items() if u == user}, (
+                    user
+                )
                 assert ok(pages[0])["summary"]["best_luck_count"] == sum(u == user for u in best.values())
 
         await eventually_async(flags_agree)
@@ -451,30 +548,43 @@ async def test_m19_one_best_luck_flag_per_packet_under_concurrent_opens(make_ser
 
 # M-21 ---------------------------------------------------------------------------------------------
 
+
 async def test_m21_hot_row_three_workers_one_transaction_at_a_time(make_server: Callable[..., Server]) -> None:
     """M-21: 300 concurrent openers of N=100 on 3 workers with K=1 open all 100 shares; every other answer is 410."""
     server = make_server(workers=3, extra_config="max_in_db = 1\n")
     users = [f"h{i:03}" for i in range(300)]
     gid = group(server, "sender", users)
-    order = paid_packet(server, "sender", {"kind": "lucky", "count": 100, "total_fen": 20_000, "group_id": gid}, fund_fen=20_000)
+    order = paid_packet(
+        server, "sender", {"kind": "lucky", "count": 100, "total_fen": 20_000, "group_id": gid}, fund_fen=20_000
+    )
     async with Crowd(server) as crowd:
         responses = await fan_out(server, crowd, "POST", f"/v1/packets/{order}/open", users)
         assert Counter(r.status_code for r in responses) == {200: 100, 410: 200}
         info = await details_of(server, crowd, order, "sender")
-        assert (info["opened_count"], info["opened_fen"], info["remaining_count"], info["status"]) == (100, 20_000, 0, "finished")
+        assert (info["opened_count"], info["opened_fen"], info["remaining_count"], info["status"]) == (
+            100,
+            20_000,
+            0,
+            "finished",
+        )
         metrics = (await crowd[0].get("/metrics")).text
     assert "hongbao_admission_rejections_total 0.0" in metrics
-    assert not [line for line in metrics.splitlines() if line.startswith("hongbao_http_requests_total") and 'status="5' in line]
+    assert not [
+        line for line in metrics.splitlines() if line.startswith("hongbao_http_requests_total") and 'status="5' in line
+    ]
 
 
 # M-22 ---------------------------------------------------------------------------------------------
+
 
 def test_m22_grab_is_advisory(server: Server) -> None:
     """M-22: 15 users pass grab on a 10-share packet; 10 opens succeed, 5 get 410 and no money, grabbers stay out of details."""
     openers = [f"g{i:02}" for i in range(15)]
     lookers = ["l0", "l1", "l2"]
     gid = group(server, "sender", openers + lookers)
-    order = paid_packet(server, "sender", {"kind": "lucky", "count": 10, "total_fen": 1_000, "group_id": gid}, fund_fen=1_000)
+    order = paid_packet(
+        server, "sender", {"kind": "lucky", "count": 10, "total_fen": 1_000, "group_id": gid}, fund_fen=1_000
+    )
     for user in openers + lookers:
         with server.client(user) as client:
             assert ok(client.post(f"/v1/packets/{order}/grab")) == {"status": "ok"}
@@ -495,14 +605,21 @@ def test_m22_grab_is_advisory(server: Server) -> None:
 
 # M-23 ---------------------------------------------------------------------------------------------
 
+
 def test_m23_every_receipt_is_credited_exactly_once(make_server: Callable[..., Server]) -> None:
     """M-23: across crediting modes, queue, reconciler and two workers, every receipt is credited exactly once."""
     server = make_server(workers=2)
     users = [f"c{i}" for i in range(6)]
     gid = group(server, "sender", users)
     topup(server, "sender", 100_000)
-    plan = [("deferred", 20_000, 4), ("queued", 1_000, 5), ("realtime_large", 20_000, 2), ("realtime_large", 500, 5),
-            ("deferred", 6_000, 3), ("queued", 20_000, 6)]
+    plan = [
+        ("deferred", 20_000, 4),
+        ("queued", 1_000, 5),
+        ("realtime_large", 20_000, 2),
+        ("realtime_large", 500, 5),
+        ("deferred", 6_000, 3),
+        ("queued", 20_000, 6),
+    ]
     orders: list[str] = []
     for phase, (mode, total, count) in enumerate(plan):
         set_mode(server, mode)
@@ -531,8 +648,12 @@ def test_m23_every_receipt_is_credited_exactly_once(make_server: Callable[..., S
     def all_credited() -> None:
         for user in users:
             credits = entries(server, user, "credit")
-            expected = sorted((f"{o}:{r['user_id']}", r["amount_fen"]) for o, rows in receipts.items() for r in rows
-                              if r["user_id"] == user)
+            expected = sorted(
+                (f"{o}:{r['user_id']}", r["amount_fen"])
+                for o, rows in receipts.items()
+                for r in rows
+                if r["user_id"] == user
+            )
             assert sorted(credits) == expected, user
             assert balance(server, user) == owed[user]
         assert details(server, leftover, "c0")["status"] == "refunded"
@@ -546,10 +667,16 @@ def test_m23_every_receipt_is_credited_exactly_once(make_server: Callable[..., S
     debited = 100_000 - balance(server, "sender")
     assert debited == sum(t for _, t, _ in plan) + 400 - refund == sum(owed.values())
     with database(server) as db:
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 't_receipt_%'")]
-        pending = sum(db.execute(f"SELECT COUNT(*) FROM {t} WHERE credit_status != 'credited'").fetchone()[0] for t in tables)
+        tables = [
+            r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 't_receipt_%'")
+        ]
+        pending = sum(
+            db.execute(f"SELECT COUNT(*) FROM {t} WHERE credit_status != 'credited'").fetchone()[0] for t in tables
+        )
         assert pending == 0
-        doubled = db.execute("SELECT kind, ref, COUNT(*) FROM t_ledger GROUP BY kind, ref HAVING COUNT(*) > 1").fetchall()
+        doubled = db.execute(
+            "SELECT kind, ref, COUNT(*) FROM t_ledger GROUP BY kind, ref HAVING COUNT(*) > 1"
+        ).fetchall()
         assert doubled == []
         total_balances = db.execute("SELECT SUM(balance_fen) FROM t_account").fetchone()[0]
         assert total_balances == 100_000  # money is only moved: everything adds up to the top-up
@@ -557,18 +684,27 @@ def test_m23_every_receipt_is_credited_exactly_once(make_server: Callable[..., S
 
 # M-25 ---------------------------------------------------------------------------------------------
 
+
 def test_m25_exclusive_packets(server: Server) -> None:
     """M-25: an exclusive packet opens for its receiver only (others refused, not counted); two open independently."""
     topup(server, "S", 2_000)
     first = paid_packet(server, "S", {"kind": "exclusive", "total_fen": 500, "receiver_id": "B"})
-    second = paid_packet(server, "S", {"kind": "exclusive", "total_fen": 300, "receiver_id": "B", "greeting": "for you"})
+    second = paid_packet(
+        server, "S", {"kind": "exclusive", "total_fen": 300, "receiver_id": "B", "greeting": "for you"}
+    )
     for intruder in ["A", "S"]:
         assert open_as(server, first, intruder, 403)["error"]["code"] == "not_member"
     with server.client("A") as a:
         assert ok(a.post(f"/v1/packets/{first}/grab"), 403)["error"]["code"] == "not_member"
         assert ok(a.get(f"/v1/packets/{first}"), 403)["error"]["code"] == "not_member"
     info = details(server, first, "B")
-    assert (info["kind"], info["count"], info["receiver_id"], info["remaining_count"], info["receipts"]) == ("exclusive", 1, "B", 1, [])
+    assert (info["kind"], info["count"], info["receiver_id"], info["remaining_count"], info["receipts"]) == (
+        "exclusive",
+        1,
+        "B",
+        1,
+        [],
+    )
     with server.client("B") as b:
         assert ok(b.post(f"/v1/packets/{second}/grab")) == {"status": "ok"}
     assert open_as(server, second, "B")["amount_fen"] == 300

@@ -18,11 +18,6 @@ from typing import Any, TypeVar
 import hongbao_native
 import httpx
 import yaml
-from jsonschema import Draft202012Validator
-from openapi_spec_validator import validate as validate_spec
-from referencing import Registry
-from referencing.jsonschema import DRAFT202012
-
 from hongbao.core import errors
 from hongbao.core.embedded import open_embedded
 from hongbao.server import http_protocol
@@ -32,6 +27,11 @@ from hongbao.server.config import Settings
 from hongbao.server.handlers import MAX_PAGE, MAX_TOPUP_FEN
 from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.router import Route
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate as validate_spec
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
+
 from tests.server.conftest import Server
 from tests.server.flows import eventually
 
@@ -79,7 +79,12 @@ def _deref(pointer: str) -> str:
 
 def spec_operations() -> dict[tuple[str, str], dict[str, Any]]:
     """(METHOD, path template) -> operation object, for every operation in the spec."""
-    return {(method.upper(), path): op for path, item in SPEC["paths"].items() for method, op in item.items() if method in METHODS}
+    return {
+        (method.upper(), path): op
+        for path, item in SPEC["paths"].items()
+        for method, op in item.items()
+        if method in METHODS
+    }
 
 
 def app_routes(*, test_clock: bool, tmp: Path) -> list[Route]:
@@ -110,7 +115,12 @@ class Answer:
     @classmethod
     def of(cls, response: httpx.Response) -> Answer:
         """The answer of an httpx response."""
-        return cls(response.request.method, response.status_code, {k.lower(): v for k, v in response.headers.items()}, response.content)
+        return cls(
+            response.request.method,
+            response.status_code,
+            {k.lower(): v for k, v in response.headers.items()},
+            response.content,
+        )
 
 
 class Checker:
@@ -125,8 +135,12 @@ class Checker:
         answer = response if isinstance(response, Answer) else Answer.of(response)
         assert answer.status == status, (answer.method, template, answer.status, answer.body[:500])
         responses = SPEC["paths"][template][answer.method.lower()]["responses"]
-        assert str(status) in responses, f"{answer.method} {template} answered {status}, which the spec does not document"
-        body = self._matches(answer, _deref(_pointer("paths", template, answer.method.lower(), "responses", str(status))))
+        assert str(status) in responses, (
+            f"{answer.method} {template} answered {status}, which the spec does not document"
+        )
+        body = self._matches(
+            answer, _deref(_pointer("paths", template, answer.method.lower(), "responses", str(status)))
+        )
         self.seen.add((answer.method, template, status))
         return body
 
@@ -153,7 +167,9 @@ class Checker:
             return answer.body.decode()
         body = httpx.Response(200, content=answer.body).json()
         schema_ref = {"$ref": f"{SPEC_URI}#{pointer}{_pointer('content', 'application/json', 'schema')}"}
-        validator = Draft202012Validator(schema_ref, registry=REGISTRY, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        validator = Draft202012Validator(
+            schema_ref, registry=REGISTRY, format_checker=Draft202012Validator.FORMAT_CHECKER
+        )
         problems = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(body)]
         assert not problems, f"{answer.method} {answer.status} body {body!r} breaks {pointer}: {problems}"
         return body
@@ -208,7 +224,10 @@ def test_spec_operations_are_the_route_table(tmp_path: Path) -> None:
     x-test-only. HEAD, which every GET route takes (as GET without the body), is said once in the
     description, not listed per path."""
     operations = spec_operations()
-    assert "HEAD" not in {method for method, _ in operations} and "**HEAD.** Every GET operation also answers HEAD" in SPEC["info"]["description"]
+    assert (
+        "HEAD" not in {method for method, _ in operations}
+        and "**HEAD.** Every GET operation also answers HEAD" in SPEC["info"]["description"]
+    )
     with_clock = {(r.method, r.template) for r in app_routes(test_clock=True, tmp=tmp_path / "a")}
     without_clock = {(r.method, r.template) for r in app_routes(test_clock=False, tmp=tmp_path / "b")}
     assert set(operations) == with_clock
@@ -262,8 +281,9 @@ def test_spec_examples_match_their_schemas() -> None:
     for (method, path), op in spec_operations().items():
         for media, content in op.get("requestBody", {}).get("content", {}).items():
             pointer = _pointer("paths", path, method.lower(), "requestBody", "content", media, "schema")
-            validator = Draft202012Validator({"$ref": f"{SPEC_URI}#{pointer}"}, registry=REGISTRY,
-                                             format_checker=Draft202012Validator.FORMAT_CHECKER)
+            validator = Draft202012Validator(
+                {"$ref": f"{SPEC_URI}#{pointer}"}, registry=REGISTRY, format_checker=Draft202012Validator.FORMAT_CHECKER
+            )
             values = [content["example"]] if "example" in content else []
             values += [e["value"] for e in content.get("examples", {}).values()]
             for value in values:
@@ -281,10 +301,23 @@ def test_spec_limits_are_the_server_limits() -> None:
     assert send["count"]["maximum"] == limits.max_count
     assert send["total_fen"]["maximum"] == send["per_share_fen"]["maximum"] == limits.max_total_fen
     assert send["greeting"]["maxLength"] == limits.greeting_max_chars
-    assert SPEC["paths"]["/v1/groups"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]["members"]["maxItems"] == limits.max_group_size - 1
-    assert SPEC["paths"][MEMBERS]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]["members"]["maxItems"] == limits.max_group_size
+    assert (
+        SPEC["paths"]["/v1/groups"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"][
+            "members"
+        ]["maxItems"]
+        == limits.max_group_size - 1
+    )
+    assert (
+        SPEC["paths"][MEMBERS]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]["members"][
+            "maxItems"
+        ]
+        == limits.max_group_size
+    )
     assert SPEC["components"]["parameters"]["Page"]["schema"]["maximum"] == MAX_PAGE
-    assert (SPEC["components"]["parameters"]["Year"]["schema"]["minimum"], SPEC["components"]["parameters"]["Year"]["schema"]["maximum"]) == (2000, 2099)
+    assert (
+        SPEC["components"]["parameters"]["Year"]["schema"]["minimum"],
+        SPEC["components"]["parameters"]["Year"]["schema"]["maximum"],
+    ) == (2000, 2099)
     topup_body = SPEC["paths"][TOPUP]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert topup_body["properties"]["amount_fen"]["maximum"] == MAX_TOPUP_FEN
 
@@ -338,8 +371,14 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     again = check(admin.post("/v1/admin/accounts/alice/topup", json={"amount_fen": 10_000}, headers=key), TOPUP, 200)
     assert again == {"user_id": "alice", "balance_fen": 10_000, "applied": False}
     for amount in (1.5, "100", 0, -5, MAX_TOPUP_FEN + 1):
-        assert code(check(admin.post("/v1/admin/accounts/alice/topup", json={"amount_fen": amount}), TOPUP, 400)) == "invalid_amount"
-    assert code(check(admin.post("/v1/admin/accounts/al%20ice/topup", json={"amount_fen": 5}), TOPUP, 400)) == "invalid_request"
+        assert (
+            code(check(admin.post("/v1/admin/accounts/alice/topup", json={"amount_fen": amount}), TOPUP, 400))
+            == "invalid_amount"
+        )
+    assert (
+        code(check(admin.post("/v1/admin/accounts/al%20ice/topup", json={"amount_fen": 5}), TOPUP, 400))
+        == "invalid_request"
+    )
     assert code(check(admin.post("/v1/admin/accounts/alice/topup", content=b"{nope"), TOPUP, 400)) == "invalid_request"
     assert check(admin.post(MODE, json={"mode": "queued"}), MODE, 200) == {"mode": "queued"}
     assert check(admin.post(MODE, json={"mode": "realtime_large"}), MODE, 200) == {"mode": "realtime_large"}
@@ -351,7 +390,11 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     gid = created["group_id"]
     assert created["members"] == ["alice", "bob"]
     assert code(check(alice.post("/v1/groups", json={"members": "bob"}), "/v1/groups", 400)) == "invalid_request"
-    assert check(bob.get(f"/v1/groups/{gid}"), GROUP, 200) == {"group_id": gid, "creator_id": "alice", "members": ["alice", "bob"]}
+    assert check(bob.get(f"/v1/groups/{gid}"), GROUP, 200) == {
+        "group_id": gid,
+        "creator_id": "alice",
+        "members": ["alice", "bob"],
+    }
     assert code(check(dave.get(f"/v1/groups/{gid}"), GROUP, 403)) == "not_member"
     assert code(check(alice.get("/v1/groups/g0000000000000000"), GROUP, 404)) == "not_found"
     added = check(bob.post(f"/v1/groups/{gid}/members", json={"members": ["carol", "frank", "erin"]}), MEMBERS, 200)
@@ -366,10 +409,17 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     # admin push: to a user who is not connected, to a group, to a topic
     to_carol = check(admin.post(PUSH, json={"user_id": "carol", "event": "note", "data": {"n": 1}}), PUSH, 200)
     assert to_carol["result"] == "queued" and to_carol["offset"] == 1
-    assert check(admin.post(PUSH, json={"group_id": gid, "event": "note"}), PUSH, 200) == {"group_id": gid, "result": "queued"}
+    assert check(admin.post(PUSH, json={"group_id": gid, "event": "note"}), PUSH, 200) == {
+        "group_id": gid,
+        "result": "queued",
+    }
     published = check(admin.post(PUSH, json={"topic": "news", "event": "note", "data": [1]}), PUSH, 200)
     assert (published["result"], published["offset"]) == ("published", 1)
-    for bad in ({"user_id": "carol", "topic": "news", "event": "note"}, {"topic": "news"}, {"user_id": "c d", "event": "e"}):
+    for bad in (
+        {"user_id": "carol", "topic": "news", "event": "note"},
+        {"topic": "news"},
+        {"user_id": "c d", "event": "e"},
+    ):
         assert code(check(admin.post(PUSH, json=bad), PUSH, 400)) == "invalid_request", bad
     assert code(check(admin.post(PUSH, json={"group_id": "gnothere", "event": "note"}), PUSH, 404)) == "not_found"
     assert code(check(alice.post(PUSH, json={"topic": "news", "event": "note"}), PUSH, 403)) == "forbidden"
@@ -381,10 +431,15 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
 
     # send: bad input, then a lucky packet of 3 shares
     lucky = {"kind": "lucky", "count": 3, "total_fen": 300, "group_id": gid, "greeting": "恭喜发财"}
-    for bad, expected in [({**lucky, "count": 0}, "invalid_count"), ({**lucky, "count": 101}, "invalid_count"),
-                          ({**lucky, "total_fen": 3.0}, "invalid_amount"), ({**lucky, "total_fen": 20_001}, "invalid_amount"),
-                          ({"kind": "lucky", "count": 3, "total_yuan": "1.234", "group_id": gid}, "invalid_amount"),
-                          ({**lucky, "kind": "golden"}, "invalid_request"), ({**lucky, "greeting": "x" * 65}, "invalid_request")]:
+    for bad, expected in [
+        ({**lucky, "count": 0}, "invalid_count"),
+        ({**lucky, "count": 101}, "invalid_count"),
+        ({**lucky, "total_fen": 3.0}, "invalid_amount"),
+        ({**lucky, "total_fen": 20_001}, "invalid_amount"),
+        ({"kind": "lucky", "count": 3, "total_yuan": "1.234", "group_id": gid}, "invalid_amount"),
+        ({**lucky, "kind": "golden"}, "invalid_request"),
+        ({**lucky, "greeting": "x" * 65}, "invalid_request"),
+    ]:
         assert code(check(alice.post("/v1/packets", json=bad), "/v1/packets", 400)) == expected, bad
     assert code(check(dave.post("/v1/packets", json=lucky), "/v1/packets", 403)) == "not_member"
     sent = check(alice.post("/v1/packets", json=lucky), "/v1/packets", 201)
@@ -399,20 +454,33 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert code(check(alice.delete(f"/v1/packets/{order}"), PACKET, 409)) == "conflict"
 
     # cancel an exclusive pre-order; an over-balance pay
-    exclusive = check(alice.post("/v1/packets", json={"kind": "exclusive", "total_yuan": "0.50", "receiver_id": "bob"}), "/v1/packets", 201)
+    exclusive = check(
+        alice.post("/v1/packets", json={"kind": "exclusive", "total_yuan": "0.50", "receiver_id": "bob"}),
+        "/v1/packets",
+        201,
+    )
     other = exclusive["order_id"]
     assert code(check(bob.delete(f"/v1/packets/{other}"), PACKET, 403)) == "forbidden"
     assert check(alice.delete(f"/v1/packets/{other}"), PACKET, 200) == {"order_id": other, "status": "cancelled"}
     assert code(check(alice.delete(f"/v1/packets/{other}"), PACKET, 404)) == "not_found"
     assert code(check(alice.post(f"/v1/packets/{other}/pay"), PAY, 404)) == "not_found"
-    big = check(alice.post("/v1/packets", json={"kind": "equal", "count": 4, "per_share_fen": 5000, "group_id": gid}), "/v1/packets", 201)
+    big = check(
+        alice.post("/v1/packets", json={"kind": "equal", "count": 4, "per_share_fen": 5000, "group_id": gid}),
+        "/v1/packets",
+        201,
+    )
     assert code(check(alice.post(f"/v1/packets/{big['order_id']}/pay"), PAY, 409)) == "insufficient_balance"
 
     # order ids: a bad check digit is 400 on every packet route, an unknown valid id 404
     bad_id = order[:-1] + str((int(order[-1]) + 1) % 10)
     unknown = hongbao_native.encode_order_id(1, int(order[1:7]), 1, 99_999_999_999)
-    for method, suffix, template in [("GET", "", PACKET), ("DELETE", "", PACKET), ("POST", "/pay", PAY),
-                                     ("POST", "/grab", GRAB), ("POST", "/open", OPEN)]:
+    for method, suffix, template in [
+        ("GET", "", PACKET),
+        ("DELETE", "", PACKET),
+        ("POST", "/pay", PAY),
+        ("POST", "/grab", GRAB),
+        ("POST", "/open", OPEN),
+    ]:
         assert code(check(alice.request(method, f"/v1/packets/{bad_id}{suffix}"), template, 400)) == "bad_order_id"
         assert code(check(alice.request(method, f"/v1/packets/{unknown}{suffix}"), template, 404)) == "not_found"
 
@@ -421,10 +489,15 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     opened = check(bob.post(f"/v1/packets/{order}/open"), OPEN, 200)
     assert opened["order_id"] == order and opened["repeat"] is False and 1 <= opened["amount_fen"] <= 298
     assert check(bob.post(f"/v1/packets/{order}/open"), OPEN, 200) == {**opened, "repeat": True}
-    assert check(bob.post(f"/v1/packets/{order}/grab"), GRAB, 200) == {"status": "opened", "amount_fen": opened["amount_fen"]}
+    assert check(bob.post(f"/v1/packets/{order}/grab"), GRAB, 200) == {
+        "status": "opened",
+        "amount_fen": opened["amount_fen"],
+    }
     for method, suffix, template in [("POST", "/open", OPEN), ("POST", "/grab", GRAB), ("GET", "", PACKET)]:
         assert code(check(dave.request(method, f"/v1/packets/{order}{suffix}"), template, 403)) == "not_member"
-    shares = [opened["amount_fen"]] + [check(c.post(f"/v1/packets/{order}/open"), OPEN, 200)["amount_fen"] for c in (carol, alice)]
+    shares = [opened["amount_fen"]] + [
+        check(c.post(f"/v1/packets/{order}/open"), OPEN, 200)["amount_fen"] for c in (carol, alice)
+    ]
     assert sum(shares) == 300
     assert code(check(frank.post(f"/v1/packets/{order}/grab"), GRAB, 410)) == "finished"
     assert code(check(frank.post(f"/v1/packets/{order}/open"), OPEN, 410)) == "finished"
@@ -443,7 +516,9 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
 
     def sent_list() -> dict[str, Any]:
         got: dict[str, Any] = check(alice.get("/v1/me/sent", params={"page": 1}), "/v1/me/sent", 200)
-        assert [(item["order_id"], item["amount_fen"], item["best_luck"]) for item in got["items"]] == [(order, 300, False)]
+        assert [(item["order_id"], item["amount_fen"], item["best_luck"]) for item in got["items"]] == [
+            (order, 300, False)
+        ]
         return got
 
     assert eventually(sent_list)["summary"] == {"count": 1, "total_fen": 300, "best_luck_count": 0}
@@ -452,10 +527,16 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     bill = check(alice.get("/v1/me/ledger"), "/v1/me/ledger", 200)
     assert [e["kind"] for e in bill["items"]][-2:] == ["send", "topup"] and bill["items"][-2]["amount_fen"] == -300
     for page in ("x", "²", "١", "9" * 5000, "-1", str(MAX_PAGE + 1)):
-        assert code(check(alice.get("/v1/me/ledger", params={"page": page}), "/v1/me/ledger", 400)) == "invalid_request", page
+        assert (
+            code(check(alice.get("/v1/me/ledger", params={"page": page}), "/v1/me/ledger", 400)) == "invalid_request"
+        ), page
 
     # expiry: a paid packet past its expiry is gone, then refunded
-    late = check(alice.post("/v1/packets", json={"kind": "lucky", "count": 2, "total_fen": 100, "group_id": gid}), "/v1/packets", 201)["order_id"]
+    late = check(
+        alice.post("/v1/packets", json={"kind": "lucky", "count": 2, "total_fen": 100, "group_id": gid}),
+        "/v1/packets",
+        201,
+    )["order_id"]
     expires_at = check(alice.post(f"/v1/packets/{late}/pay"), PAY, 200)["expires_at"]
     assert code(check(admin.post(CLOCK, json={"now_ms": "tomorrow"}), CLOCK, 400)) == "invalid_request"
     now_ms = int(time.time() * 1000) + DAY_MS + 3_600_000
@@ -477,8 +558,11 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert not_allowed.headers["allow"] == "GET, HEAD"
     assert code(check.component(alice.get("/v1/nothing-here"), "NotFound", 404)) == "not_found"
     token = server.token("alice")
-    too_big = raw(server, f"POST /v1/packets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
-                          f"Content-Type: application/json\r\nContent-Length: {1 << 20}\r\n\r\n".encode())
+    too_big = raw(
+        server,
+        f"POST /v1/packets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {1 << 20}\r\n\r\n".encode(),
+    )
     assert code(check(too_big, "/v1/packets", 413)) == "payload_too_large"
     huge_head = raw(server, f"GET /v1/balance HTTP/1.1\r\nHost: x\r\nX-Pad: {'a' * 9000}\r\n\r\n".encode())
     assert code(check(huge_head, "/v1/balance", 431)) == "headers_too_large"
@@ -491,7 +575,12 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     for client in (anon, admin, alice, bob, carol, frank, dave):
         client.close()
 
-    every_success = {(method, path, int(s)) for (method, path), op in spec_operations().items() for s in op["responses"] if s.startswith("2")}
+    every_success = {
+        (method, path, int(s))
+        for (method, path), op in spec_operations().items()
+        for s in op["responses"]
+        if s.startswith("2")
+    }
     assert every_success <= check.seen, every_success - check.seen
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import jwt
 import pytest
-
+from hongbao.bench.audit import audit_sqlite
 from hongbao.server.auth import embedded_secret
 from hongbao.server.config import Settings, load_settings
-from hongbao.bench.audit import audit_sqlite
+
 from tests.server.conftest import Server, stop_server
 from tests.server.flows import balance, group, ok, paid_packet, set_mode, topup
 
@@ -91,8 +91,21 @@ def test_sigterm_credits_what_is_owed_before_exiting(make_server: Callable[..., 
 def test_second_server_on_a_served_port_is_refused(server: Server) -> None:
     """A second `hongbao serve` on a port already served exits 1 instead of silently sharing it."""
     port = server.url.rsplit(":", 1)[1]
-    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "serve", "--port", port,
-                             "--data-dir", str(server.data_dir / "other")], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hongbao.server.cli",
+            "serve",
+            "--port",
+            port,
+            "--data-dir",
+            str(server.data_dir / "other"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert "already served" in result.stderr
 
@@ -100,23 +113,33 @@ def test_second_server_on_a_served_port_is_refused(server: Server) -> None:
 def test_token_command_mints_with_the_directory_key(tmp_path: Path) -> None:
     """`hongbao token --user a --user b --admin` prints three tokens signed with ./var/jwt.key (and says
     when it had to create that key)."""
-    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "token", "--user", "a", "--user", "b", "--admin"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "hongbao.server.cli", "token", "--user", "a", "--user", "b", "--admin"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "no key in var/ yet: created var/jwt.key" in result.stderr  # a typo in --data-dir does not go unnoticed
     secret = embedded_secret(tmp_path / "var")
     claims = [jwt.decode(t, secret, algorithms=["HS256"]) for t in result.stdout.split()]
     assert [(c["sub"], c.get("role")) for c in claims] == [("a", None), ("b", None), ("admin", "admin")]
     assert oct((tmp_path / "var" / "jwt.key").stat().st_mode & 0o777) == "0o600"
-    bad = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "token", "--user", "not valid"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "hongbao.server.cli", "token", "--user", "not valid"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "user id" in bad.stderr
 
 
 def test_settings_precedence(tmp_path: Path) -> None:
     """Defaults < TOML file < HONGBAO_* environment < flags; unknown keys are refused."""
     config = tmp_path / "hongbao.toml"
-    config.write_text('port = 9000\nworkers = 3\n[limits]\nmax_count = 50\n')
+    config.write_text("port = 9000\nworkers = 3\n[limits]\nmax_count = 50\n")
     settings = load_settings(config, env={"HONGBAO_WORKERS": "4", "HONGBAO_TEST_CLOCK": "true"}, flags={"port": 9100})
     assert (settings.port, settings.workers, settings.test_clock, settings.limits.max_count) == (9100, 4, True, 50)
     assert load_settings(None, env={}) == Settings()
@@ -142,7 +165,11 @@ def test_metrics_count_requests_across_workers(make_server: Callable[..., Server
         topup(server, "M", 1, key=f"k{i}")
     time.sleep(1.2)  # each worker writes its snapshot once a second
     text = httpx.get(f"{server.url}/metrics", timeout=5).text
-    line = next(x for x in text.splitlines() if x.startswith('hongbao_http_requests_total{route="/v1/admin/accounts/{user_id}/topup",status="200"}'))
+    line = next(
+        x
+        for x in text.splitlines()
+        if x.startswith('hongbao_http_requests_total{route="/v1/admin/accounts/{user_id}/topup",status="200"}')
+    )
     assert float(line.rsplit(" ", 1)[1]) == 20.0
     assert "hongbao_http_request_duration_seconds_bucket" in text
     assert "hongbao_credits_pending 0.0" in text.splitlines()
@@ -158,8 +185,19 @@ def test_workers_exit_when_the_master_is_killed(make_server: Callable[..., Serve
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{server.url}/healthz", timeout=1)
     server.process = subprocess.Popen(  # a new master on the same port and data directory, stopped by the fixture
-        [sys.executable, "-m", "hongbao.server.cli", "serve", "--port", server.url.rsplit(":", 1)[1],
-         "--data-dir", str(server.data_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "hongbao.server.cli",
+            "serve",
+            "--port",
+            server.url.rsplit(":", 1)[1],
+            "--data-dir",
+            str(server.data_dir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _wait_for(lambda: _healthy(server.url))
 
 
@@ -183,7 +221,9 @@ def test_workers_get_the_hard_open_files_limit(make_server: Callable[..., Server
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
     def limits(pid: int) -> tuple[int, int]:
-        line = next(ln for ln in Path(f"/proc/{pid}/limits").read_text().splitlines() if ln.startswith("Max open files"))
+        line = next(
+            ln for ln in Path(f"/proc/{pid}/limits").read_text().splitlines() if ln.startswith("Max open files")
+        )
         return int(line.split()[3]), int(line.split()[4])
 
     assert [limits(pid) for pid in (server.process.pid, *_workers(server))] == [(hard, hard)] * 2
@@ -192,26 +232,53 @@ def test_workers_get_the_hard_open_files_limit(make_server: Callable[..., Server
 def test_unreachable_databases_at_start_are_one_line_each_and_no_traceback(tmp_path: Path) -> None:
     """`serve --backend production` with MySQL and Redis both unreachable: every worker attempt logs
     one line naming the cause, the master gives up (exit 1), and no traceback is printed."""
-    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", "serve", "--backend", "production",
-                             "--mysql-dsn", "mysql://hb:pw@127.0.0.1:1", "--redis-url", "redis://127.0.0.1:2",
-                             "--port", "0", "--data-dir", str(tmp_path), "--workers", "1"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hongbao.server.cli",
+            "serve",
+            "--backend",
+            "production",
+            "--mysql-dsn",
+            "mysql://hb:pw@127.0.0.1:1",
+            "--redis-url",
+            "redis://127.0.0.1:2",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path),
+            "--workers",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    failures = [line for line in result.stderr.splitlines() if "cannot reach the databases: database db_00 is unavailable" in line]
+    failures = [
+        line
+        for line in result.stderr.splitlines()
+        if "cannot reach the databases: database db_00 is unavailable" in line
+    ]
     assert len(failures) >= 5 and "exited (status 3)" in result.stderr and "giving up" in result.stderr
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["audit", "--backend", "production"], "hongbao audit needs the MySQL DSN"),
-    (["audit", "--backend", "production", "--mysql-dsn", "foo://u:secret@h:1"], "got 'foo://u:***@h:1'"),
-    (["migrate", "--mysql-dsn", "mysql://u:secret@h:badport"], "got 'mysql://u:***@h:badport'"),
-    (["--config", "/nonexistent/hongbao.toml", "audit"], "/nonexistent/hongbao.toml: No such file or directory"),
-    (["serve", "--backend", "production", "--mysql-dsn", "mysql://u:p@h:1"], "needs --redis-url redis://host:port"),
-])
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["audit", "--backend", "production"], "hongbao audit needs the MySQL DSN"),
+        (["audit", "--backend", "production", "--mysql-dsn", "foo://u:secret@h:1"], "got 'foo://u:***@h:1'"),
+        (["migrate", "--mysql-dsn", "mysql://u:secret@h:badport"], "got 'mysql://u:***@h:badport'"),
+        (["--config", "/nonexistent/hongbao.toml", "audit"], "/nonexistent/hongbao.toml: No such file or directory"),
+        (["serve", "--backend", "production", "--mysql-dsn", "mysql://u:p@h:1"], "needs --redis-url redis://host:port"),
+    ],
+)
 def test_a_command_that_cannot_run_exits_2_with_one_line(tmp_path: Path, argv: list[str], says: str) -> None:
     """Misconfigured commands (no or a malformed DSN, a missing --config file, a half-given production
     backend) print one line naming the problem, never a password, and exit 2 (1 is the audit's violation)."""
-    result = subprocess.run([sys.executable, "-m", "hongbao.server.cli", *argv], capture_output=True, text=True,
-                            timeout=60, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "hongbao.server.cli", *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert (result.returncode, len(result.stderr.splitlines())) == (2, 1), result.stderr
     assert says in result.stderr and "secret" not in result.stderr

@@ -20,7 +20,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def push_client_snippet() -> str:
     """The README's ```python block that uses hongbao.server.push_client."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    snippet, = (block for block in blocks if "PushClient" in block)
+    (snippet,) = (block for block in blocks if "PushClient" in block)
     return str(snippet)
 
 
@@ -29,13 +29,16 @@ def test_readme_push_client_snippet_runs(server: Server, tmp_path: Path) -> None
     snippet = push_client_snippet()
     (tmp_path / "watch.py").write_text(snippet)
     env = {**os.environ, "BOB": server.token("bob"), "URL": server.url, "PYTHONUNBUFFERED": "1"}
-    watch = subprocess.Popen([sys.executable, "watch.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    watch = subprocess.Popen(
+        [sys.executable, "watch.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         with server.client("admin", admin=True) as admin:
             deadline = time.monotonic() + 20
             push = {"user_id": "bob", "event": "hello", "data": {"n": 1}}
-            while ok(admin.post("/v1/admin/push", json=push))["result"] != "delivered_to_socket":  # until it is connected
+            while (
+                ok(admin.post("/v1/admin/push", json=push))["result"] != "delivered_to_socket"
+            ):  # until it is connected
                 assert watch.poll() is None and time.monotonic() < deadline, watch.communicate(timeout=5)
                 time.sleep(0.1)
         assert watch.stdout is not None

@@ -10,8 +10,12 @@ async def _nothing() -> None:
     return None
 
 
-ROUTES = [Route("GET", "/healthz", _nothing, auth="none"), Route("POST", "/v1/packets/{order_id}/open", _nothing),
-          Route("GET", "/v1/packets/{order_id}", _nothing), Route("POST", "/v1/packets/{order_id}/pay", _nothing)]
+ROUTES = [
+    Route("GET", "/healthz", _nothing, auth="none"),
+    Route("POST", "/v1/packets/{order_id}/open", _nothing),
+    Route("GET", "/v1/packets/{order_id}", _nothing),
+    Route("POST", "/v1/packets/{order_id}/pay", _nothing),
+]
 
 
 def test_params_routes_and_405_are_exact_on_first_and_repeated_matches() -> None:

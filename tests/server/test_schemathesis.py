@@ -21,7 +21,10 @@ import pytest
 import schemathesis
 from hypothesis import strategies as st
 from schemathesis.checks import (
-    content_type_conformance, not_a_server_error, response_headers_conformance, response_schema_conformance,
+    content_type_conformance,
+    not_a_server_error,
+    response_headers_conformance,
+    response_schema_conformance,
     status_code_conformance,
 )
 
@@ -32,8 +35,13 @@ MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "25"))  # per ope
 SEED = 20260129
 USER = "fuzz"
 REAL_IDS: dict[str, list[str]] = {}
-CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance, content_type_conformance,
-          response_headers_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    response_schema_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+]
 
 
 @dataclass(frozen=True)
@@ -57,12 +65,21 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     server = start_server(tmp_path_factory.mktemp("schemathesis"))
     user, admin = server.token(USER), server.token("admin", admin=True)
     with httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {user}"}, timeout=30) as client:
-        _ok(client.post(f"/v1/admin/accounts/{USER}/topup", json={"amount_fen": 1_000_000},
-                        headers={"authorization": f"Bearer {admin}"}))
+        _ok(
+            client.post(
+                f"/v1/admin/accounts/{USER}/topup",
+                json={"amount_fen": 1_000_000},
+                headers={"authorization": f"Bearer {admin}"},
+            )
+        )
         group_id = _ok(client.post("/v1/groups", json={"members": ["mate1", "mate2"]}), 201)["group_id"]
-        paid = _ok(client.post("/v1/packets", json={"count": 50, "total_fen": 5000, "group_id": group_id}), 201)["order_id"]
+        paid = _ok(client.post("/v1/packets", json={"count": 50, "total_fen": 5000, "group_id": group_id}), 201)[
+            "order_id"
+        ]
         _ok(client.post(f"/v1/packets/{paid}/pay"))
-        unpaid = _ok(client.post("/v1/packets", json={"kind": "exclusive", "total_fen": 10, "receiver_id": "mate1"}), 201)["order_id"]
+        unpaid = _ok(
+            client.post("/v1/packets", json={"kind": "exclusive", "total_fen": 10, "receiver_id": "mate1"}), 201
+        )["order_id"]
     # the fuzz user itself is left out of user_id, so it never removes itself from its group
     ids = {"order_id": [paid, unpaid], "group_id": [group_id], "user_id": ["mate1", "mate2"]}
     REAL_IDS.update(ids)
@@ -113,6 +130,7 @@ def before_generate_body(context: Any, strategy: st.SearchStrategy[Any]) -> st.S
 def test_api_conforms_to_openapi(case: schemathesis.Case[Any], live: Live) -> None:
     """Generated requests for the operation get no 5xx and only documented, schema-conforming answers."""
     token = live.admin_token if case.path.startswith("/v1/admin/") else live.user_token
-    response = case.call_and_validate(base_url=live.server.url, headers={"authorization": f"Bearer {token}"},
-                                      checks=CHECKS, timeout=30)
+    response = case.call_and_validate(
+        base_url=live.server.url, headers={"authorization": f"Bearer {token}"}, checks=CHECKS, timeout=30
+    )
     assert 200 <= response.status_code < 500

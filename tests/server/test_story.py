@@ -35,8 +35,13 @@ def test_full_story(server: Server) -> None:
 
     # Send: a pre-order, not yet a packet; nothing is debited until pay.
     with server.client("alice") as alice:
-        sent = ok(alice.post("/v1/packets", json={"kind": "lucky", "count": 4, "total_yuan": "10.00",
-                                                  "group_id": gid, "greeting": "恭喜发财"}), 201)
+        sent = ok(
+            alice.post(
+                "/v1/packets",
+                json={"kind": "lucky", "count": 4, "total_yuan": "10.00", "group_id": gid, "greeting": "恭喜发财"},
+            ),
+            201,
+        )
     order1 = sent["order_id"]
     assert isinstance(order1, str) and len(order1) == 20 and order1.isdigit()
     assert hongbao_native.decode_order_id(order1) is not None
@@ -76,7 +81,11 @@ def test_full_story(server: Server) -> None:
             amounts[user] = opened["amount_fen"]
             assert ok(client.post(f"/v1/packets/{order1}/grab")) == {"status": "opened", "amount_fen": amounts[user]}
             again = ok(client.post(f"/v1/packets/{order1}/open"))
-            assert (again["amount_fen"], again["repeat"], again["opened_at"]) == (amounts[user], True, opened["opened_at"])
+            assert (again["amount_fen"], again["repeat"], again["opened_at"]) == (
+                amounts[user],
+                True,
+                opened["opened_at"],
+            )
             details = ok(client.get(f"/v1/packets/{order1}"))
         assert [r["user_id"] for r in details["receipts"]] == order_of_opens[:position]
         assert [r["amount_fen"] for r in details["receipts"]] == [amounts[u] for u in order_of_opens[:position]]
@@ -99,8 +108,9 @@ def test_full_story(server: Server) -> None:
 
     # A second packet: equal shares of 0.50 yuan; a tie everywhere, so best luck is the first opener.
     with server.client("bob") as bob:
-        order2 = ok(bob.post("/v1/packets", json={"kind": "equal", "count": 3, "per_share_yuan": "0.50",
-                                                  "group_id": gid}), 201)["order_id"]
+        order2 = ok(
+            bob.post("/v1/packets", json={"kind": "equal", "count": 3, "per_share_yuan": "0.50", "group_id": gid}), 201
+        )["order_id"]
         assert ok(bob.post(f"/v1/packets/{order2}/pay"))["status"] == "active"
     for user in ["carol", "alice", "erin"]:
         with server.client(user) as client:
@@ -127,8 +137,11 @@ def test_full_story(server: Server) -> None:
             assert got["year"] == year and got["page"] == 1
             assert {i["order_id"]: i["amount_fen"] for i in got["items"]} == expected, (user, got)
             assert {i["order_id"]: i["best_luck"] for i in got["items"]} == {o: best[o] == user for o in expected}
-            assert got["summary"] == {"count": len(expected), "total_fen": sum(expected.values()),
-                                      "best_luck_count": sum(best[o] == user for o in expected)}
+            assert got["summary"] == {
+                "count": len(expected),
+                "total_fen": sum(expected.values()),
+                "best_luck_count": sum(best[o] == user for o in expected),
+            }
         for user, order, total in [("alice", order1, 1000), ("bob", order2, 150)]:
             got = user_list(server, user, "sent", year)
             assert [(i["order_id"], i["amount_fen"]) for i in got["items"]] == [(order, total)], (user, got)
@@ -146,9 +159,17 @@ def test_full_story(server: Server) -> None:
 
     # The ledger: every movement once, with its reference; balances follow from it.
     expected_ledger = {
-        "alice": [("topup", "alice:story-alice-1", 10_000), ("send", order1, -1000),
-                  ("credit", f"{order1}:alice", amounts["alice"]), ("credit", f"{order2}:alice", 50)],
-        "bob": [("topup", "bob:story-bob-1", 2_000), ("send", order2, -150), ("credit", f"{order1}:bob", amounts["bob"])],
+        "alice": [
+            ("topup", "alice:story-alice-1", 10_000),
+            ("send", order1, -1000),
+            ("credit", f"{order1}:alice", amounts["alice"]),
+            ("credit", f"{order2}:alice", 50),
+        ],
+        "bob": [
+            ("topup", "bob:story-bob-1", 2_000),
+            ("send", order2, -150),
+            ("credit", f"{order1}:bob", amounts["bob"]),
+        ],
         "carol": [("credit", f"{order1}:carol", amounts["carol"]), ("credit", f"{order2}:carol", 50)],
         "dave": [("credit", f"{order1}:dave", amounts["dave"])],
         "erin": [("credit", f"{order2}:erin", 50)],
@@ -178,7 +199,9 @@ def test_those_who_took_part_keep_reading_a_packet_after_leaving(server: Server)
     topup(server, "sam", 1_000)
     gid = group(server, "sam", ["olga", "nick", "rita"])
     with server.client("sam") as sam:
-        order = ok(sam.post("/v1/packets", json={"kind": "equal", "count": 3, "total_fen": 300, "group_id": gid}), 201)["order_id"]
+        order = ok(sam.post("/v1/packets", json={"kind": "equal", "count": 3, "total_fen": 300, "group_id": gid}), 201)[
+            "order_id"
+        ]
         ok(sam.post(f"/v1/packets/{order}/pay"))
     with server.client("olga") as olga:
         assert ok(olga.post(f"/v1/packets/{order}/open"))["amount_fen"] == 100
@@ -188,7 +211,10 @@ def test_those_who_took_part_keep_reading_a_packet_after_leaving(server: Server)
     for reader in ("sam", "olga", "rita"):
         with server.client(reader) as client:
             details = ok(client.get(f"/v1/packets/{order}"))
-            assert (details["sender_id"], [(r["user_id"], r["amount_fen"]) for r in details["receipts"]]) == ("sam", [("olga", 100)])
+            assert (details["sender_id"], [(r["user_id"], r["amount_fen"]) for r in details["receipts"]]) == (
+                "sam",
+                [("olga", 100)],
+            )
     with server.client("nick") as nick:
         assert ok(nick.get(f"/v1/packets/{order}"), 403)["error"]["code"] == "not_member"
         assert ok(nick.post(f"/v1/packets/{order}/open"), 403)["error"]["code"] == "not_member"
@@ -199,10 +225,25 @@ def test_a_pre_order_is_told_apart_only_to_its_audience(server: Server) -> None:
     403 not_member to anyone else (as a paid packet would), on details, grab and open."""
     gid = group(server, "pam", ["gus"])
     with server.client("pam") as pam:
-        grouped = ok(pam.post("/v1/packets", json={"kind": "lucky", "count": 2, "total_fen": 200, "group_id": gid}), 201)["order_id"]
-        exclusive = ok(pam.post("/v1/packets", json={"kind": "exclusive", "total_fen": 100, "receiver_id": "eve"}), 201)["order_id"]
-    for user, order, code in [("gus", grouped, "not_paid"), ("eve", exclusive, "not_paid"),
-                              ("mal", grouped, "not_member"), ("mal", exclusive, "not_member"), ("gus", exclusive, "not_member")]:
+        grouped = ok(
+            pam.post("/v1/packets", json={"kind": "lucky", "count": 2, "total_fen": 200, "group_id": gid}), 201
+        )["order_id"]
+        exclusive = ok(
+            pam.post("/v1/packets", json={"kind": "exclusive", "total_fen": 100, "receiver_id": "eve"}), 201
+        )["order_id"]
+    for user, order, code in [
+        ("gus", grouped, "not_paid"),
+        ("eve", exclusive, "not_paid"),
+        ("mal", grouped, "not_member"),
+        ("mal", exclusive, "not_member"),
+        ("gus", exclusive, "not_member"),
+    ]:
         with server.client(user) as client:
-            answers = [client.get(f"/v1/packets/{order}"), client.post(f"/v1/packets/{order}/grab"), client.post(f"/v1/packets/{order}/open")]
-            assert [(a.status_code, a.json()["error"]["code"]) for a in answers] == [(409 if code == "not_paid" else 403, code)] * 3, user
+            answers = [
+                client.get(f"/v1/packets/{order}"),
+                client.post(f"/v1/packets/{order}/grab"),
+                client.post(f"/v1/packets/{order}/open"),
+            ]
+            assert [(a.status_code, a.json()["error"]["code"]) for a in answers] == [
+                (409 if code == "not_paid" else 403, code)
+            ] * 3, user

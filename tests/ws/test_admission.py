@@ -133,8 +133,10 @@ def test_connection_storm_is_shed_and_http_stays_responsive(make_ws_server: Call
     server = make_ws_server("ws_rate_per_s = 20\nws_burst = 20\nmax_connections = 50000\n", workers=2)
     statuses, elapsed, probes = uvloop.run(_storm(server, 20_000, 200))
     probes.sort()
-    print(f"storm: {sum(statuses.values())} attempts in {elapsed:.2f} s, {dict(statuses)}, /healthz median "
-          f"{probes[len(probes) // 2] * 1000:.0f} ms, slowest {probes[-1] * 1000:.0f} ms")
+    print(
+        f"storm: {sum(statuses.values())} attempts in {elapsed:.2f} s, {dict(statuses)}, /healthz median "
+        f"{probes[len(probes) // 2] * 1000:.0f} ms, slowest {probes[-1] * 1000:.0f} ms"
+    )
     assert statuses[0] == 0 and set(statuses) == {101, 503}
     assert statuses[101] + statuses[503] == 20_000
     assert statuses[101] <= 20 + 20 * elapsed * 1.05, (statuses, elapsed)

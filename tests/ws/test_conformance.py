@@ -88,7 +88,11 @@ CASES: list[Case] = [
     fail("2.5-ping-126", [hand_made(P, b"\xfe" * 126)], 1002),
     ok("2.7-unsolicited-pong", [m(Q), m(Q, b"unsolicited")]),
     ok("2.10-ten-pings", [m(P, b"p%d" % i) for i in range(10)], *[(Q, b"p%d" % i) for i in range(10)]),
-    ok("2.11-ten-pings-one-write", [b"".join(m(P, b"p%d" % i) for i in range(10))], *[(Q, b"p%d" % i) for i in range(10)]),
+    ok(
+        "2.11-ten-pings-one-write",
+        [b"".join(m(P, b"p%d" % i) for i in range(10))],
+        *[(Q, b"p%d" % i) for i in range(10)],
+    ),
     # 3 reserved bits (no extension negotiated)
     fail("3.1-rsv1", [hand_made(T, PING_MESSAGE, rsv=4)], 1002),
     fail("3.2-rsv2-after-valid", [m(T, PING_MESSAGE), hand_made(T, PING_MESSAGE, rsv=2), m(P)], 1002, APP_PONG),
@@ -107,7 +111,11 @@ CASES: list[Case] = [
     fail("5-fragmented-ping", [hand_made(P, b"x", fin=False), hand_made(C, b"y")], 1002),
     # 6 UTF-8 (P-21)
     ok("6-euro-split-in-three", pieces(b'{"type":"ping","x":"' + EURO + b'"}', 1), APP_PONG),
-    ok("6-euro-split-at-fragment-edge", [m(T, b'{"type":"ping","x":"' + EURO[:2], fin=False), m(C, EURO[2:] + b'"}')], APP_PONG),
+    ok(
+        "6-euro-split-at-fragment-edge",
+        [m(T, b'{"type":"ping","x":"' + EURO[:2], fin=False), m(C, EURO[2:] + b'"}')],
+        APP_PONG,
+    ),
     ok("6-kosme", [m(T, '{"type":"ping","x":"κόσμε 红包 🧧"}'.encode())], APP_PONG),
     fail("6-surrogate-ED-A0-80", [m(T, b'{"type":"ping","x":"\xed\xa0\x80"}')], 1007),
     fail("6-overlong", [m(T, b'{"type":"ping","x":"\xc0\xaf"}')], 1007),
@@ -120,12 +128,17 @@ CASES: list[Case] = [
     echoed("7.1-close-empty", [hand_made(X, b"")], NO_STATUS),
     echoed("7.1-data-after-close-ignored", [client_close(1000) + m(T, PING_MESSAGE) + m(P, b"late")], 1000),
     echoed("7.1-pong-before-close", [m(P, b"a"), client_close(1001)], 1001, (Q, b"a")),
-    *[echoed(f"7.7-valid-code-{code}", [client_close(code)], code) for code in (1000, 1001, 1002, 1003, 1007, 1008, 1009,
-                                                                                  1010, 1011, 3000, 3999, 4000, 4999)],
+    *[
+        echoed(f"7.7-valid-code-{code}", [client_close(code)], code)
+        for code in (1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 3000, 3999, 4000, 4999)
+    ],
     echoed("7.5-reason-123-bytes", [client_close(1000, b"r" * 123)], 1000),
     fail("7.3-close-one-byte", [hand_made(X, b"\x03")], 1002),
     fail("7.5-reason-124-bytes", [client_close(1000, b"r" * 124)], 1002),
-    *[fail(f"7.9-invalid-code-{code}", [client_close(code)], 1002) for code in (0, 999, 1004, 1005, 1006, 1015, 1016, 2999, 5000, 65535)],
+    *[
+        fail(f"7.9-invalid-code-{code}", [client_close(code)], 1002)
+        for code in (0, 999, 1004, 1005, 1006, 1015, 1016, 2999, 5000, 65535)
+    ],
     # 9 limits (P-23)
     fail("9-text-over-limit", [m(T, app_ping(LIMIT + 1))], 1009),
     fail("9-1-TiB-header-alone", [bytes([0x81, 0xFF]) + (1 << 40).to_bytes(8, "big") + MASK], 1009),

@@ -13,12 +13,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import hongbao_native as hn
-
 from hongbao.server.auth import Identity
 from hongbao.server.config import Settings
 from hongbao.server.ws_connection import WsConnection, WsRegistry, take_over
 
-SETTINGS = Settings(ws_idle_timeout_s=10.0, ws_close_timeout_s=1.0, ws_token_grace_s=5.0, ws_max_output_bytes=256 * 1024)
+SETTINGS = Settings(
+    ws_idle_timeout_s=10.0, ws_close_timeout_s=1.0, ws_token_grace_s=5.0, ws_max_output_bytes=256 * 1024
+)
 
 
 class RecordingHub:
@@ -73,7 +74,9 @@ class Peer:
 
 
 @asynccontextmanager
-async def connected(hub: RecordingHub, exp: float | None = None) -> AsyncIterator[tuple[WsConnection, Peer, WsRegistry]]:
+async def connected(
+    hub: RecordingHub, exp: float | None = None
+) -> AsyncIterator[tuple[WsConnection, Peer, WsRegistry]]:
     """A WsConnection (user u1, session s1, cursor (7, "ep")) on one end of a socket pair, the Peer on the other."""
     ours, theirs = socket.socketpair()
     loop = asyncio.get_running_loop()
@@ -112,8 +115,13 @@ async def test_messages_wait_for_attach_and_detach_follows_the_close() -> None:
         assert hub.calls == [("attach", 7, "ep")]
         hub.release.set()
         await settle()
-        assert hub.calls == [("attach", 7, "ep"), ("attached",), ("touched",), ("message", {"type": "ack", "offset": 1}),
-                             ("message", {"type": "ack", "offset": 2})]
+        assert hub.calls == [
+            ("attach", 7, "ep"),
+            ("attached",),
+            ("touched",),
+            ("message", {"type": "ack", "offset": 1}),
+            ("message", {"type": "ack", "offset": 2}),
+        ]
         peer.close_frame(1000)
         frame = await peer.recv()
         assert frame is not None and frame.close_code == 1000
@@ -171,8 +179,9 @@ async def test_close_is_idempotent_and_sends_refuse_afterwards() -> None:
         conn.close(1000)
         assert not conn.send_text(b'{"n":2}') and not conn.send_frame(hn.encode_frame(hn.OP_TEXT, b"{}"))
         frames = [await peer.recv(), await peer.recv()]
-        assert [(f.opcode, f.payload) if f.opcode == hn.OP_TEXT else (f.close_code, f.close_reason) for f in frames if f] == [
-            (hn.OP_TEXT, b'{"n":1}'), (4001, "replaced by a newer session")]
+        assert [
+            (f.opcode, f.payload) if f.opcode == hn.OP_TEXT else (f.close_code, f.close_reason) for f in frames if f
+        ] == [(hn.OP_TEXT, b'{"n":1}'), (4001, "replaced by a newer session")]
         peer.close_frame(4001)
         assert await peer.recv() is None
 

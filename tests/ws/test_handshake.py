@@ -13,8 +13,8 @@ import hongbao_native as hn
 import httpx
 import orjson
 import pytest
-
 from hongbao.server.ws_handshake import NO_TOKEN
+
 from tests.server.conftest import Server, finish_server, start_server
 from tests.ws.conftest import WS_CONFIG, push
 from tests.ws.wire import Wire, address, handshake, read_answer, upgrade_request
@@ -25,8 +25,11 @@ GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3
 @pytest.fixture(scope="module")
 def strict_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server that logs at debug level and takes two Origins only."""
-    server = start_server(tmp_path_factory.mktemp("strict"), extra_config=WS_CONFIG + 'log_level = "debug"\n'
-                          'ws_allowed_origins = ["https://app.example", "http://localhost:3000"]\n')
+    server = start_server(
+        tmp_path_factory.mktemp("strict"),
+        extra_config=WS_CONFIG + 'log_level = "debug"\n'
+        'ws_allowed_origins = ["https://app.example", "http://localhost:3000"]\n',
+    )
     yield server
     finish_server(server)
 
@@ -40,7 +43,10 @@ def test_101_echoes_only_bearer_and_no_log_holds_the_token(strict_server: Server
     answer = handshake(server, upgrade_request(server, token=token, key=key))
     assert answer.status == 101
     assert answer.headers["sec-websocket-protocol"] == "bearer"
-    assert answer.headers["sec-websocket-accept"] == base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
+    assert (
+        answer.headers["sec-websocket-accept"]
+        == base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
+    )
     assert answer.headers["upgrade"].lower() == "websocket" and "upgrade" in answer.headers["connection"].lower()
     by_query = handshake(server, upgrade_request(server, target=f"/v1/ws?token={token}"))
     assert by_query.status == 101 and "sec-websocket-protocol" not in by_query.headers
@@ -86,7 +92,10 @@ def test_a_handshake_without_a_token_says_how_to_send_one(ws_server: Server) -> 
     """No token (none at all, or ``bearer`` offered without one) is 401 naming both ways to send it."""
     for request in (upgrade_request(ws_server), upgrade_request(ws_server, protocols="bearer")):
         answer = handshake(ws_server, request)
-        assert (answer.status, orjson.loads(answer.body)["error"]) == (401, {"code": "unauthorized", "message": NO_TOKEN})
+        assert (answer.status, orjson.loads(answer.body)["error"]) == (
+            401,
+            {"code": "unauthorized", "message": NO_TOKEN},
+        )
     assert "Sec-WebSocket-Protocol: bearer, <jwt>" in NO_TOKEN and "?token=<jwt>" in NO_TOKEN
 
 
@@ -105,7 +114,9 @@ def test_reconnect_cursor_reaches_the_hub_and_early_frames_wait_for_attach(ws_se
             sock.sendall(upgrade_request(ws_server, target=target, token=ws_server.token("cursor")) + subscribe)
             wire = Wire(sock, read_answer(sock))
             got = [orjson.loads(frame.payload) for frame in (wire.recv() for _ in range(len(offsets) + 1)) if frame]
-            assert [(m["type"], m.get("offset"), m.get("data")) for m in got[:-1]] == [("event", n, {"n": n}) for n in offsets]
+            assert [(m["type"], m.get("offset"), m.get("data")) for m in got[:-1]] == [
+                ("event", n, {"n": n}) for n in offsets
+            ]
             assert got[-1] == {"type": "subscribed", "topic": "news"}
             sock.sendall(hn.encode_close(1000, mask_key=b"abcd"))
             assert wire.close_code() == 1000
@@ -128,8 +139,13 @@ def test_origin_list(strict_server: Server) -> None:
     """With ws_allowed_origins set, a listed Origin (any case) or none passes; any other gets 403, at the preflight too."""
     server = strict_server
     token = server.token("origin")
-    for origin, status in [("https://app.example", 101), ("HTTPS://APP.EXAMPLE", 101), (None, 101),
-                           ("https://evil.example", 403), ("null", 403)]:
+    for origin, status in [
+        ("https://app.example", 101),
+        ("HTTPS://APP.EXAMPLE", 101),
+        (None, 101),
+        ("https://evil.example", 403),
+        ("null", 403),
+    ]:
         extra = {"Origin": origin} if origin is not None else {}
         assert handshake(server, upgrade_request(server, token=token, extra=extra)).status == status, origin
         preflight = httpx.get(f"{server.url}/v1/ws/preflight", headers={"authorization": f"Bearer {token}", **extra})

@@ -106,7 +106,9 @@ def test_slow_consumer_is_capped_and_closed_with_1013(ws_server: Server) -> None
     "queued": it stays in the offline log) and the worker's memory has grown by less than 1.5x the
     cap; reading at once shows what was already in the socket's buffers, then 1013 (the rest of the
     queue is dropped with the close); a reconnect after what was read gets every other message."""
-    worker = int(subprocess.run(["pgrep", "-P", str(ws_server.process.pid)], capture_output=True, text=True).stdout.split()[0])
+    worker = int(
+        subprocess.run(["pgrep", "-P", str(ws_server.process.pid)], capture_output=True, text=True).stdout.split()[0]
+    )
 
     def rss() -> int:
         status = open(f"/proc/{worker}/status").read()
@@ -135,7 +137,9 @@ def test_slow_consumer_is_capped_and_closed_with_1013(ws_server: Server) -> None
     assert [m["offset"] for m in messages] == list(range(1, read + 1)) and 0 < read < delivered
     wire.close()
     again = Wire.open(ws_server, ws_server.token("p01"), query=f"offset={read}&epoch={messages[0]['epoch']}")
-    replayed = [orjson.loads(f.payload).get("offset") for f in (again.recv() for _ in range(total - read)) if f is not None]
+    replayed = [
+        orjson.loads(f.payload).get("offset") for f in (again.recv() for _ in range(total - read)) if f is not None
+    ]
     assert replayed == list(range(read + 1, total + 1))  # nothing lost: the rest waits in the offline log
 
 
@@ -155,7 +159,9 @@ def test_pong_leaves_ahead_of_queued_data(ws_server: Server) -> None:
     assert time.monotonic() - started < 1.0
     assert before_pong < 32, before_pong  # the pong jumped the server's queue (what is left of 64)
     rest = [wire.recv() for _ in range(64 - before_pong)]
-    assert [orjson.loads(f.payload)["offset"] for f in rest if f is not None] == list(range(before_pong + 1, 65)), before_pong
+    assert [orjson.loads(f.payload)["offset"] for f in rest if f is not None] == list(range(before_pong + 1, 65)), (
+        before_pong
+    )
     wire.ping_pong()
 
 

@@ -30,7 +30,9 @@ def pushed(server: Server, uid: str) -> None:
 async def test_websockets_library(ws_server: Server, event_loop_kind: str) -> None:
     """The `websockets` client: bearer subprotocol, ping/pong, app ping, a pushed event, clean 1000."""
     uid = f"peer-ws-{event_loop_kind}"
-    async with websockets.asyncio.client.connect(ws_url(ws_server), subprotocols=["bearer", ws_server.token(uid)]) as ws:  # type: ignore[list-item]
+    async with websockets.asyncio.client.connect(
+        ws_url(ws_server), subprotocols=["bearer", ws_server.token(uid)]
+    ) as ws:  # type: ignore[list-item]
         assert ws.subprotocol == "bearer"
         await (await ws.ping(b"lib"))
         await ws.send(PING)
@@ -69,7 +71,9 @@ async def test_aiohttp_client(ws_server: Server, event_loop_kind: str) -> None:
     """aiohttp's client: bearer subprotocol, ping/pong, app ping, a pushed event, clean 1000."""
     uid = f"peer-aio-{event_loop_kind}"
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(ws_url(ws_server), protocols=("bearer", ws_server.token(uid)), autoping=False) as ws:
+        async with session.ws_connect(
+            ws_url(ws_server), protocols=("bearer", ws_server.token(uid)), autoping=False
+        ) as ws:
             assert ws.protocol == "bearer"
             await ws.ping(b"aio")
             message = await ws.receive(timeout=5)

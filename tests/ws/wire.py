@@ -36,12 +36,24 @@ def address(server: Server) -> tuple[str, int]:
     return host, int(port)
 
 
-def upgrade_request(server: Server, *, target: str = "/v1/ws", token: str | None = None, method: str = "GET",
-                    protocols: str | None = None, extra: dict[str, str] | None = None, key: str | None = None,
-                    version: str | None = "13") -> bytes:
+def upgrade_request(
+    server: Server,
+    *,
+    target: str = "/v1/ws",
+    token: str | None = None,
+    method: str = "GET",
+    protocols: str | None = None,
+    extra: dict[str, str] | None = None,
+    key: str | None = None,
+    version: str | None = "13",
+) -> bytes:
     """An upgrade request; with ``token`` and no ``protocols``, the token rides as ``bearer, <token>``."""
-    headers = {"Host": "%s:%d" % address(server), "Upgrade": "websocket", "Connection": "Upgrade",
-               "Sec-WebSocket-Key": key if key is not None else base64.b64encode(os.urandom(16)).decode()}
+    headers = {
+        "Host": "%s:%d" % address(server),
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": key if key is not None else base64.b64encode(os.urandom(16)).decode(),
+    }
     if version is not None:
         headers["Sec-WebSocket-Version"] = version
     if protocols is None and token is not None:
