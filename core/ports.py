@@ -134,6 +134,11 @@ class LedgerStore(Protocol):
         """The user's entries, newest first."""
         ...
 
+    async def entries_between(self, kind: str, start_ms: int, end_ms: int, limit: int) -> list[LedgerEntry]:
+        """Every user's entries of ``kind`` created in [start_ms, end_ms) (ms since the epoch, UTC),
+        oldest first, at most ``limit``: the reconciler's scan of the send debits."""
+        ...
+
 
 class PreOrderStore(Protocol):
     """Pre-orders awaiting payment, with a TTL (the cache; the DB while the cache is down).

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import hongbao_native
 import orjson
@@ -20,6 +21,7 @@ from hongbao.core.batching import OpenBatcher
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import Clock
 from hongbao.core.events import Event, Notifier, NullNotifier
+from hongbao.core.faults import NO_FAULTS, Faults
 from hongbao.core.grab_state import Lookup, PacketState, SharedGrabState
 from hongbao.core.packet import Kind, Packet, Receipt, Status
 from hongbao.core.ports import (
@@ -52,6 +54,8 @@ GRAB_CACHE_TTL_MS = 1000
 OPENED_CACHE_TTL_MS = 600_000
 LISTS_CURSOR = "lists_repaired_until"  # the flag: list rows are repaired up to this time (ms)
 LISTS_LOOKBACK_MS = 3600_000  # how far back the first (or a long-stalled) list repair looks
+PAYS_CURSOR = "pays_reconciled_until"  # the flag: send debits are settled up to this time (ms)
+PAYS_LOOKBACK_MS = 24 * 3600_000  # how far back the first (or a long-stalled) pay reconciliation looks
 GRAB_OK: dict[str, object] = {"status": "ok"}  # grab's common answer, shared: never mutate it
 #: An open's refusal -> (its error, its message about order id {}), worded as grab's.
 _REFUSALS: dict[str, tuple[type[errors.HongbaoError], str]] = {
@@ -122,6 +126,7 @@ class PacketService:
         "grab_state",
         "views",
         "list_scans",
+        "faults",
         "_packets",
         "_members",
         "_opened",
@@ -141,9 +146,10 @@ class PacketService:
         grab_state: SharedGrabState | None = None,
         views: ViewCache | None = None,
         list_scans: ListScans | None = None,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self.ports, self.limits, self.draw, self.grab_state = ports, limits, draw, grab_state
-        self.views, self.list_scans = views, list_scans
+        self.views, self.list_scans, self.faults = views, list_scans, faults
         self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
         self.region, self.crediting_mode, self.realtime_threshold_fen = region, crediting_mode, realtime_threshold_fen
         self.notifier: Notifier = NullNotifier()
@@ -159,6 +165,7 @@ class PacketService:
         announce the packet finished when this batch took its last share (DESIGN.md section 6:
         the push to the group goes with the open, not after the lists queue)."""
         results = await self.ports.packets.open_batch(order_id, user_ids, self.ports.clock.now_ms(), self.draw)
+        self.faults.point("open_committed")
         messages: list[tuple[str, dict[str, object]]] = []
         for result in results:
             receipt = result.receipt
@@ -224,15 +231,19 @@ class PacketService:
 
     async def pay(self, sender_id: str, order_id: str) -> Packet:
         """Debit the sender and activate the packet; a repeat (or a retry of a half-done pay)
-        completes it and changes nothing else. Raises NotFound (unknown or lapsed pre-order),
-        Forbidden (not the sender), InsufficientBalance."""
+        completes it and changes nothing else: a packet whose pre-order is still there was cut
+        before its follow-ups, which the repeat does. Raises NotFound (unknown or lapsed
+        pre-order), Forbidden (not the sender), InsufficientBalance."""
         check_order_id(order_id)
+        now = self.ports.clock.now_ms()
         packet = await self.ports.packets.get_packet(order_id)
         if packet is not None:
             if packet.sender_id != sender_id:
                 raise errors.Forbidden("only the sender can pay for a packet")
+            raw = await self.ports.preorders.get(order_id, now)
+            if raw is not None and packet.status is Status.ACTIVE:
+                await self._follow_up(packet, orjson.loads(raw)["greeting"], now)
             return packet
-        now = self.ports.clock.now_ms()
         raw = await self.ports.preorders.get(order_id, now)
         if raw is not None and orjson.loads(raw)["sender_id"] != sender_id:
             raise errors.Forbidden("only the sender can pay for a packet")
@@ -248,32 +259,27 @@ class PacketService:
         except errors.InsufficientBalance:
             await self.ports.preorders.release(order_id)  # nothing moved: the sender may cancel again
             raise
-        packet = Packet(
-            order_id,
-            sender_id,
-            Kind(pre["kind"]),
-            pre["count"],
-            pre["total_fen"],
-            pre["group_id"],
-            pre["receiver_id"],
-            pre["total_fen"],
-            pre["count"],
-            Status.ACTIVE,
-            pre["created_at"],
-            pre["pay_by"],
-            now + self.limits.expiry_ms,
-        )
+        self.faults.point("pay_debited")
+        packet = _active_packet(order_id, pre, now + self.limits.expiry_ms)
         if await self.ports.packets.insert_packet(packet):
-            if self.grab_state is not None:
-                await self.grab_state.put(packet, now)
-            await self._note(pre["greeting"], order_id)
-            self._notify(events.packet_received(packet, pre["greeting"]))
-            await self._publish(
-                [(LISTS_STREAM, {"t": "sent", "u": sender_id, "o": order_id, "a": packet.total_fen, "c": now})]
-            )
-        await self.ports.preorders.delete(order_id)
-        stored = await self.ports.packets.get_packet(order_id)
+            self.faults.point("pay_inserted")
+            await self._follow_up(packet, pre["greeting"], now)
+        stored = await self.ports.packets.get_packet(order_id)  # a racing pay's (or the reconciler's) packet
         return stored if stored is not None else packet
+
+    async def _follow_up(self, packet: Packet, greeting: str, now_ms: int) -> None:
+        """What follows a packet's activation (by a pay, a repeated pay or the reconciler): the grab
+        state, the greeting, the push to its audience, the sender's list row; then the pre-order
+        goes, which marks these done (a pay cut before that point is followed up again)."""
+        if self.grab_state is not None:
+            await self.grab_state.put(packet, now_ms)
+        await self._note(greeting, packet.order_id)
+        self._notify(events.packet_received(packet, greeting))
+        paid_at = packet.expires_at_ms - self.limits.expiry_ms
+        await self._publish(
+            [(LISTS_STREAM, {"t": "sent", "u": packet.sender_id, "o": packet.order_id, "a": packet.total_fen, "c": paid_at})]
+        )
+        await self.ports.preorders.delete(packet.order_id)
 
     async def cancel(self, sender_id: str, order_id: str) -> None:
         """The sender drops an unpaid pre-order. Raises NotFound, Forbidden, or Conflict (409)
@@ -615,17 +621,85 @@ class PacketService:
         )
 
     async def reconcile(self, window_ms: int, limit: int = 500) -> int:
-        """Credit receipts still pending ``window_ms`` after their open, pay recorded refunds not
-        yet credited, and repair the user lists (``repair_lists``); returns how many money
-        movements it completed."""
+        """Complete every money movement that spans two shards and was cut between its steps (a
+        crash, a restart, a dependency down), once it is ``window_ms`` old; returns how many
+        movements it completed. Each step is idempotent, so any number of workers may run it at once:
+
+        - pay: the sender's debit (their shard), then the packet row (the packet's shard), then the
+          follow-ups (``reconcile_pays``: a debit with no packet is activated from its claimed
+          pre-order, or undone when the pre-order is gone; a packet whose pre-order is still there
+          is followed up);
+        - open: the receipts (the packet's shard), then each credit: the receiver's ledger entry
+          (their shard), then the receipt's mark (receipts still pending are credited here);
+        - refund: the refund recorded on the packet (its shard), then the sender's ledger entry,
+          then the mark refunded (recorded refunds not yet paid are paid here);
+        - the user lists, written from a queue (``repair_lists``)."""
+        done = await self.reconcile_pays(window_ms, limit)
         receipts = await self.ports.packets.uncredited(self.ports.clock.now_ms() - window_ms, limit)
         await self._credit(receipts)
-        done = len(receipts)
+        done += len(receipts)
         for packet in await self.ports.packets.unpaid_refunds(limit):
             await self.pay_refund(packet)
             done += 1
         await self.repair_lists(window_ms, 4 * limit)
         return done
+
+    async def reconcile_pays(self, window_ms: int, limit: int = 500) -> int:
+        """Settle the pays cut between their steps, for the send debits made since the last run
+        (the PAYS_CURSOR flag; at most PAYS_LOOKBACK_MS back) until ``window_ms`` ago, at most
+        ``limit``; returns how many it settled. A debit with no packet is activated from its
+        pre-order (claimed for that pay) with the expiry counted from the debit; with the pre-order
+        gone (a cache that lost it), the pay is undone: the packet is recorded expired with its
+        whole total refunded, and the refund is paid at once (ledger entry ``refund`` keyed by the
+        order id, exactly once). The packet row's key decides a race with a retried pay: whichever
+        inserts first stands, so a pay is never both undone and activated. A packet whose
+        pre-order is still there gets the follow-ups its pay did not reach."""
+        now = self.ports.clock.now_ms()
+        start, end = await self._scan_window(PAYS_CURSOR, window_ms, PAYS_LOOKBACK_MS)
+        if start >= end:
+            return 0
+        debits = await self.ports.ledger.entries_between("send", start, end, limit)
+        found = await asyncio.gather(
+            *(asyncio.gather(self.ports.packets.get_packet(d.ref), self.ports.preorders.get(d.ref, now)) for d in debits)
+        )
+        settled = 0
+        for debit, (packet, raw) in zip(debits, found, strict=True):
+            if packet is None:
+                settled += await self._settle_pay(debit, raw, now)
+            elif raw is not None and packet.status is Status.ACTIVE:
+                await self._follow_up(packet, orjson.loads(raw)["greeting"], now)
+                settled += 1
+        if len(debits) == limit:  # more to do: the next run goes on from the last debit seen
+            end = debits[-1].created_at_ms
+        await self.ports.flags.set(PAYS_CURSOR, str(end))
+        return settled
+
+    async def _settle_pay(self, debit: LedgerEntry, raw: bytes | None, now_ms: int) -> int:
+        """Activate (pre-order ``raw``) or undo (None) the pay of send ``debit`` whose packet is
+        missing; 1 when this call did it, 0 when a racing pay inserted the packet first."""
+        order_id = debit.ref
+        if raw is not None:
+            pre = orjson.loads(raw)
+            packet = _active_packet(order_id, pre, debit.created_at_ms + self.limits.expiry_ms)
+        else:
+            packet = _undone_packet(order_id, debit)
+        if not await self.ports.packets.insert_packet(packet):
+            return 0
+        if raw is not None:
+            log.warning("reconciler: pay of %s was cut after its debit; packet activated", order_id)
+            await self._follow_up(packet, pre["greeting"], now_ms)
+        else:
+            log.warning("reconciler: pay of %s was cut after its debit and its pre-order is gone; %d fen refunded",
+                        order_id, packet.total_fen)
+            await self.pay_refund(packet)
+        return 1
+
+    async def _scan_window(self, cursor_flag: str, window_ms: int, lookback_ms: int) -> tuple[int, int]:
+        """[start, end) of a reconciler scan: from the time in flag ``cursor_flag`` (at most
+        ``lookback_ms`` back, and from there when the clock moved back past it) to ``window_ms`` ago."""
+        end = self.ports.clock.now_ms() - window_ms
+        cursor = int(await self.ports.flags.get(cursor_flag) or 0)
+        return (cursor if end - lookback_ms <= cursor <= end else end - lookback_ms), end
 
     async def repair_lists(self, window_ms: int, limit: int = 2000) -> int:
         """Write the list rows and best-luck flags the lists queue lost (it was down at a pay or an
@@ -636,11 +710,7 @@ class PacketService:
         scans = self.list_scans
         if scans is None:
             return 0
-        end = self.ports.clock.now_ms() - window_ms
-        cursor = int(await self.ports.flags.get(LISTS_CURSOR) or 0)
-        start = (
-            cursor if end - LISTS_LOOKBACK_MS <= cursor <= end else end - LISTS_LOOKBACK_MS
-        )  # a clock moved back: look back
+        start, end = await self._scan_window(LISTS_CURSOR, window_ms, LISTS_LOOKBACK_MS)
         if start >= end:
             return 0
         opened = await scans.opened_between(start, end, limit)
@@ -673,3 +743,18 @@ class PacketService:
 def _best_rows(rows: Sequence[ListRow], bests: dict[str, str | None]) -> list[tuple[str, str]]:
     """(user_id, order_id) of each received row whose user is its packet's best luck in ``bests``."""
     return [(r.user_id, r.order_id) for r in rows if r.direction == "received" and bests.get(r.order_id) == r.user_id]
+
+
+def _active_packet(order_id: str, pre: dict[str, Any], expires_at_ms: int) -> Packet:
+    """The active packet of pre-order ``pre`` (its JSON fields), nothing opened yet."""
+    total, count = pre["total_fen"], pre["count"]
+    return Packet(order_id, pre["sender_id"], Kind(pre["kind"]), count, total, pre["group_id"], pre["receiver_id"],
+                  total, count, Status.ACTIVE, pre["created_at"], pre["pay_by"], expires_at_ms)
+
+
+def _undone_packet(order_id: str, debit: LedgerEntry) -> Packet:
+    """The record of a pay undone after send ``debit``: a packet of the debit's total for its
+    sender, expired at the debit's time with the whole total to refund and nothing opened (its
+    pre-order is gone: kind lucky, one share, no audience)."""
+    total, at = -debit.amount_fen, debit.created_at_ms
+    return Packet(order_id, debit.user_id, Kind.LUCKY, 1, total, None, None, 0, 1, Status.EXPIRED, at, at, at, total)

@@ -12,6 +12,7 @@ of the transaction (a balance only grows there, so nothing needs checking).
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -121,3 +122,19 @@ class MysqlLedgerStore:
             (user_id, limit, offset),
         )
         return [LedgerEntry(str(u), str(k), str(r), int(a), int(c)) for u, k, r, a, c in rows]
+
+    async def entries_between(self, kind: str, start_ms: int, end_ms: int, limit: int) -> list[LedgerEntry]:
+        """Entries of ``kind`` created in [start_ms, end_ms), oldest first, at most ``limit``: one
+        UNION ALL over the ledger tables of each database (index ``by_kind``), every database at once."""
+        parts = [
+            f"(SELECT created_at, user_id, kind, ref, amount_fen FROM t_ledger_{t:02} WHERE kind = %s AND created_at >= %s "
+            "AND created_at < %s ORDER BY created_at LIMIT %s)"
+            for t in range(self._shards.layout.n_tables)
+        ]
+        sql = f"SELECT * FROM ({' UNION ALL '.join(parts)}) AS due ORDER BY created_at LIMIT %s"
+        values = [*[v for _ in parts for v in (kind, start_ms, end_ms, limit)], limit]
+        found = await asyncio.gather(
+            *(self._shards.fetchall(db, sql, values) for db in range(self._shards.layout.n_dbs))
+        )
+        rows = list(heapq.merge(*found, key=lambda row: int(row[0])))[:limit]
+        return [LedgerEntry(str(u), str(k), str(r), int(a), int(c)) for c, u, k, r, a in rows]

@@ -70,6 +70,15 @@ class SqliteLedgerStore:
         sql = "SELECT user_id, kind, ref, amount_fen, created_at FROM t_ledger WHERE user_id = ? ORDER BY id DESC LIMIT ? OFFSET ?"
         return self._db.read(lambda: [LedgerEntry(*r) for r in self._db.reader.execute(sql, (user_id, limit, offset))])
 
+    async def entries_between(self, kind: str, start_ms: int, end_ms: int, limit: int) -> list[LedgerEntry]:
+        """Entries of ``kind`` created in [start_ms, end_ms), oldest first, at most ``limit``."""
+        sql = (
+            "SELECT user_id, kind, ref, amount_fen, created_at FROM t_ledger WHERE kind = ? AND created_at >= ? "
+            "AND created_at < ? ORDER BY created_at, id LIMIT ?"
+        )
+        args = (kind, start_ms, end_ms, limit)
+        return self._db.read(lambda: [LedgerEntry(*r) for r in self._db.reader.execute(sql, args)])
+
 
 def _apply(conn: sqlite3.Connection, entry: LedgerEntry) -> bool:
     """Insert the entry and move the balance, unless (kind, ref) is there already (-> False)."""

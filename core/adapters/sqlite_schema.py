@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 4  # 2: t_preorder.state; 3: the push tables (t_push_*); 4: they moved to push.db
+SCHEMA_VERSION = 5  # 2: t_preorder.state; 3: the push tables (t_push_*); 4: they moved to push.db; 5: t_ledger_kind
 #: Tables of version 3 that version 4 drops (the push channel has its own file, sqlite_push_db).
 MOVED_OUT_V4 = ("t_push_session", "t_push_node", "t_push_stream", "t_push_message", "t_push_topic", "t_push_broadcast")
 DAYS = range(1, 32)
@@ -52,6 +52,7 @@ _SHARED = (
         id INTEGER PRIMARY KEY, user_id TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
         amount_fen INTEGER NOT NULL, created_at INTEGER NOT NULL, UNIQUE (kind, ref)) STRICT""",
     "CREATE INDEX IF NOT EXISTS t_ledger_user ON t_ledger (user_id, id)",
+    "CREATE INDEX IF NOT EXISTS t_ledger_kind ON t_ledger (kind, created_at)",  # the reconciler's scan of debits
     """CREATE TABLE IF NOT EXISTS t_group (
         group_id TEXT PRIMARY KEY, creator_id TEXT NOT NULL, created_at INTEGER NOT NULL) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_group_member (

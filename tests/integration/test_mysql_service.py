@@ -1,4 +1,4 @@
-"""The service suite of tests/core/test_service.py, unchanged, on the production backend: the
+"""The service suites of tests/core/test_service.py and test_half_done_pay.py, unchanged, on the production backend: the
 MySQL/MariaDB adapters over a real MariaDB (2 x 2 shards), the queue on Redis Streams and the
 order-id sequence and pre-orders on a real standalone Redis and on a 3-master Redis Cluster, all
 emptied before each test; then what only a real server shows: the batched open under 300
@@ -15,6 +15,7 @@ from hongbao.core.clock import ManualClock
 from hongbao.core.packet import Status
 from hongbao.core.production import Production
 
+from tests.core import test_half_done_pay as half_done
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
 from tests.integration.mariadb import backend, make_backend  # noqa: F401  (fixtures)
@@ -25,7 +26,8 @@ from tests.integration.redis_servers import RedisTarget
 globals().update(
     {
         name: test
-        for name, test in vars(suite).items()
+        for module in (suite, half_done)
+        for name, test in vars(module).items()
         if name.startswith("test_") and name != "test_lapsed_pre_orders_are_dropped"
     }
 )
