@@ -102,7 +102,7 @@ class WorkerMetrics:
             for status, hist in route.by_status.items():
                 requests[f"{name}|{status}"] = int(sum(hist[:-1]))
                 merged = latency.get(name)
-                latency[name] = list(hist) if merged is None else [a + b for a, b in zip(merged, hist)]
+                latency[name] = list(hist) if merged is None else [a + b for a, b in zip(merged, hist, strict=True)]
         tmp.write_bytes(orjson.dumps({"requests": requests, "latency": latency, "events": self.events}))
         tmp.replace(path)
 
@@ -131,7 +131,7 @@ class _Merged:
                 requests[key] = requests.get(key, 0) + value
             for route, hist in snap["latency"].items():
                 merged = latency.setdefault(route, [0.0] * len(hist))
-                latency[route] = [a + b for a, b in zip(merged, hist)]
+                latency[route] = [a + b for a, b in zip(merged, hist, strict=False)]
             for name, value in snap["events"].items():
                 events[name] = events.get(name, 0) + value
         total = CounterMetricFamily(
@@ -146,7 +146,7 @@ class _Merged:
         )
         for route, hist in sorted(latency.items()):
             cumulative, buckets = 0.0, []
-            for bound, count in zip((*map(str, BUCKETS_S), "+Inf"), hist[:-1]):
+            for bound, count in zip((*map(str, BUCKETS_S), "+Inf"), hist[:-1], strict=False):
                 cumulative += count
                 buckets.append((bound, cumulative))
             hist_family.add_metric([route], buckets, hist[-1])

@@ -116,7 +116,7 @@ async def test_no_oversell_with_1000_openers(backend: Embedded) -> None:
     await _group(svc, "g", ["S", *users])
     order_id = await _paid(svc, "S", {"count": 10, "total_fen": 1000, "group_id": "g"}, fund=1000)
     outcomes = await asyncio.gather(*(svc.open(u, order_id) for u in users), return_exceptions=True)
-    winners = {u: o[0].amount_fen for u, o in zip(users, outcomes) if isinstance(o, tuple)}
+    winners = {u: o[0].amount_fen for u, o in zip(users, outcomes, strict=True) if isinstance(o, tuple)}
     assert len(winners) == 10 and sum(winners.values()) == 1000
     assert sum(isinstance(o, errors.Finished) for o in outcomes) == 990
     packet = await svc.ports.packets.get_packet(order_id)

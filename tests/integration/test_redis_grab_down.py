@@ -19,7 +19,7 @@ from hongbao.core import errors
 from hongbao.core.adapters.redis_client import Pipelines
 from hongbao.core.adapters.redis_grab import RedisGrabState, key
 from hongbao.core.adapters.redis_money import REDIS_DOWN
-from hongbao.core.breaker import Breaker
+from hongbao.core.breaker import Breaker, BreakerOpen
 from hongbao.core.clock import ManualClock
 from hongbao.core.packet import Receipt
 from hongbao.core.ports import OpenResult
@@ -162,7 +162,7 @@ async def test_lost_write_is_repaired_by_the_next_read(redis_standalone: RedisTa
             raise ConnectionError("down")
 
         for _ in range(2):
-            with pytest.raises(Exception):
+            with pytest.raises(BreakerOpen):
                 await breaker.call(down)
         await state.opened("o1", [OpenResult(Receipt("o1", "A", 5, 0))])
         assert counts["redis_grab_lost_writes"] == 1 and redis_standalone.sync_client().hget(name, "n") == b"2"

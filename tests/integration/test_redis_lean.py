@@ -62,7 +62,11 @@ async def test_one_tick_is_one_write_in_order(redis_target: RedisTarget) -> None
         assert await asyncio.gather(*(_send(lean, k, "SET", k, k) for k in keys)) == [b"OK"] * 60
         assert await asyncio.gather(*(_send(lean, k, "GET", k) for k in keys)) == [k.encode() for k in keys]
         connections = [lean._single] if lean._single is not None else list(lean._by_node.values())
-        ours = {"%s:%d" % c._transport.get_extra_info("sockname")[:2] for c in connections if c._transport is not None}
+        ours = {
+            "{}:{:d}".format(*c._transport.get_extra_info("sockname")[:2])
+            for c in connections
+            if c._transport is not None
+        }
         seen = {entry["addr"] for port in redis_target.ports for entry in redis_target.sync_client(port).client_list()}
         assert len(ours) == len(redis_target.ports) and ours <= seen  # one connection per server, as Redis sees them
         lean.close()

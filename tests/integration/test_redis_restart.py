@@ -105,14 +105,17 @@ async def _again(
         grabs = await crowd.run(
             [lambda c, o=o, u=u: c.post(f"/v1/packets/{o}/grab", headers=auth(server, u)) for o, u in pairs]
         )
-    return ({p: ok(r)["amount_fen"] for p, r in zip(pairs, opens)}, {p: ok(r) for p, r in zip(pairs, grabs)})
+    return (
+        {p: ok(r)["amount_fen"] for p, r in zip(pairs, opens, strict=True)},
+        {p: ok(r) for p, r in zip(pairs, grabs, strict=True)},
+    )
 
 
 async def _receipts(server: Server, orders: list[str]) -> dict[tuple[str, str], int]:
     """Every receipt of ``orders``, from their details (the DB), as (order, user) -> amount_fen."""
     async with Crowd(server, 10) as crowd:
         got = await crowd.run([lambda c, o=o: c.get(f"/v1/packets/{o}", headers=auth(server, "S")) for o in orders])
-    return {(o, r["user_id"]): r["amount_fen"] for o, d in zip(orders, got) for r in ok(d)["receipts"]}
+    return {(o, r["user_id"]): r["amount_fen"] for o, d in zip(orders, got, strict=True) for r in ok(d)["receipts"]}
 
 
 def test_redis_killed_mid_storm_and_restarted_empty(mariadb: MariaDb, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+from itertools import pairwise
 
 import hongbao_native as hn
 import pytest
@@ -65,7 +66,7 @@ def ref_tuples(frames: list[ref.RefFrame]) -> list[tuple[int, bytes, int | None,
 def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
     pts = sorted({c % (len(data) + 1) for c in cuts})
     bounds = [0, *pts, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [data[a:b] for a, b in pairwise(bounds)]
 
 
 # --- accept_key ---------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def test_frame_attributes_and_repr() -> None:
     assert "close_code=1000" in repr(close)
     assert (ping.opcode, ping.payload, ping.close_code) == (hn.OP_PING, b"p", None)
     with pytest.raises(ValueError, match="not a text message"):
-        ping.text
+        _ = ping.text
     assert (hn.OP_CONT, hn.OP_TEXT, hn.OP_BINARY, hn.OP_CLOSE, hn.OP_PING, hn.OP_PONG) == (0, 1, 2, 8, 9, 10)
 
 

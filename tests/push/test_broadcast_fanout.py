@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Awaitable, Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +162,7 @@ def test_joined_keeps_the_bytes_in_order_within_the_write_size(sizes: list[int])
         while len(run) < len(piece):
             run += next(bounds)
         assert run == piece and (len(piece) <= JOIN_MAX_BYTES or piece in frames)
-    assert all(len(a) + len(b) > JOIN_MAX_BYTES for a, b in zip(pieces, pieces[1:]))
+    assert all(len(a) + len(b) > JOIN_MAX_BYTES for a, b in pairwise(pieces))
 
 
 @pytest.fixture(scope="module")
