@@ -38,7 +38,9 @@ _COUNTERS = {
     "push_failures": "Event pushes that failed (logged; the money flow went on)",
     "push_broadcast_sends": "Broadcast frames sent to local subscribers",
     "ws_handshakes": "WebSocket handshakes answered 101",
-    "ws_admission_rejections": "WebSocket handshakes refused with 503 (the host-wide admission rate, or the push store down)",
+    "ws_admission_rejections": (
+        "WebSocket handshakes refused with 503 (the host-wide admission rate, or the push store down)"
+    ),
     "redis_fallback_sequence": "Order ids taken from the DB block allocator because Redis was down (source 1)",
     "redis_fallback_preorder": "Pre-order calls served by the DB because Redis was down",
     "redis_breaker_opens": "Times the Redis circuit breaker opened (Redis considered down)",

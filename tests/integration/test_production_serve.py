@@ -21,7 +21,8 @@ DAY_MS = 24 * 3600 * 1000
 
 
 def test_production_backend_over_http(mariadb: MariaDb, redis_standalone: RedisTarget, tmp_path: Path) -> None:
-    """Send, pay, 60 members open a 50-share packet on 2 workers, credits and a refund arrive, the shards audit clean."""
+    """Send, pay, 60 members open a 50-share packet on 2 workers, credits and a refund arrive, the
+    shards audit clean."""
     redis_standalone.flush()
     server = start_production(tmp_path / "prod", mariadb, redis_standalone.url)
     try:

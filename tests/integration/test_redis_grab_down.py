@@ -107,7 +107,8 @@ def service_redis(own_redis: OwnRedis) -> RedisTarget:
 
 
 async def test_redis_down_at_grab(make_backend: Make, own_redis: OwnRedis, clock: ManualClock) -> None:
-    """Redis stopped: grabs answer from the DB (rate-limited, 503 beyond, fast once the breaker is open); restarted empty: the grab state is rebuilt."""
+    """Redis stopped: grabs answer from the DB (rate-limited, 503 beyond, fast once the breaker is
+    open); restarted empty: the grab state is rebuilt."""
     counts: dict[str, int] = {}
     one, two = (
         make_backend(),
@@ -146,7 +147,8 @@ async def test_redis_down_at_grab(make_backend: Make, own_redis: OwnRedis, clock
 
 
 async def test_lost_write_is_repaired_by_the_next_read(redis_standalone: RedisTarget) -> None:
-    """A write skipped by an open breaker while Redis kept the key: this worker's next read deletes the stale key (rebuilt from the DB)."""
+    """A write skipped by an open breaker while Redis kept the key: this worker's next read deletes
+    the stale key (rebuilt from the DB)."""
     redis_standalone.flush()
     now = [0.0]
     counts: dict[str, int] = {}

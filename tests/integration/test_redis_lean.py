@@ -93,7 +93,8 @@ async def test_error_replies_are_redis_py_exceptions(redis_target: RedisTarget) 
 
 
 async def test_reconnects_after_a_real_restart(tmp_path: Path) -> None:
-    """Commands waiting when redis-server stops fail with ConnectionError; after its restart the next command connects again."""
+    """Commands waiting when redis-server stops fail with ConnectionError; after its restart the
+    next command connects again."""
     (port,) = redis_servers.free_ports(1)
     process = redis_servers.start_on(tmp_path, port)
     client = redis_client(f"redis://127.0.0.1:{port}", cluster=False)
@@ -117,7 +118,8 @@ async def test_reconnects_after_a_real_restart(tmp_path: Path) -> None:
 
 
 async def test_a_silent_server_times_out(tmp_path: Path) -> None:
-    """A stopped (SIGSTOP) redis-server fails waiting commands with TimeoutError after socket_timeout; resumed, it answers again."""
+    """A stopped (SIGSTOP) redis-server fails waiting commands with TimeoutError after
+    socket_timeout; resumed, it answers again."""
     (port,) = redis_servers.free_ports(1)
     process = redis_servers.start_on(tmp_path, port)
     client = redis_client(f"redis://127.0.0.1:{port}", cluster=False, socket_timeout_s=0.3)
@@ -139,7 +141,8 @@ async def test_a_silent_server_times_out(tmp_path: Path) -> None:
 
 
 async def test_cluster_moved_after_a_real_slot_migration(redis_cluster: RedisTarget) -> None:
-    """After a slot moves to another primary the lean path sees MOVED, Pipelines answers through redis-py, and the refreshed map routes lean again."""
+    """After a slot moves to another primary the lean path sees MOVED, Pipelines answers through
+    redis-py, and the refreshed map routes lean again."""
     redis_cluster.flush()
     async with redis_cluster.connect() as client:
         assert isinstance(client, RedisCluster)

@@ -72,7 +72,8 @@ class Storm:
 
 
 async def _storm(server: Server, gid: str, process: list[Any], redis_dir: Path, port: int) -> Storm:
-    """The storm over ``OUTAGE_S``: redis-server (``process[0]``) SIGKILLed after the first span, started empty after the second."""
+    """The storm over ``OUTAGE_S``: redis-server (``process[0]``) SIGKILLed after the first span,
+    started empty after the second."""
     storm = Storm(server, gid)
 
     async def chaos() -> None:
@@ -119,7 +120,8 @@ async def _receipts(server: Server, orders: list[str]) -> dict[tuple[str, str], 
 
 
 def test_redis_killed_mid_storm_and_restarted_empty(mariadb: MariaDb, tmp_path: Path) -> None:
-    """redis-server SIGKILLed under sends, grabs and opens, back empty: each open answered once is one receipt, reopens and grabs give the same amounts, all credited, audit clean."""
+    """redis-server SIGKILLed under sends, grabs and opens, back empty: each open answered once is
+    one receipt, reopens and grabs give the same amounts, all credited, audit clean."""
     (port,) = redis_servers.free_ports(1)
     redis_dir = tmp_path / "redis"
     process = [redis_servers.start_on(redis_dir, port)]

@@ -418,7 +418,8 @@ def test_p23_frame_over_max_frame_size() -> None:
 
 
 def test_p25_ping_edge_cases() -> None:
-    """P-25: a 126-byte ping is 1002; an unsolicited pong is delivered (for the app to ignore); ten pings give ten frames."""
+    """P-25: a 126-byte ping is 1002; an unsolicited pong is delivered (for the app to ignore); ten
+    pings give ten frames."""
     assert outcome(b"\x89\xfe\x00\x7e" + KEY + b"p" * 126) == 1002
     assert outcome(b"\x89\xfd" + KEY + b"p" * 125) is None
     frames = server().feed(m(hn.OP_PONG, b"unsolicited") + b"".join(m(hn.OP_PING, bytes([i])) for i in range(10)))
@@ -555,7 +556,8 @@ def raw_streams(draw: st.DrawFn) -> bytes:
     st.sampled_from([(130, 300), (100, 150), (40, 90)]),
 )
 def test_decoder_matches_reference(data: bytes, cuts: list[int], require_mask: bool, limits: tuple[int, int]) -> None:
-    """On random (often invalid, often truncated) streams native and reference agree on the frames and the close code."""
+    """On random (often invalid, often truncated) streams native and reference agree on the frames
+    and the close code."""
     want_frames, want_code = ref.decode_stream(data, *limits, require_mask)
     whole, code = feed_all(hn.FrameDecoder(*limits, require_mask=require_mask), [data])
     assert code == want_code

@@ -106,7 +106,8 @@ async def publish_and_send(
 
 
 async def test_one_read_reaches_a_subscriber_in_one_write_per_topic(hub: PushHub) -> None:
-    """Broadcasts of two topics read together: each subscriber gets one write per topic with that topic's messages in order."""
+    """Broadcasts of two topics read together: each subscriber gets one write per topic with that
+    topic's messages in order."""
     only_a, both, only_b = subscribed(hub, "a", "A"), subscribed(hub, "ab", "A", "B"), subscribed(hub, "b", "B")
     sends = hub.metrics.events["push_broadcast_sends"]
     await publish_and_send(hub, [("A", 1), ("B", 2), ("A", 3), ("A", 4), ("B", 5)])
@@ -174,7 +175,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def test_a_burst_of_broadcasts_arrives_whole_and_in_order(server: Server) -> None:
-    """Broadcasts published concurrently (so reads carry several) reach every subscriber once, in offset order, per topic."""
+    """Broadcasts published concurrently (so reads carry several) reach every subscriber once, in
+    offset order, per topic."""
 
     async def scenario() -> None:
         subscribers = [await connect(server, f"burst{i}") for i in range(6)]
