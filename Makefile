@@ -10,7 +10,7 @@ STAMP_NATIVE := $(VENV)/.native-built
 STAMP_DEPS   := $(VENV)/.deps-installed
 BENCH_JSON   := bench-results/native.json
 
-.PHONY: demo install test test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-grab bench-push clean
+.PHONY: demo install test lint format test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-grab bench-push clean
 
 install: $(STAMP_NATIVE) $(STAMP_DEPS)
 
@@ -29,7 +29,17 @@ $(STAMP_DEPS): $(BIN)/python $(STAMP_NATIVE) pyproject.toml setup.py $(PY_SRC)
 	flock $(VENV)/.install.lock $(BIN)/pip install -q --config-settings editable_mode=strict -e '.[test]'
 	touch $@
 
-test: install test-rust stubtest typecheck test-python
+test: install lint test-rust stubtest typecheck test-python
+
+# The Python code's lint and format check (ruff, pinned in the test extra; settings in pyproject.toml).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# For humans: format the Python code and apply ruff's safe fixes (what is left is printed).
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 test-rust:
 	$(CARGO) test --manifest-path $(NATIVE) --quiet

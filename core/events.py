@@ -1,15 +1,16 @@
 """Red-packet events for the push channel (DESIGN.md section 7) and the Notifier port.
 
-The services say what happened; a Notifier (the push hub in a server) delivers it. Who gets what:
+The services say what happened; a Notifier (the push hub in a server) delivers it. Who gets what
+(event -- to: data):
 
-| event | to | data |
-| --- | --- | --- |
-| packet_received | the group, or the exclusive receiver (on pay) | order_id, sender_id, kind, count, total_fen, greeting, expires_at |
-| opened | the opener | order_id, amount_fen, opened_at |
-| credited | the receiver, once the amount is on their balance | order_id, amount_fen |
-| finished | the group, or the sender of an exclusive packet (the last share went) | order_id, best_luck_user_id, best_luck_fen |
-| expired | the group, or the exclusive packet's receiver | order_id, remaining_count |
-| refunded | the sender, once the refund is on their balance | order_id, refunded_fen |
+- packet_received -- the group, or the exclusive receiver (on pay): order_id, sender_id, kind,
+  count, total_fen, greeting, expires_at
+- opened -- the opener: order_id, amount_fen, opened_at
+- credited -- the receiver, once the amount is on their balance: order_id, amount_fen
+- finished -- the group, or the sender of an exclusive packet (the last share went): order_id,
+  best_luck_user_id, best_luck_fen
+- expired -- the group, or the exclusive packet's receiver: order_id, remaining_count
+- refunded -- the sender, once the refund is on their balance: order_id, refunded_fen
 
 Amounts are integer fen, times RFC 3339 UTC. Pushing never decides a money flow: ``notify``
 returns at once and never raises (DESIGN.md section 10: money goes on whatever push does).

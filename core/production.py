@@ -1,10 +1,10 @@
 """The production backend: money (packets, receipts, accounts, ledger, lists) in sharded
 MySQL/MariaDB (DESIGN.md section 5) through one asyncmy pool per database, a queue (Redis Streams
 when served), with one Redis client (its :class:`Pipelines`, shared by every Redis user of the
-worker, push included, so the commands of one loop tick go out together): the order-id sequence and pre-orders on Redis in front of their
-MySQL adapters (hongbao.core.adapters.redis_money) and the grab filter's shared level
-(hongbao.core.adapters.redis_grab), all behind one circuit breaker, the service of
-hongbao.core.service on top, and the host-wide admission table of the embedded backend.
+worker, push included, so the commands of one loop tick go out together): the order-id sequence and
+pre-orders on Redis in front of their MySQL adapters (hongbao.core.adapters.redis_money) and the
+grab filter's shared level (hongbao.core.adapters.redis_grab), all behind one circuit breaker, the
+service of hongbao.core.service on top, and the host-wide admission table of the embedded backend.
 """
 
 from __future__ import annotations

@@ -658,9 +658,9 @@ def encode_response(status: int, headers: Iterable[tuple[str, str]], body: bytes
     8.6, RFC 9112 section 6.1).
 
     `headers` is a list (or any iterable) of 2-tuples of str; anything else raises TypeError.
-    Raises ValueError for: `status` outside 100..=599; a header tuple that is not a pair; a header name that is empty or not an
-    RFC 9110 token; a header value with CR, LF, NUL or another control character except
-    HTAB, or a character beyond U+00FF (response splitting, RFC 9110 section 5.5); a body
-    with status 1xx, 204 or 304; `Content-Length` given twice, non-numeric, together with
-    `Transfer-Encoding`, in a 1xx or 204 response, or differing from `len(body)` when
-    `body` is not empty (an empty body with `Content-Length` is a HEAD response)."""
+    Raises ValueError for: `status` outside 100..=599; a header tuple that is not a pair; a header
+    name that is empty or not an RFC 9110 token; a header value with CR, LF, NUL or another control
+    character except HTAB, or a character beyond U+00FF (response splitting, RFC 9110 section 5.5);
+    a body with status 1xx, 204 or 304; `Content-Length` given twice, non-numeric, together with
+    `Transfer-Encoding`, in a 1xx or 204 response, or differing from `len(body)` when `body` is not
+    empty (an empty body with `Content-Length` is a HEAD response)."""

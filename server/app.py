@@ -1,8 +1,9 @@
 """One worker's application: routes, auth, error mapping, metrics and background jobs.
 
 ``App.dispatch`` takes a parsed request and returns its Response (or, when a handler needs I/O,
-a coroutine that makes it); it never raises: every error is answered as ``{"error": {"code", "message"}}`` with its status (DESIGN.md section 12), and an
-unexpected exception is logged and answered 500 without taking the worker down.
+a coroutine that makes it); it never raises: every error is answered as ``{"error": {"code",
+"message"}}`` with its status (DESIGN.md section 12), and an unexpected exception is logged and
+answered 500 without taking the worker down.
 """
 
 from __future__ import annotations

@@ -38,7 +38,9 @@ _COUNTERS = {
     "push_failures": "Event pushes that failed (logged; the money flow went on)",
     "push_broadcast_sends": "Broadcast frames sent to local subscribers",
     "ws_handshakes": "WebSocket handshakes answered 101",
-    "ws_admission_rejections": "WebSocket handshakes refused with 503 (the host-wide admission rate, or the push store down)",
+    "ws_admission_rejections": (
+        "WebSocket handshakes refused with 503 (the host-wide admission rate, or the push store down)"
+    ),
     "redis_fallback_sequence": "Order ids taken from the DB block allocator because Redis was down (source 1)",
     "redis_fallback_preorder": "Pre-order calls served by the DB because Redis was down",
     "redis_breaker_opens": "Times the Redis circuit breaker opened (Redis considered down)",
@@ -102,7 +104,7 @@ class WorkerMetrics:
             for status, hist in route.by_status.items():
                 requests[f"{name}|{status}"] = int(sum(hist[:-1]))
                 merged = latency.get(name)
-                latency[name] = list(hist) if merged is None else [a + b for a, b in zip(merged, hist)]
+                latency[name] = list(hist) if merged is None else [a + b for a, b in zip(merged, hist, strict=True)]
         tmp.write_bytes(orjson.dumps({"requests": requests, "latency": latency, "events": self.events}))
         tmp.replace(path)
 
@@ -131,7 +133,7 @@ class _Merged:
                 requests[key] = requests.get(key, 0) + value
             for route, hist in snap["latency"].items():
                 merged = latency.setdefault(route, [0.0] * len(hist))
-                latency[route] = [a + b for a, b in zip(merged, hist)]
+                latency[route] = [a + b for a, b in zip(merged, hist, strict=False)]
             for name, value in snap["events"].items():
                 events[name] = events.get(name, 0) + value
         total = CounterMetricFamily(
@@ -146,7 +148,7 @@ class _Merged:
         )
         for route, hist in sorted(latency.items()):
             cumulative, buckets = 0.0, []
-            for bound, count in zip((*map(str, BUCKETS_S), "+Inf"), hist[:-1]):
+            for bound, count in zip((*map(str, BUCKETS_S), "+Inf"), hist[:-1], strict=False):
                 cumulative += count
                 buckets.append((bound, cumulative))
             hist_family.add_metric([route], buckets, hist[-1])

@@ -4,7 +4,8 @@ Embedded (no ``redis_url``): the SQLite adapters on the push file (sqlite_push_d
 apart from the money's, with its own write thread; shared by the workers of one host), group
 pushes on that file's queue. With ``redis_url`` (``redis_cluster`` for a Redis Cluster): the
 Redis adapters of core/adapters/redis_push*.py and the group queue on Redis Streams, so nodes on
-several hosts share sessions, logs, topics and group pushes. This is the one place a deployment's push storage is picked.
+several hosts share sessions, logs, topics and group pushes. This is the one place a deployment's
+push storage is picked.
 
 On Redis every push store and the group queue go through the circuit breaker of the worker's
 Redis (core/adapters/redis_push_guard.py: the production backend's breaker when there is one --

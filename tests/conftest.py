@@ -2,8 +2,14 @@
 
 `HYPOTHESIS_PROFILE=dev` gives more examples and fresh randomness for local bug hunting."""
 
+import asyncio
+import inspect
 import os
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+import pytest
+import uvloop
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -20,14 +26,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # Async tests: every `async def test_*` runs once under asyncio and once under uvloop, and fails if
 # the loop's exception handler fired (an exception nobody awaited), as uvloop's own test base does.
-import asyncio
-import inspect
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-import pytest
-import uvloop
-
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 

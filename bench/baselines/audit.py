@@ -63,6 +63,7 @@ async def audit_baseline(mysql_dsn: str, redis_url: str) -> AuditReport:
     counts["top-ups fen"] = topups
     if held != topups:
         bad.append(
-            f"money made or lost: balances {sum(balances.values())} + left in lists {left_total} = {held} != top-ups {topups}"
+            f"money made or lost: balances {sum(balances.values())} + left in lists {left_total} = {held} "
+            f"!= top-ups {topups}"
         )
     return report

@@ -91,8 +91,8 @@ def scenario_from(args: argparse.Namespace) -> Scenario:
 
 def storm(opts: StormOptions, auditor: Auditor | None, out: Path, drain_timeout_s: float) -> dict[str, Any]:
     """Play the storm, then drain and audit (``auditor``: ``settle.auditor_for``; None: no audit)
-    while the push clients stay connected, then write ``out/report.json`` and ``out/report.png`` and print the table; returns the report.
-    Raises StormError when the storm cannot run."""
+    while the push clients stay connected, then write ``out/report.json`` and ``out/report.png`` and
+    print the table; returns the report. Raises StormError when the storm cannot run."""
     from hongbao.bench.storm import plot, report
     from hongbao.bench.storm.runner import run_load
     from hongbao.bench.storm.settle import settle

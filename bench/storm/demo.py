@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"VIOLATION {line}")
     opens = summary["operations"].get("open", {})
     print(
-        f"opens: {opens.get('ok', 0)} ok, {opens.get('rps', 0)}/s, p50 {opens.get('p50_ms', 0)} ms, p99 {opens.get('p99_ms', 0)} ms"
+        f"opens: {opens.get('ok', 0)} ok, {opens.get('rps', 0)}/s, "
+        f"p50 {opens.get('p50_ms', 0)} ms, p99 {opens.get('p99_ms', 0)} ms"
     )
     if not report.push_ok(summary):
         print(

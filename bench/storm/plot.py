@@ -18,7 +18,8 @@ COLORS = {"send": "#c0392b", "pay": "#e67e22", "grab": "#2980b9", "open": "#27ae
 def _summary(report: dict[str, Any]) -> str:
     audit = report["audit"]
     lines = [
-        f"scenario {report['scenario']['name']}, {report['load']['seconds']} s, {report['load']['processes']} load processes"
+        f"scenario {report['scenario']['name']}, {report['load']['seconds']} s, "
+        f"{report['load']['processes']} load processes"
     ]
     for op in ("send", "grab", "open"):
         e = report["operations"].get(op)

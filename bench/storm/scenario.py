@@ -95,7 +95,8 @@ class Scenario:
             raise ScenarioError("group_sizes must be [weight, min, max] buckets with weight >= 0 and 2 <= min <= max")
         if max(hi for _, _, hi in self.group_sizes) > self.users:
             raise ScenarioError(
-                f"a group of {max(hi for _, _, hi in self.group_sizes)} members needs at least that many users ({self.users})"
+                f"a group of {max(hi for _, _, hi in self.group_sizes)} members needs at least that many users "
+                f"({self.users})"
             )
         if sum(w for w, _, _ in self.group_sizes) <= 0:
             raise ScenarioError("group_sizes weights must not all be zero")

@@ -9,7 +9,6 @@ from its data directory (``jwt.key``, DESIGN.md section 12) or given as a secret
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,7 +89,7 @@ async def request(
         async with session.request(method, url, data=payload, headers=headers) as response:
             raw = await response.read()
             status, retry = response.status, response.headers.get("Retry-After")
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return Answer(0, "timeout", None, 0.0, started, time.monotonic() - started)
     except aiohttp.ClientError as exc:
         return Answer(0, type(exc).__name__, None, 0.0, started, time.monotonic() - started)

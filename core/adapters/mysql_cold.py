@@ -70,7 +70,8 @@ async def _move_batch(conn: Connection, ptable: str, rtable: str, cold_p: str, c
         async with conn.cursor() as cur:
             await cur.execute(
                 f"SELECT order_id FROM {ptable} p WHERE created_at < %s AND status IN ('finished', 'refunded') "
-                f"AND NOT EXISTS (SELECT 1 FROM {rtable} r WHERE r.order_id = p.order_id AND r.credit_status = 'pending') "
+                f"AND NOT EXISTS (SELECT 1 FROM {rtable} r WHERE r.order_id = p.order_id "
+                "AND r.credit_status = 'pending') "
                 "LIMIT %s FOR UPDATE",
                 (cutoff, BATCH),
             )

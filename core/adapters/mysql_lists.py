@@ -61,7 +61,8 @@ class MysqlUserListStore:
         db, t = self._shards.layout.key_shard(user_id)
         rows = await self._shards.fetchall(
             db,
-            f"SELECT order_id, amount_fen, created_at, best_luck FROM t_user_list_{t:02} WHERE user_id = %s AND direction = %s "
+            f"SELECT order_id, amount_fen, created_at, best_luck FROM t_user_list_{t:02} "
+            "WHERE user_id = %s AND direction = %s "
             "AND created_at >= %s AND created_at < %s ORDER BY created_at DESC, order_id DESC LIMIT %s OFFSET %s",
             (user_id, direction, start_ms, end_ms, limit, offset),
         )

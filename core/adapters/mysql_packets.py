@@ -4,8 +4,9 @@ one multi-row INSERT, update the remainder once), and the refund serialised by t
 
 Point updates by order id name the primary key (FORCE INDEX): on small tables the optimizer
 would otherwise range-scan the (status, expires_at) index and lock its neighbours, which turns
-concurrent refunds of different packets into deadlocks. Scans (due refunds, uncredited receipts, unpaid refunds) send one UNION ALL query per database
-over its day tables, every database at once, instead of a round trip per table.
+concurrent refunds of different packets into deadlocks. Scans (due refunds, uncredited receipts,
+unpaid refunds) send one UNION ALL query per database over its day tables, every database at once,
+instead of a round trip per table.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ from hongbao.core.adapters.sqlite_schema import packet_table, receipt_table
 from hongbao.core.packet import Packet, Receipt, Status
 from hongbao.core.ports import Draw, OpenResult
 
-_INSERT_PACKET = f"INSERT INTO {{table}} ({PACKET_COLUMNS}) VALUES ({', '.join(['%s'] * 14)}) ON DUPLICATE KEY UPDATE order_id = order_id"
+_INSERT_PACKET = (
+    f"INSERT INTO {{table}} ({PACKET_COLUMNS}) VALUES ({', '.join(['%s'] * 14)}) "
+    "ON DUPLICATE KEY UPDATE order_id = order_id"
+)
 
 
 class MysqlPacketStore:
@@ -86,7 +90,8 @@ class MysqlPacketStore:
                     )
                     best = str((await cur.fetchone())[0])
                 await cur.execute(
-                    f"UPDATE {ptable} SET remaining_fen = %s, remaining_count = %s, status = %s, best_luck_user_id = %s WHERE order_id = %s",
+                    f"UPDATE {ptable} SET remaining_fen = %s, remaining_count = %s, status = %s, "
+                    "best_luck_user_id = %s WHERE order_id = %s",
                     (
                         plan.remaining_fen,
                         plan.remaining_count,
@@ -132,7 +137,8 @@ class MysqlPacketStore:
             # MySQL assigns left to right: status must read remaining_fen before it is zeroed.
             changed = await cur.execute(
                 f"UPDATE {ptable} FORCE INDEX (PRIMARY) SET status = CASE WHEN remaining_fen > 0 THEN %s ELSE %s END, "
-                "refunded_fen = remaining_fen, remaining_fen = 0 WHERE order_id = %s AND status = %s AND expires_at <= %s",
+                "refunded_fen = remaining_fen, remaining_fen = 0 "
+                "WHERE order_id = %s AND status = %s AND expires_at <= %s",
                 (Status.EXPIRED.value, Status.FINISHED.value, order_id, Status.ACTIVE.value, now_ms),
             )
             if changed != 1:

@@ -36,10 +36,13 @@ PACKET = f"""CREATE TABLE IF NOT EXISTS {{name}} (
     refunded_fen BIGINT NOT NULL DEFAULT 0 CHECK (refunded_fen >= 0), status VARCHAR(16) NOT NULL,
     created_at BIGINT NOT NULL, pay_by BIGINT NOT NULL, expires_at BIGINT NOT NULL, best_luck_user_id {_ID} NULL,
     CHECK (remaining_fen + refunded_fen <= total_fen), KEY expiry (status, expires_at)){_TABLE}"""
-RECEIPT = f"""CREATE TABLE IF NOT EXISTS {{name}} (
+RECEIPT = (
+    f"""CREATE TABLE IF NOT EXISTS {{name}} (
     {_ORDER_ID}, user_id {_ID} NOT NULL, position INT NOT NULL, amount_fen BIGINT NOT NULL CHECK (amount_fen >= 1),
     opened_at BIGINT NOT NULL, credit_status VARCHAR(8) NOT NULL DEFAULT 'pending',
-    PRIMARY KEY (order_id, user_id), UNIQUE KEY open_order (order_id, position), KEY pending (credit_status, opened_at)){_TABLE}"""
+    PRIMARY KEY (order_id, user_id), UNIQUE KEY open_order (order_id, position), """
+    f"KEY pending (credit_status, opened_at)){_TABLE}"
+)
 _BY_USER = (
     f"""CREATE TABLE IF NOT EXISTS t_account_{{t:02}} (
         user_id {_ID} NOT NULL PRIMARY KEY, balance_fen BIGINT NOT NULL CHECK (balance_fen >= 0)){_TABLE}""",

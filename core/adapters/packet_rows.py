@@ -40,16 +40,16 @@ def packet_from_row(row: Sequence[object]) -> Packet:
         str(order_id),
         str(sender),
         Kind(str(kind)),
-        int(count),
+        int(count),  # type: ignore[call-overload]
         int(total),  # type: ignore[call-overload]
         group if group is None else str(group),
         receiver if receiver is None else str(receiver),
-        int(rem_fen),
-        int(rem_count),
+        int(rem_fen),  # type: ignore[call-overload]
+        int(rem_count),  # type: ignore[call-overload]
         Status(str(status)),
-        int(created),
-        int(pay_by),
-        int(expires),
+        int(created),  # type: ignore[call-overload]
+        int(pay_by),  # type: ignore[call-overload]
+        int(expires),  # type: ignore[call-overload]
         int(refunded),  # type: ignore[call-overload]
     )
 

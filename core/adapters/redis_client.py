@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import Any
 
 from hongbao.core.adapters.redis_lean import Arg, lean_for
@@ -188,14 +189,14 @@ class Pipelines:
             if stale:
                 for script in {script.sha: script for i in stale for script in batch[i].scripts}.values():
                     await self.client.script_load(script.text)
-                for i, own in zip(stale, await self._execute([batch[i] for i in stale])):
+                for i, own in zip(stale, await self._execute([batch[i] for i in stale]), strict=True):
                     replies[i] = own
         except Exception as exc:
             for call in batch:
                 if not call.future.done():
                     call.future.set_exception(exc)
             return
-        for call, own in zip(batch, replies):
+        for call, own in zip(batch, replies, strict=True):
             if call.future.done():  # the caller gave up (cancelled)
                 continue
             error = next((reply for reply in own if isinstance(reply, Exception)), None)
@@ -211,7 +212,7 @@ class Pipelines:
             call.build(pipe)
             bounds.append(len(pipe))
         replies: list[Any] = await pipe.execute(raise_on_error=False) if bounds[-1] else []
-        return [replies[start:end] for start, end in zip(bounds, bounds[1:])]
+        return [replies[start:end] for start, end in pairwise(bounds)]
 
 
 class _Call:

@@ -57,7 +57,8 @@ _FIELDS_BULK = b"".join(map(bulk, _FIELDS))
 # ARGV: k c n s g r e rebuilt ttl_ms. Returns 1 when stored, 0 when the key already existed.
 _PUT = LuaScript(
     "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
-    "redis.call('HSET', KEYS[1], 'k', ARGV[1], 'c', ARGV[2], 'n', ARGV[3], 's', ARGV[4], 'g', ARGV[5], 'r', ARGV[6], 'e', ARGV[7])\n"
+    "redis.call('HSET', KEYS[1], 'k', ARGV[1], 'c', ARGV[2], 'n', ARGV[3], 's', ARGV[4], "
+    "'g', ARGV[5], 'r', ARGV[6], 'e', ARGV[7])\n"
     "if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'p', '1') end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[9])\nreturn 1"
 )

@@ -130,7 +130,7 @@ class LeanConnection(asyncio.Protocol):
             else:
                 made = self._loop.create_connection(lambda: self, *self.address)
             await asyncio.wait_for(made, CONNECT_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (OSError, TimeoutError) as exc:
             self._fail(ConnectionError(f"connecting to {self.address}: {exc!r}"))
         finally:
             self._connecting = None

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from hongbao.core.adapters.mysql_db import MysqlShards
-from hongbao.core.adapters.redis_client import LuaScript, Pipelines
+from hongbao.core.adapters.redis_client import LuaScript, Pipelines, RedisPipeline
 from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.ports import PreOrderStore, SequenceSource
 from redis.exceptions import ClusterError, ConnectionError, RedisClusterException, TimeoutError
@@ -85,7 +85,11 @@ class RedisSequenceSource(_RedisFirst):
     async def _incr(self, key: str) -> int:
         while (sequence := await self._pipes.script(_NEXT, [key], [])) is None:
             seed = await self._move_high_water(key, 0)  # fresh from the DB: every id handed out is below it
-            await self._pipes.one(lambda pipe: pipe.set(key, seed, nx=True))
+
+            def plant(pipe: RedisPipeline, seed: int = seed) -> None:
+                pipe.set(key, seed, nx=True)
+
+            await self._pipes.one(plant)
         return int(sequence)
 
     async def _move_high_water(self, key: str, at_least: int) -> int:

@@ -229,7 +229,9 @@ async def remove_sessions(pipes: Pipelines, node: str, pairs: Sequence[tuple[str
         pipe.hdel(node_sessions_key(node), *(sid for sid, _ in pairs))
 
     verdicts = [int(reply) for reply in (await pipes.run(remove, SCRIPTS))[:-1:2]]
-    gone = [uid for (_, uid), verdict in zip(pairs, verdicts) if verdict != 0]  # 0: a newer session holds uid
+    gone = [
+        uid for (_, uid), verdict in zip(pairs, verdicts, strict=True) if verdict != 0
+    ]  # 0: a newer session holds uid
 
     def offline(pipe: RedisPipeline) -> None:
         for uid in gone:

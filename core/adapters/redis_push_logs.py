@@ -96,7 +96,9 @@ class RedisMessageLog:
             for uid in users:
                 USER_PEEK.queue(pipe, _keys(uid), [_epoch()])
 
-        heads = {uid: _peeked(uid, reply) for uid, reply in zip(users, await self._pipes.run(peek, SCRIPTS))}
+        heads = {
+            uid: _peeked(uid, reply) for uid, reply in zip(users, await self._pipes.run(peek, SCRIPTS), strict=True)
+        }
         stored: list[Stored | None] = [None] * len(entries)
         nonce = secrets.token_urlsafe(8)
         while users:
@@ -105,7 +107,7 @@ class RedisMessageLog:
                 for uid in users
             }
 
-            def put(pipe: RedisPipeline) -> None:
+            def put(pipe: RedisPipeline, users: list[str] = users, bodies: dict[str, list[bytes]] = bodies) -> None:
                 for uid in users:
                     start, epoch = heads[uid]
                     USER_PUT.queue(
@@ -125,7 +127,7 @@ class RedisMessageLog:
                     )
 
             taken: list[str] = []
-            for uid, reply in zip(users, await self._pipes.run(put, SCRIPTS)):
+            for uid, reply in zip(users, await self._pipes.run(put, SCRIPTS), strict=True):
                 start, epoch = heads[uid]
                 if int(reply[0]) == 1:
                     for k, i in enumerate(positions[uid]):

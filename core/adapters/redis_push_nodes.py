@@ -61,7 +61,7 @@ class RedisNodeDirectory:
 
         alive = await self._pipes.run(build) if nodes else []
         removed = 0
-        for node, is_alive in zip(nodes, alive):
+        for node, is_alive in zip(nodes, alive, strict=True):
             if not is_alive:
                 removed += await self._sweep_node(node)
         return removed + await self._prune(alive_node)
@@ -75,7 +75,11 @@ class RedisNodeDirectory:
         removed = 0
         cursor = 0
         while True:
-            cursor, page = await self._pipes.one(lambda pipe: pipe.hscan(index, cursor, count=SWEEP_BATCH))
+
+            def scan(pipe: RedisPipeline, cursor: int = cursor) -> None:
+                pipe.hscan(index, cursor, count=SWEEP_BATCH)
+
+            cursor, page = await self._pipes.one(scan)
             assert isinstance(page, dict)
             pairs = [(text(sid), text(uid)) for sid, uid in page.items()]
             if pairs:
@@ -102,5 +106,9 @@ class RedisNodeDirectory:
             for sid, _ in pairs:
                 pipe.exists(route_key(sid))
 
-        stale = [pair for pair, exists in zip(pairs, await self._pipes.run(routes) if pairs else []) if not exists]
+        stale = [
+            pair
+            for pair, exists in zip(pairs, await self._pipes.run(routes) if pairs else [], strict=True)
+            if not exists
+        ]
         return sum(1 for verdict in await remove_sessions(self._pipes, node, stale) if verdict == 1) if stale else 0

@@ -12,8 +12,9 @@ one script on the stream's key: XAUTOCLAIM takes over entries leased longer than
 ago (by any consumer: compensation for a worker that died holding them), then XREADGROUP adds
 new ones. A claim that leased entries keeps their ids under its own nonce key for
 ``NONCE_TTL_MS``, so the same claim sent again (a retry after a lost reply) returns those entries
-instead of leasing new ones and leaving the first to wait out their lease. An ack (of any number of messages) is XACK + XDEL, so the stream holds exactly the messages not acked yet and
-``depth`` is its length. Leases are measured by Redis's clock (``now_ms`` is not used).
+instead of leasing new ones and leaving the first to wait out their lease. An ack (of any number of
+messages) is XACK + XDEL, so the stream holds exactly the messages not acked yet and ``depth`` is
+its length. Leases are measured by Redis's clock (``now_ms`` is not used).
 
 Message ids: the entry id ``ms-seq`` as one int, ``ms << 20 | seq``.
 """

@@ -67,7 +67,10 @@ class SqliteLedgerStore:
 
     async def entries(self, user_id: str, offset: int, limit: int) -> list[LedgerEntry]:
         """The user's entries, newest first."""
-        sql = "SELECT user_id, kind, ref, amount_fen, created_at FROM t_ledger WHERE user_id = ? ORDER BY id DESC LIMIT ? OFFSET ?"
+        sql = (
+            "SELECT user_id, kind, ref, amount_fen, created_at FROM t_ledger WHERE user_id = ? "
+            "ORDER BY id DESC LIMIT ? OFFSET ?"
+        )
         return self._db.read(lambda: [LedgerEntry(*r) for r in self._db.reader.execute(sql, (user_id, limit, offset))])
 
     async def entries_between(self, kind: str, start_ms: int, end_ms: int, limit: int) -> list[LedgerEntry]:

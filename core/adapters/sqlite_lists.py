@@ -28,7 +28,8 @@ class SqliteUserListStore:
                     values,
                 )
                 conn.executemany(
-                    "UPDATE t_user_list SET best_luck = 1 WHERE user_id = ? AND direction = 'received' AND order_id = ?",
+                    "UPDATE t_user_list SET best_luck = 1 "
+                    "WHERE user_id = ? AND direction = 'received' AND order_id = ?",
                     best_luck,
                 )
 

@@ -88,7 +88,8 @@ class SqlitePacketStore:
                 )
                 best = self._best_luck(conn, rtable, order_id) if plan.finished else None
                 conn.execute(
-                    f"UPDATE {ptable} SET remaining_fen = ?, remaining_count = ?, status = ?, best_luck_user_id = ? WHERE order_id = ?",
+                    f"UPDATE {ptable} SET remaining_fen = ?, remaining_count = ?, status = ?, best_luck_user_id = ? "
+                    "WHERE order_id = ?",
                     (
                         plan.remaining_fen,
                         plan.remaining_count,
@@ -198,7 +199,8 @@ class SqlitePacketStore:
             found: list[tuple[int, str]] = []
             for ptable, _ in self._all_tables():
                 found += self._db.conn.execute(
-                    f"SELECT expires_at, order_id FROM {ptable} WHERE status = ? AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+                    f"SELECT expires_at, order_id FROM {ptable} WHERE status = ? AND expires_at <= ? "
+                    "ORDER BY expires_at LIMIT ?",
                     (Status.ACTIVE.value, now_ms, limit),
                 ).fetchall()
             return [order_id for _, order_id in sorted(found)[:limit]]

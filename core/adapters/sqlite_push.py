@@ -64,7 +64,8 @@ class SqliteSessionStore:
             with self._db.immediate() as conn:
                 old = conn.execute("SELECT node, sid FROM t_push_session WHERE uid = ?", (uid,)).fetchone()
                 conn.execute(
-                    "INSERT OR REPLACE INTO t_push_session (uid, sid, node, login_at, active_at) VALUES (?, ?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO t_push_session (uid, sid, node, login_at, active_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
                     (uid, sid, node, now_ms, now_ms),
                 )
             return Route(str(old[0]), str(old[1])) if old is not None and old[1] != sid else None

@@ -15,8 +15,8 @@ lost (DESIGN.md section 7), never money.
 
 Tables (times are wall-clock ms): ``t_push_session`` (a row is at once the user's session, route
 and online entry), ``t_push_node`` (liveness and internal address), ``t_push_stream`` and
-``t_push_message`` (each user's log: its
-messages' places, each naming its head in ``t_push_head``, kept once for every stream it went to), ``t_push_topic`` and ``t_push_broadcast`` (broadcasts), and
+``t_push_message`` (each user's log: its messages' places, each naming its head in ``t_push_head``,
+kept once for every stream it went to), ``t_push_topic`` and ``t_push_broadcast`` (broadcasts), and
 ``t_queue`` for the group-push stream (hongbao.core.adapters.sqlite_state.SqliteQueue).
 """
 

@@ -52,8 +52,8 @@ class SqlitePreOrderStore:
         def claim() -> bytes | None:
             with self._db.immediate() as conn:
                 row = conn.execute(
-                    "UPDATE t_preorder SET state = 'paying' WHERE order_id = ? AND (state = 'paying' OR expires_at > ?) "
-                    "RETURNING body",
+                    "UPDATE t_preorder SET state = 'paying' "
+                    "WHERE order_id = ? AND (state = 'paying' OR expires_at > ?) RETURNING body",
                     (order_id, now_ms),
                 ).fetchone()
             return None if row is None else str(row[0]).encode()
@@ -217,7 +217,8 @@ class SqliteQueue:
             with self._db.immediate() as conn:
                 rows = conn.execute(
                     "UPDATE t_queue SET visible_at = ?, attempts = attempts + 1 WHERE id IN "
-                    "(SELECT id FROM t_queue WHERE stream = ? AND visible_at <= ? ORDER BY id LIMIT ?) RETURNING id, body",
+                    "(SELECT id FROM t_queue WHERE stream = ? AND visible_at <= ? ORDER BY id LIMIT ?) "
+                    "RETURNING id, body",
                     (now_ms + lease_ms, stream, now_ms, count),
                 ).fetchall()
             return sorted((int(i), str(b).encode()) for i, b in rows)
@@ -263,7 +264,8 @@ class SqliteFlags:
         def put() -> None:
             with self._db.immediate() as conn:
                 conn.execute(
-                    "INSERT INTO t_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    "INSERT INTO t_meta (key, value) VALUES (?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (f"flag:{name}", value),
                 )
 

@@ -50,7 +50,8 @@ from tests.integration.redis_servers import standalone
 
 
 def serve_production(work: Path, mysql_dsn: str, redis_url: str, workers: int) -> tuple[Process, Path]:
-    """Write the server's TOML (2 x 4 shards, a fresh JWT secret), migrate, start ``hongbao serve``; (process, config)."""
+    """Write the server's TOML (2 x 4 shards, a fresh JWT secret), migrate, start ``hongbao serve``;
+    (process, config)."""
     config = work / "hongbao.toml"
     config.write_text(
         f'backend = "production"\nmysql_dsn = "{mysql_dsn}"\nmysql_prefix = "storm_"\nmysql_dbs = 2\n'

@@ -10,7 +10,8 @@ from pathlib import Path
 
 
 def test_a_tiny_grab_benchmark_reports_numbers(tmp_path: Path) -> None:
-    """One-second runs with --no-gate exit 0; ceiling, healthz, grab and redis_rt all answered 2xx at a real rate, and the memory numbers are real."""
+    """One-second runs with --no-gate exit 0; ceiling, healthz, grab and redis_rt all answered 2xx
+    at a real rate, and the memory numbers are real."""
     out = tmp_path / "grab.json"
     done = subprocess.run(
         [

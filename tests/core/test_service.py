@@ -116,7 +116,7 @@ async def test_no_oversell_with_1000_openers(backend: Embedded) -> None:
     await _group(svc, "g", ["S", *users])
     order_id = await _paid(svc, "S", {"count": 10, "total_fen": 1000, "group_id": "g"}, fund=1000)
     outcomes = await asyncio.gather(*(svc.open(u, order_id) for u in users), return_exceptions=True)
-    winners = {u: o[0].amount_fen for u, o in zip(users, outcomes) if isinstance(o, tuple)}
+    winners = {u: o[0].amount_fen for u, o in zip(users, outcomes, strict=True) if isinstance(o, tuple)}
     assert len(winners) == 10 and sum(winners.values()) == 1000
     assert sum(isinstance(o, errors.Finished) for o in outcomes) == 990
     packet = await svc.ports.packets.get_packet(order_id)
@@ -212,7 +212,8 @@ async def test_exclusive_packets(backend: Embedded) -> None:
 
 
 async def test_ledger_amount_is_the_applied_entry(backend: Embedded) -> None:
-    """ledger.amount reads the signed fen of a user's (kind, ref) entry as first applied; None for another user, kind or ref."""
+    """ledger.amount reads the signed fen of a user's (kind, ref) entry as first applied; None for
+    another user, kind or ref."""
     svc = backend.service
     assert await svc.topup("A", 500, "A:k") and not await svc.topup("A", 700, "A:k")
     order_id = await _paid(svc, "A", {"count": 1, "total_fen": 120, "kind": "exclusive", "receiver_id": "B"}, fund=1)
@@ -343,7 +344,8 @@ class _Heard:
 
 
 async def test_finished_is_announced_by_the_last_open(backend: Embedded) -> None:
-    """The open that takes the last share announces finished with best luck at once (DESIGN.md section 6), not after the lists queue; draining the lists announces nothing more."""
+    """The open that takes the last share announces finished with best luck at once (DESIGN.md
+    section 6), not after the lists queue; draining the lists announces nothing more."""
     svc = backend.service
     heard = _Heard()
     svc.notifier = heard
@@ -363,7 +365,8 @@ async def test_finished_is_announced_by_the_last_open(backend: Embedded) -> None
 
 
 async def test_a_claimed_batch_of_credits_is_applied_once(backend: Embedded) -> None:
-    """M-23 in one batch: receipts already credited, one with only its ledger entry, one user twice: one drain credits each receipt exactly once and acks all."""
+    """M-23 in one batch: receipts already credited, one with only its ledger entry, one user twice:
+    one drain credits each receipt exactly once and acks all."""
     svc = backend.service
     svc.crediting_mode = CreditingMode.QUEUED
     heard = _Heard()
@@ -396,7 +399,8 @@ async def test_a_claimed_batch_of_credits_is_applied_once(backend: Embedded) -> 
 
 
 async def test_list_rows_of_a_batch(backend: Embedded) -> None:
-    """One drain writes the sent and received rows of two packets, flags best luck on the finished one only, and a repeat of the rows changes nothing."""
+    """One drain writes the sent and received rows of two packets, flags best luck on the finished
+    one only, and a repeat of the rows changes nothing."""
     svc = backend.service
     await _group(svc, "g", ["S", "A", "B", "C"])
     done = await _paid(svc, "S", {"count": 2, "total_fen": 100, "group_id": "g"}, fund=100)

@@ -34,8 +34,8 @@ async def test_an_error_skips_then_steps_and_reaches_outcome() -> None:
         skipped: list[int] = []
         soon = (
             Soon[int](future)
-            .then(lambda v: 1 // 0 if fail == "step" else v)
-            .then(lambda v: skipped.append(v) or v)
+            .then(lambda v, fail=fail: 1 // 0 if fail == "step" else v)
+            .then(lambda v, skipped=skipped: skipped.append(v) or v)
             .outcome(lambda v, e: f"{type(e).__name__} {v}")
         )
         if fail == "reply":

@@ -75,7 +75,8 @@ def test_version_1_push_file_restarts_its_streams(tmp_path: Path) -> None:
             "CREATE TABLE t_push_stream (uid TEXT PRIMARY KEY, epoch TEXT, last_offset INTEGER, acked INTEGER)"
         )
         conn.execute(
-            "CREATE TABLE t_push_session (uid TEXT PRIMARY KEY, sid TEXT, node TEXT, login_at INTEGER, active_at INTEGER)"
+            "CREATE TABLE t_push_session "
+            "(uid TEXT PRIMARY KEY, sid TEXT, node TEXT, login_at INTEGER, active_at INTEGER)"
         )
         conn.execute("INSERT INTO t_push_message VALUES ('u1', 1, 0, x'00')")
         conn.execute("INSERT INTO t_push_stream VALUES ('u1', 'old', 1, 0)")

@@ -114,7 +114,8 @@ def test_js_client_resets_on_a_lost_epoch(push_server: Server, page: Page) -> No
         f"""token => {{
         window.resets = 0; window.got = [];
         window.c = new HongbaoPush({{token: () => token, offset: 5, epoch: "gone", {FAST},
-                                     onReset: () => {{ resets += 1; }}, onEvent: ev => got.push([ev.offset, ev.epoch])}});
+                                     onReset: () => {{ resets += 1; }},
+                                     onEvent: ev => got.push([ev.offset, ev.epoch])}});
         c.start();
     }}""",
         push_server.token(uid),

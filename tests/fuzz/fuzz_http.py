@@ -81,7 +81,7 @@ def TestOneInput(data: bytes) -> None:
         payload = template[:at] + tail[3:] + template[at + cut :]
 
     bounds = sorted(c % (len(payload) + 1) for c in cuts)
-    pieces = [payload[a:b] for a, b in zip([0, *bounds], [*bounds, len(payload)])]
+    pieces = [payload[a:b] for a, b in zip([0, *bounds], [*bounds, len(payload)], strict=True)]
     whole = run([payload], limits)
     split = run(pieces, limits)
     if whole != split:

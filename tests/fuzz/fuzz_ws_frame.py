@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from itertools import pairwise
 
 import atheris  # type: ignore[import-untyped]
 
@@ -67,7 +68,7 @@ def TestOneInput(data: bytes) -> None:
     got: list[tuple[int, bytes, int | None, str]] = []
     code = None
     try:
-        for a, b in zip(bounds, bounds[1:]):
+        for a, b in pairwise(bounds):
             for f in dec.feed(stream[a:b]):
                 assert f.opcode in OPCODES and f.opcode != 0, f
                 assert isinstance(f.payload, bytes)

@@ -215,7 +215,7 @@ def cluster(root: Path) -> Iterator[RedisTarget]:
     ports = free_ports(3)
     processes = [cluster_node(root, port) for port in ports]
     try:
-        for port, process in zip(ports, processes):
+        for port, process in zip(ports, processes, strict=True):
             wait_ready(port, process, root / str(port))
         create = subprocess.run(
             [

@@ -17,7 +17,8 @@ from tests.integration.mariadb import MariaDb, backend, make_backend  # noqa: F4
 
 
 async def test_outage_fails_fast_and_heals(mariadb: MariaDb, backend: Production) -> None:
-    """Opens keep coming while MariaDB stops: each fails in milliseconds with a 503; after the restart they succeed and the books balance."""
+    """Opens keep coming while MariaDB stops: each fails in milliseconds with a 503; after the
+    restart they succeed and the books balance."""
     svc = backend.service
     users = [f"u{i:02}" for i in range(40)]
     await _group(svc, "g", ["S", *users])

@@ -43,7 +43,8 @@ async def _sql(server: MariaDb, sql: str) -> list[tuple[Any, ...]]:
 def test_migrate_is_idempotent_and_refuses_another_layout(
     mariadb: MariaDb, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """4 x 4: every table created once, a rerun creates none and keeps rows; 2 x 2 on it and a newer schema are refused."""
+    """4 x 4: every table created once, a rerun creates none and keeps rows; 2 x 2 on it and a newer
+    schema are refused."""
     config, dsn = _config(tmp_path, "mig_"), mariadb.dsn
     assert cli_main(["migrate", "--config", str(config), "--mysql-dsn", dsn]) == 0
     assert capsys.readouterr().out.strip().endswith(f"{4 * TABLES_PER_DB} tables created")
@@ -122,7 +123,8 @@ async def _world(svc_backend: Production, clock: ManualClock) -> tuple[str, str,
 async def test_audit_and_cold_move(
     mariadb: MariaDb, make_backend: Callable[..., Production], clock: ManualClock
 ) -> None:
-    """The audit passes on honest shards and names money made; the cold move takes only closed old packets and the books still balance."""
+    """The audit passes on honest shards and names money made; the cold move takes only closed old
+    packets and the books still balance."""
     backend = make_backend()
     layout = backend.shards.layout
     done, left, active = await _world(backend, clock)

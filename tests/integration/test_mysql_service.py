@@ -52,7 +52,7 @@ async def test_hot_packet_300_openers_on_two_workers(make_backend: Callable[...,
     outcomes = await asyncio.gather(
         *(workers[i % 2].service.open(u, order_id) for i, u in enumerate(users)), return_exceptions=True
     )
-    winners = {u: o[0].amount_fen for u, o in zip(users, outcomes) if isinstance(o, tuple)}
+    winners = {u: o[0].amount_fen for u, o in zip(users, outcomes, strict=True) if isinstance(o, tuple)}
     assert len(winners) == 100 and sum(winners.values()) == 20000 and min(winners.values()) >= 1
     assert all(isinstance(o, errors.Finished) for o in outcomes if not isinstance(o, tuple))
     receipts = await svc.ports.packets.receipts(order_id)
@@ -85,7 +85,7 @@ async def test_refunds_race_on_three_workers(make_backend: Callable[..., Product
         pass
     assert sum(counts) <= 12
     opened = {o: sum(r.amount_fen for r in await svc.ports.packets.receipts(o)) for o in orders}
-    for sender, order_id, total in zip(senders, orders, range(90, 102)):
+    for sender, order_id, total in zip(senders, orders, range(90, 102), strict=True):
         refunds = [e for e in await svc.ports.ledger.entries(sender, 0, 10) if e.kind == "refund"]
         assert [e.amount_fen for e in refunds] == [total - opened[order_id]]
         packet = await svc.ports.packets.get_packet(order_id)

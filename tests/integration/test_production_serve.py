@@ -21,7 +21,8 @@ DAY_MS = 24 * 3600 * 1000
 
 
 def test_production_backend_over_http(mariadb: MariaDb, redis_standalone: RedisTarget, tmp_path: Path) -> None:
-    """Send, pay, 60 members open a 50-share packet on 2 workers, credits and a refund arrive, the shards audit clean."""
+    """Send, pay, 60 members open a 50-share packet on 2 workers, credits and a refund arrive, the
+    shards audit clean."""
     redis_standalone.flush()
     server = start_production(tmp_path / "prod", mariadb, redis_standalone.url)
     try:
@@ -34,7 +35,7 @@ def test_production_backend_over_http(mariadb: MariaDb, redis_standalone: RedisT
         async def storm() -> tuple[dict[str, int], dict[str, object]]:
             async with Crowd(server, 60) as crowd:
                 opened = await fan_out(server, crowd, "POST", f"/v1/packets/{lucky}/open", members)
-                won = {u: ok(r)["amount_fen"] for u, r in zip(members, opened) if r.status_code == 200}
+                won = {u: ok(r)["amount_fen"] for u, r in zip(members, opened, strict=True) if r.status_code == 200}
                 assert sorted({r.status_code for r in opened}) == [200, 410] and len(won) == 50
                 await fan_out(server, crowd, "POST", f"/v1/packets/{left}/open", members[:1])
                 return won, await details_of(server, crowd, lucky, "S")

@@ -34,7 +34,8 @@ async def test_m23_credit_worker_dies_before_its_acks(
     make_backend: Callable[..., Production],
     clock: ManualClock,
 ) -> None:
-    """M-23: worker one dies after crediting (one even before marking the receipt), unacked; worker two reclaims: each receipt credited once, a lost message is reconciled."""
+    """M-23: worker one dies after crediting (one even before marking the receipt), unacked; worker
+    two reclaims: each receipt credited once, a lost message is reconciled."""
     one, two = make_backend(), make_backend()
     for worker in (one, two):
         worker.service.crediting_mode = CreditingMode.QUEUED

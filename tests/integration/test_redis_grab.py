@@ -35,7 +35,8 @@ def _state(target: RedisTarget, order_id: str) -> dict[str, str]:
 
 
 async def test_grab_state_follows_the_packet(make_backend: Make, redis_target: RedisTarget, clock: ManualClock) -> None:
-    """Pay writes the key, each open adds the opener (after SCRIPT FLUSH too), the last share finishes it; another worker grabs from it."""
+    """Pay writes the key, each open adds the opener (after SCRIPT FLUSH too), the last share
+    finishes it; another worker grabs from it."""
     one, two = make_backend(), make_backend()
     await suite._group(one.service, "g", ["S", "A", "B", "C"])
     order_id = await suite._paid(one.service, "S", {"count": 2, "total_fen": 100, "group_id": "g"})
@@ -73,7 +74,8 @@ async def test_grab_state_follows_the_packet(make_backend: Make, redis_target: R
 async def test_grab_state_rebuilt_from_the_db(
     make_backend: Make, redis_target: RedisTarget, clock: ManualClock
 ) -> None:
-    """After a flush, a grab rebuilds the key from the DB (marked rebuilt, remaining count frozen); openers are told their amounts; the last share finishes it."""
+    """After a flush, a grab rebuilds the key from the DB (marked rebuilt, remaining count frozen);
+    openers are told their amounts; the last share finishes it."""
     one, two = make_backend(), make_backend()
     await suite._group(one.service, "g", ["S", "A", "B", "C", "D"])
     order_id = await suite._paid(one.service, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
@@ -104,7 +106,8 @@ async def test_grab_state_rebuilt_from_the_db(
 async def test_refund_and_refusals_update_the_state(
     make_backend: Make, redis_target: RedisTarget, clock: ManualClock
 ) -> None:
-    """A refund sets the key's status; an exclusive packet's key answers its receiver only; an unknown id is 404 and leaves no key."""
+    """A refund sets the key's status; an exclusive packet's key answers its receiver only; an
+    unknown id is 404 and leaves no key."""
     backend = make_backend()
     svc = backend.service
     await suite._group(svc, "g", ["S", "A"])
@@ -129,8 +132,9 @@ async def test_refund_and_refusals_update_the_state(
 
 
 async def test_grab_soon_answers_as_grab_or_says_later(make_backend: Make, redis_target: RedisTarget) -> None:
-    """grab_soon (the HTTP grab's path without a coroutine) answers from one HMGET what grab answers, and says Later
-    where grab needs the database: a member not cached in this worker, a packet missing from Redis, an unknown amount."""
+    """grab_soon (the HTTP grab's path without a coroutine) answers from one HMGET what grab
+    answers, and says Later where grab needs the database: a member not cached in this worker, a
+    packet missing from Redis, an unknown amount."""
     one, two = make_backend(), make_backend()
     await suite._group(one.service, "g", ["S", "A", "B", "C"])
     order_id = await suite._paid(one.service, "S", {"count": 3, "total_fen": 300, "group_id": "g"})

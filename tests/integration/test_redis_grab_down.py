@@ -19,7 +19,7 @@ from hongbao.core import errors
 from hongbao.core.adapters.redis_client import Pipelines
 from hongbao.core.adapters.redis_grab import RedisGrabState, key
 from hongbao.core.adapters.redis_money import REDIS_DOWN
-from hongbao.core.breaker import Breaker
+from hongbao.core.breaker import Breaker, BreakerOpen
 from hongbao.core.clock import ManualClock
 from hongbao.core.packet import Receipt
 from hongbao.core.ports import OpenResult
@@ -107,7 +107,8 @@ def service_redis(own_redis: OwnRedis) -> RedisTarget:
 
 
 async def test_redis_down_at_grab(make_backend: Make, own_redis: OwnRedis, clock: ManualClock) -> None:
-    """Redis stopped: grabs answer from the DB (rate-limited, 503 beyond, fast once the breaker is open); restarted empty: the grab state is rebuilt."""
+    """Redis stopped: grabs answer from the DB (rate-limited, 503 beyond, fast once the breaker is
+    open); restarted empty: the grab state is rebuilt."""
     counts: dict[str, int] = {}
     one, two = (
         make_backend(),
@@ -146,7 +147,8 @@ async def test_redis_down_at_grab(make_backend: Make, own_redis: OwnRedis, clock
 
 
 async def test_lost_write_is_repaired_by_the_next_read(redis_standalone: RedisTarget) -> None:
-    """A write skipped by an open breaker while Redis kept the key: this worker's next read deletes the stale key (rebuilt from the DB)."""
+    """A write skipped by an open breaker while Redis kept the key: this worker's next read deletes
+    the stale key (rebuilt from the DB)."""
     redis_standalone.flush()
     now = [0.0]
     counts: dict[str, int] = {}
@@ -162,7 +164,7 @@ async def test_lost_write_is_repaired_by_the_next_read(redis_standalone: RedisTa
             raise ConnectionError("down")
 
         for _ in range(2):
-            with pytest.raises(Exception):
+            with pytest.raises(BreakerOpen):
                 await breaker.call(down)
         await state.opened("o1", [OpenResult(Receipt("o1", "A", 5, 0))])
         assert counts["redis_grab_lost_writes"] == 1 and redis_standalone.sync_client().hget(name, "n") == b"2"

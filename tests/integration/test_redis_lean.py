@@ -62,7 +62,11 @@ async def test_one_tick_is_one_write_in_order(redis_target: RedisTarget) -> None
         assert await asyncio.gather(*(_send(lean, k, "SET", k, k) for k in keys)) == [b"OK"] * 60
         assert await asyncio.gather(*(_send(lean, k, "GET", k) for k in keys)) == [k.encode() for k in keys]
         connections = [lean._single] if lean._single is not None else list(lean._by_node.values())
-        ours = {"%s:%d" % c._transport.get_extra_info("sockname")[:2] for c in connections if c._transport is not None}
+        ours = {
+            "{}:{:d}".format(*c._transport.get_extra_info("sockname")[:2])
+            for c in connections
+            if c._transport is not None
+        }
         seen = {entry["addr"] for port in redis_target.ports for entry in redis_target.sync_client(port).client_list()}
         assert len(ours) == len(redis_target.ports) and ours <= seen  # one connection per server, as Redis sees them
         lean.close()
@@ -89,7 +93,8 @@ async def test_error_replies_are_redis_py_exceptions(redis_target: RedisTarget) 
 
 
 async def test_reconnects_after_a_real_restart(tmp_path: Path) -> None:
-    """Commands waiting when redis-server stops fail with ConnectionError; after its restart the next command connects again."""
+    """Commands waiting when redis-server stops fail with ConnectionError; after its restart the
+    next command connects again."""
     (port,) = redis_servers.free_ports(1)
     process = redis_servers.start_on(tmp_path, port)
     client = redis_client(f"redis://127.0.0.1:{port}", cluster=False)
@@ -113,7 +118,8 @@ async def test_reconnects_after_a_real_restart(tmp_path: Path) -> None:
 
 
 async def test_a_silent_server_times_out(tmp_path: Path) -> None:
-    """A stopped (SIGSTOP) redis-server fails waiting commands with TimeoutError after socket_timeout; resumed, it answers again."""
+    """A stopped (SIGSTOP) redis-server fails waiting commands with TimeoutError after
+    socket_timeout; resumed, it answers again."""
     (port,) = redis_servers.free_ports(1)
     process = redis_servers.start_on(tmp_path, port)
     client = redis_client(f"redis://127.0.0.1:{port}", cluster=False, socket_timeout_s=0.3)
@@ -135,7 +141,8 @@ async def test_a_silent_server_times_out(tmp_path: Path) -> None:
 
 
 async def test_cluster_moved_after_a_real_slot_migration(redis_cluster: RedisTarget) -> None:
-    """After a slot moves to another primary the lean path sees MOVED, Pipelines answers through redis-py, and the refreshed map routes lean again."""
+    """After a slot moves to another primary the lean path sees MOVED, Pipelines answers through
+    redis-py, and the refreshed map routes lean again."""
     redis_cluster.flush()
     async with redis_cluster.connect() as client:
         assert isinstance(client, RedisCluster)

@@ -23,7 +23,8 @@ async def _rows(svc: PacketService, user: str, direction: str) -> list[tuple[str
 async def test_reconciler_writes_the_list_rows_a_dead_queue_lost(
     open_on: Open, clock: ManualClock, private_redis: PrivateRedis
 ) -> None:
-    """Redis stopped at pay and open: no list row is written then; the reconciler writes the sent row, every received row and the best-luck flag, and a second run writes nothing."""
+    """Redis stopped at pay and open: no list row is written then; the reconciler writes the sent
+    row, every received row and the best-luck flag, and a second run writes nothing."""
     backend, counts = await open_on(private_redis.url, False)
     svc = backend.service
     await suite._group(svc, "g", ["S", "A", "B", "C"])

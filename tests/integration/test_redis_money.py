@@ -42,7 +42,8 @@ def open_on(
     admission: hongbao_native.AdmissionTable,
     loop_cleanups: list[Callable[[], Awaitable[None]]],
 ) -> Open:
-    """A worker's production backend on emptied MariaDB shards and the Redis at (url, cluster), with its fallback counters."""
+    """A worker's production backend on emptied MariaDB shards and the Redis at (url, cluster), with
+    its fallback counters."""
     layout = migrated(mariadb, SERVICE_LAYOUT)
 
     async def make(url: str, cluster: bool) -> tuple[Production, dict[str, int]]:
@@ -75,7 +76,8 @@ async def _preorder_rows(backend: Production) -> int:
 
 
 async def test_send_pay_cancel_on_redis(open_on: Open, redis_target: RedisTarget) -> None:
-    """60 concurrent sends get unique source-0 ids, pre-orders live in Redis only (spread over the masters), pay and cancel work."""
+    """60 concurrent sends get unique source-0 ids, pre-orders live in Redis only (spread over the
+    masters), pay and cancel work."""
     backend, counts = await open_on(redis_target.url, redis_target.cluster)
     svc = backend.service
     await suite._group(svc, "g", ["A", "B"])
@@ -99,7 +101,8 @@ async def test_send_pay_cancel_on_redis(open_on: Open, redis_target: RedisTarget
 
 
 async def test_pay_and_cancel_race_on_redis(open_on: Open, redis_target: RedisTarget) -> None:
-    """20 pre-orders, each paid and cancelled at once: exactly one of the two wins per order, and the balance follows the pays."""
+    """20 pre-orders, each paid and cancelled at once: exactly one of the two wins per order, and
+    the balance follows the pays."""
     backend, _ = await open_on(redis_target.url, redis_target.cluster)
     svc = backend.service
     await suite._group(svc, "g", ["A"])
@@ -150,7 +153,8 @@ async def test_lapsed_pre_order_key_expires(open_on: Open, redis_standalone: Red
 async def test_redis_down_at_send(
     open_on: Open, tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]
 ) -> None:
-    """Redis stopped: sends take DB ids and DB pre-orders, cheaply (breaker), pays work; Redis restarted empty: it takes over, ids are not reissued."""
+    """Redis stopped: sends take DB ids and DB pre-orders, cheaply (breaker), pays work; Redis
+    restarted empty: it takes over, ids are not reissued."""
     (port,) = free_ports(1)
     process = redis_servers.start_on(tmp_path, port)
     loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
@@ -192,7 +196,8 @@ def _counter(metrics: str, name: str) -> float:
 
 
 def test_redis_down_at_send_over_http(mariadb: MariaDb, tmp_path: Path) -> None:
-    """`hongbao serve --backend production`: Redis stopped, send and pay still answer, /metrics counts the fallbacks; Redis back, ids come from it again."""
+    """`hongbao serve --backend production`: Redis stopped, send and pay still answer, /metrics
+    counts the fallbacks; Redis back, ids come from it again."""
     (port,) = free_ports(1)
     process = redis_servers.start_on(tmp_path / "redis", port)
     server = start_production(tmp_path / "srv", mariadb, f"redis://127.0.0.1:{port}", workers=1, pool_size=2)

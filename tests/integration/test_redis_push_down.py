@@ -75,7 +75,9 @@ def _warnings(server: Server, since: int) -> list[str]:
 
 
 def test_push_while_redis_is_down(tmp_path: Path, private_redis: PrivateRedis) -> None:
-    """Redis stopped: pushes answer 503 in < 50 ms, logins 503 + Retry-After at once, one warning per breaker opening, A keeps u1 (failures tolerated) while B drops u2 after 3 (1011); restarted: logins and pushes work."""
+    """Redis stopped: pushes answer 503 in < 50 ms, logins 503 + Retry-After at once, one warning
+    per breaker opening, A keeps u1 (failures tolerated) while B drops u2 after 3 (1011); restarted:
+    logins and pushes work."""
     nodes = RedisNodes(tmp_path, private_redis.target)
     try:
         a = nodes.start("a", extra_config="push_store_failures = 1000\n")[0]

@@ -103,7 +103,8 @@ async def test_retried_claim_returns_its_entries(redis_target: RedisTarget) -> N
 
 
 def test_queues_share_one_slot(redis_cluster: RedisTarget) -> None:
-    """Every queue key (and a publish's nonce) hashes to one cluster slot, so a publish to several streams is one script."""
+    """Every queue key (and a publish's nonce) hashes to one cluster slot, so a publish to several
+    streams is one script."""
     slots = {
         redis_cluster.cli("cluster", "keyslot", key)
         for key in (*map(queue_key, ("credit", "lists", "push_group")), "{queue}:nonce:x")

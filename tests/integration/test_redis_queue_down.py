@@ -27,7 +27,8 @@ async def test_queue_down_at_open(
     tmp_path: Path,
     loop_cleanups: list[Callable[[], Awaitable[None]]],
 ) -> None:
-    """Redis stopped: 20 opens commit in well under a second (breaker), nothing is queued, the reconciler credits each once; Redis back: credits queue again."""
+    """Redis stopped: 20 opens commit in well under a second (breaker), nothing is queued, the
+    reconciler credits each once; Redis back: credits queue again."""
     (port,) = redis_servers.free_ports(1)
     process = redis_servers.start_on(tmp_path, port)
     loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))

@@ -72,7 +72,8 @@ class Storm:
 
 
 async def _storm(server: Server, gid: str, process: list[Any], redis_dir: Path, port: int) -> Storm:
-    """The storm over ``OUTAGE_S``: redis-server (``process[0]``) SIGKILLed after the first span, started empty after the second."""
+    """The storm over ``OUTAGE_S``: redis-server (``process[0]``) SIGKILLed after the first span,
+    started empty after the second."""
     storm = Storm(server, gid)
 
     async def chaos() -> None:
@@ -105,18 +106,22 @@ async def _again(
         grabs = await crowd.run(
             [lambda c, o=o, u=u: c.post(f"/v1/packets/{o}/grab", headers=auth(server, u)) for o, u in pairs]
         )
-    return ({p: ok(r)["amount_fen"] for p, r in zip(pairs, opens)}, {p: ok(r) for p, r in zip(pairs, grabs)})
+    return (
+        {p: ok(r)["amount_fen"] for p, r in zip(pairs, opens, strict=True)},
+        {p: ok(r) for p, r in zip(pairs, grabs, strict=True)},
+    )
 
 
 async def _receipts(server: Server, orders: list[str]) -> dict[tuple[str, str], int]:
     """Every receipt of ``orders``, from their details (the DB), as (order, user) -> amount_fen."""
     async with Crowd(server, 10) as crowd:
         got = await crowd.run([lambda c, o=o: c.get(f"/v1/packets/{o}", headers=auth(server, "S")) for o in orders])
-    return {(o, r["user_id"]): r["amount_fen"] for o, d in zip(orders, got) for r in ok(d)["receipts"]}
+    return {(o, r["user_id"]): r["amount_fen"] for o, d in zip(orders, got, strict=True) for r in ok(d)["receipts"]}
 
 
 def test_redis_killed_mid_storm_and_restarted_empty(mariadb: MariaDb, tmp_path: Path) -> None:
-    """redis-server SIGKILLed under sends, grabs and opens, back empty: each open answered once is one receipt, reopens and grabs give the same amounts, all credited, audit clean."""
+    """redis-server SIGKILLed under sends, grabs and opens, back empty: each open answered once is
+    one receipt, reopens and grabs give the same amounts, all credited, audit clean."""
     (port,) = redis_servers.free_ports(1)
     redis_dir = tmp_path / "redis"
     process = [redis_servers.start_on(redis_dir, port)]

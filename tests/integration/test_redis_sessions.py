@@ -225,7 +225,9 @@ async def test_memory_per_online_user_within_budget(redis_standalone: RedisTarge
     sids = [f"{i:016d}" for i in range(2000)]  # the handshake's sid: 16 url-safe characters
     async with redis_standalone.connect() as client:
         store = RedisSessionStore(Pipelines(client), 600)
-        await asyncio.gather(*(store.login(uid, sid, "web-01/123456", T0) for uid, sid in zip(users, sids)))
+        await asyncio.gather(
+            *(store.login(uid, sid, "web-01/123456", T0) for uid, sid in zip(users, sids, strict=True))
+        )
         session = sum([await _usage(client, session_key(uid)) for uid in users[:200]]) / 200
         route = sum([await _usage(client, route_key(sid)) for sid in sids[:200]]) / 200
         online = sum([await _usage(client, f"online:{{{n}}}") for n in range(16)]) / len(users)

@@ -38,7 +38,8 @@ async def _received(svc: PacketService, user: str) -> list[tuple[object, object,
 
 
 async def test_details_follow_every_write(open_on: Open, redis_target: RedisTarget, clock: ManualClock) -> None:
-    """Cached details: the opening worker sees its open at once, the other within the memory TTL from a bumped Redis; finished details (best luck) are kept; a non-member is refused."""
+    """Cached details: the opening worker sees its open at once, the other within the memory TTL
+    from a bumped Redis; finished details (best luck) are kept; a non-member is refused."""
     one, _ = await open_on(redis_target.url, redis_target.cluster)
     two, _ = await open_on(redis_target.url, redis_target.cluster)
     w1, w2 = one.service, two.service
@@ -62,7 +63,8 @@ async def test_details_follow_every_write(open_on: Open, redis_target: RedisTarg
 
 
 async def test_lists_after_credit_and_a_flush(open_on: Open, redis_target: RedisTarget, clock: ManualClock) -> None:
-    """A cached (empty) received list shows the rows once drained, on both workers; after FLUSHALL the lists and details are rebuilt from the DB, equal."""
+    """A cached (empty) received list shows the rows once drained, on both workers; after FLUSHALL
+    the lists and details are rebuilt from the DB, equal."""
     one, _ = await open_on(redis_target.url, redis_target.cluster)
     two, _ = await open_on(redis_target.url, redis_target.cluster)
     w1, w2 = one.service, two.service
@@ -87,7 +89,8 @@ async def test_lists_after_credit_and_a_flush(open_on: Open, redis_target: Redis
 
 
 async def test_details_with_redis_down(open_on: Open, clock: ManualClock, private_redis: PrivateRedis) -> None:
-    """Redis stopped: details and lists come from the DB in well under a second each (breaker), counted as fallbacks; opens while down show at once; Redis back (empty): cached again."""
+    """Redis stopped: details and lists come from the DB in well under a second each (breaker),
+    counted as fallbacks; opens while down show at once; Redis back (empty): cached again."""
     backend, counts = await open_on(private_redis.url, False)
     svc = backend.service
     await suite._group(svc, "g", ["S", "A", "B", "C"])

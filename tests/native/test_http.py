@@ -33,7 +33,7 @@ def feed_split(data: bytes, cuts: list[int]) -> list[Request]:
     parser = RequestParser()
     out: list[Request] = []
     last = 0
-    for cut in sorted(c % (len(data) + 1) for c in cuts) + [len(data)]:
+    for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
         out.extend(parser.feed(data[last:cut]))
         last = cut
     return out
@@ -106,7 +106,7 @@ def reference_parse(data: bytes) -> list[_RefMessage]:
 def assert_matches_reference(data: bytes, ours: list[Request]) -> None:
     ref = reference_parse(data)
     assert len(ours) == len(ref)
-    for mine, theirs in zip(ours, ref):
+    for mine, theirs in zip(ours, ref, strict=True):
         assert mine.method == theirs.method.decode()
         assert mine.target == theirs.url.decode("latin-1")
         assert mine.version == theirs.version
@@ -732,7 +732,7 @@ def test_arbitrary_bytes_only_raise_http_parse_error(data: bytes, cuts: list[int
         return got, None
 
     bounds = sorted(c % (len(data) + 1) for c in cuts)
-    pieces = [data[a:b] for a, b in zip([0, *bounds], [*bounds, len(data)])]
+    pieces = [data[a:b] for a, b in zip([0, *bounds], [*bounds, len(data)], strict=True)]
     split_reqs, split_status = outcome(pieces)
     whole_reqs, whole_status = outcome([data])
     assert split_status == whole_status
@@ -861,7 +861,7 @@ def test_encode_response_checks_header_shapes(headers: object, error: type[Excep
 
 def test_encode_response_accepts_iterable_headers() -> None:
     """A generator of pairs works like a list."""
-    pairs = (("X-%d" % i, str(i)) for i in range(2))
+    pairs = ((f"X-{i}", str(i)) for i in range(2))
     assert encode_response(201, pairs, b"") == b"HTTP/1.1 201 Created\r\nX-0: 0\r\nX-1: 1\r\nContent-Length: 0\r\n\r\n"
 
 

@@ -66,7 +66,7 @@ def test_damm_reference_table_is_weakly_totally_anti_symmetric() -> None:
     """The reference table is Damm's: a Latin square, zero diagonal, (c*x)*y == (c*y)*x only if x == y."""
     t = ref.DAMM_TABLE
     assert all(sorted(row) == list(range(10)) for row in t)
-    assert all(sorted(col) == list(range(10)) for col in zip(*t))
+    assert all(sorted(col) == list(range(10)) for col in zip(*t, strict=True))
     assert all(t[i][i] == 0 for i in range(10))
     for c in range(10):
         for x in range(10):
@@ -152,7 +152,7 @@ def test_every_single_substitution_and_adjacent_swap_is_rejected() -> None:
         variants += [oid[:i] + oid[i + 1] + oid[i] + oid[i + 2 :] for i in range(19) if oid[i] != oid[i + 1]]
         for v in variants:
             assert not hn.is_valid_order_id(v)
-            with pytest.raises(ValueError, match="^order id check digit: "):
+            with pytest.raises(ValueError, match=r"^order id check digit: "):
                 hn.decode_order_id(v)
             assert not ref.is_valid(v)
         checked += len(variants)

@@ -198,7 +198,7 @@ def test_growing_the_cluster_moves_about_one_share_to_the_new_node(n: int) -> No
     keys = [f"user:{i}" for i in range(100_000)]
     before = [hn.node_of(k, n) for k in keys]
     after = [hn.node_of(k, n + 1) for k in keys]
-    moved = [(b, a) for b, a in zip(before, after) if a != b]
+    moved = [(b, a) for b, a in zip(before, after, strict=True) if a != b]
     assert all(a == n for _, a in moved)
     p = 1 / (n + 1)
     sd = (len(keys) * p * (1 - p)) ** 0.5

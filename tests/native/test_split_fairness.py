@@ -47,7 +47,7 @@ def oracle(total: int, count: int, rule: Kernel) -> list[Dist]:
         if n == 1:
             shares.append((lo, weights, denom))
             break
-        live = [(m, w, rule(m, n)) for m, w in zip(range(lo, lo + len(weights)), weights) if w]
+        live = [(m, w, rule(m, n)) for m, w in zip(range(lo, lo + len(weights)), weights, strict=True) if w]
         common = math.lcm(*{den * (u + 1) for _, _, parts in live for num, den, u in parts if num})
         widest = max(u for _, _, parts in live for num, _, u in parts if num)
         new_lo = lo - 1 - widest

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+from itertools import pairwise
 
 import hongbao_native as hn
 import pytest
@@ -65,7 +66,7 @@ def ref_tuples(frames: list[ref.RefFrame]) -> list[tuple[int, bytes, int | None,
 def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
     pts = sorted({c % (len(data) + 1) for c in cuts})
     bounds = [0, *pts, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [data[a:b] for a, b in pairwise(bounds)]
 
 
 # --- accept_key ---------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def test_frame_attributes_and_repr() -> None:
     assert "close_code=1000" in repr(close)
     assert (ping.opcode, ping.payload, ping.close_code) == (hn.OP_PING, b"p", None)
     with pytest.raises(ValueError, match="not a text message"):
-        ping.text
+        _ = ping.text
     assert (hn.OP_CONT, hn.OP_TEXT, hn.OP_BINARY, hn.OP_CLOSE, hn.OP_PING, hn.OP_PONG) == (0, 1, 2, 8, 9, 10)
 
 
@@ -417,7 +418,8 @@ def test_p23_frame_over_max_frame_size() -> None:
 
 
 def test_p25_ping_edge_cases() -> None:
-    """P-25: a 126-byte ping is 1002; an unsolicited pong is delivered (for the app to ignore); ten pings give ten frames."""
+    """P-25: a 126-byte ping is 1002; an unsolicited pong is delivered (for the app to ignore); ten
+    pings give ten frames."""
     assert outcome(b"\x89\xfe\x00\x7e" + KEY + b"p" * 126) == 1002
     assert outcome(b"\x89\xfd" + KEY + b"p" * 125) is None
     frames = server().feed(m(hn.OP_PONG, b"unsolicited") + b"".join(m(hn.OP_PING, bytes([i])) for i in range(10)))
@@ -554,7 +556,8 @@ def raw_streams(draw: st.DrawFn) -> bytes:
     st.sampled_from([(130, 300), (100, 150), (40, 90)]),
 )
 def test_decoder_matches_reference(data: bytes, cuts: list[int], require_mask: bool, limits: tuple[int, int]) -> None:
-    """On random (often invalid, often truncated) streams native and reference agree on the frames and the close code."""
+    """On random (often invalid, often truncated) streams native and reference agree on the frames
+    and the close code."""
     want_frames, want_code = ref.decode_stream(data, *limits, require_mask)
     whole, code = feed_all(hn.FrameDecoder(*limits, require_mask=require_mask), [data])
     assert code == want_code

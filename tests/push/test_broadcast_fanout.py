@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Awaitable, Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,8 @@ async def publish_and_send(
 
 
 async def test_one_read_reaches_a_subscriber_in_one_write_per_topic(hub: PushHub) -> None:
-    """Broadcasts of two topics read together: each subscriber gets one write per topic with that topic's messages in order."""
+    """Broadcasts of two topics read together: each subscriber gets one write per topic with that
+    topic's messages in order."""
     only_a, both, only_b = subscribed(hub, "a", "A"), subscribed(hub, "ab", "A", "B"), subscribed(hub, "b", "B")
     sends = hub.metrics.events["push_broadcast_sends"]
     await publish_and_send(hub, [("A", 1), ("B", 2), ("A", 3), ("A", 4), ("B", 5)])
@@ -161,7 +163,7 @@ def test_joined_keeps_the_bytes_in_order_within_the_write_size(sizes: list[int])
         while len(run) < len(piece):
             run += next(bounds)
         assert run == piece and (len(piece) <= JOIN_MAX_BYTES or piece in frames)
-    assert all(len(a) + len(b) > JOIN_MAX_BYTES for a, b in zip(pieces, pieces[1:]))
+    assert all(len(a) + len(b) > JOIN_MAX_BYTES for a, b in pairwise(pieces))
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +175,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def test_a_burst_of_broadcasts_arrives_whole_and_in_order(server: Server) -> None:
-    """Broadcasts published concurrently (so reads carry several) reach every subscriber once, in offset order, per topic."""
+    """Broadcasts published concurrently (so reads carry several) reach every subscriber once, in
+    offset order, per topic."""
 
     async def scenario() -> None:
         subscribers = [await connect(server, f"burst{i}") for i in range(6)]

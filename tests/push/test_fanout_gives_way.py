@@ -58,7 +58,8 @@ class Subscribers:
 
 
 async def test_a_publish_during_a_long_fanout_is_answered_before_the_next_chunk(hub: PushHub) -> None:
-    """A broadcast published at a turn of a 4-chunk fan-out is answered before another chunk is written, in well under a chunk's time."""
+    """A broadcast published at a turn of a 4-chunk fan-out is answered before another chunk is
+    written, in well under a chunk's time."""
     subs = Subscribers(hub, 4 * BROADCAST_CHUNK, WRITE_S, BROADCAST_CHUNK + 10)  # signalled in the second chunk
     answered: list[tuple[int, int, float, Stored]] = []
 
@@ -79,7 +80,8 @@ async def test_a_publish_during_a_long_fanout_is_answered_before_the_next_chunk(
 
 
 async def test_publishes_one_after_another_during_a_pass_go_out_in_one_write(hub: PushHub) -> None:
-    """Eight broadcasts published in sequence during a 12-chunk pass reach each subscriber in the next pass's one write, in order."""
+    """Eight broadcasts published in sequence during a 12-chunk pass reach each subscriber in the
+    next pass's one write, in order."""
     subs = Subscribers(hub, 12 * BROADCAST_CHUNK, WRITE_S / 2, 1)
     await hub.fanout.start()
     job = asyncio.ensure_future(hub.fanout.broadcasts_forever())
@@ -99,7 +101,8 @@ async def test_publishes_one_after_another_during_a_pass_go_out_in_one_write(hub
 
 
 async def test_a_stuck_publish_pauses_the_fanout_once_for_at_most_give_way(hub: PushHub, tmp_path: Path) -> None:
-    """A publish stuck behind another connection's write lock on push.db pauses a 12-chunk fan-out once, for GIVE_WAY_S, and is stored after the lock goes."""
+    """A publish stuck behind another connection's write lock on push.db pauses a 12-chunk fan-out
+    once, for GIVE_WAY_S, and is stored after the lock goes."""
     conns = [subscribed(hub, f"u{i}", "T") for i in range(12 * BROADCAST_CHUNK)]
     await hub.fanout.start()
     cursor, _ = await hub.stores.topics.read(None, 0)

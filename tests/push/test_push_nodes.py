@@ -42,7 +42,7 @@ def test_forward_to_a_crashed_node_queues_is_swept_and_replays_once(cluster: tup
     users = ["u1", "z1", "z2", "z3"]
 
     async def scenario() -> None:
-        ws, *others = [await connect(b, uid) for uid in users]
+        ws, *_others = [await connect(b, uid) for uid in users]
         await eventually(lambda: sessions(nodes, users) == 4)
         async with admin(a) as client:
             first = await push(client, user_id="u1", event="e", data=1)
@@ -87,7 +87,7 @@ def test_stale_route_cache_is_looked_up_again(cluster: tuple[Nodes, Server, Serv
 def test_internal_listener_needs_the_shared_secret(cluster: tuple[Nodes, Server, Server]) -> None:
     """A node's internal listener answers 401 without the shared secret (derived from the data
     directory's key, never logged), and "not here" for a session it does not hold."""
-    nodes, a, _ = cluster
+    nodes, _, _ = cluster
     with sqlite3.connect(nodes.data_dir / "push.db") as db:
         addresses = [
             str(row[0])

@@ -92,7 +92,8 @@ def worker(tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]) -
 
 
 async def test_overtaken_message_reaches_a_fresh_session(worker: Worker) -> None:
-    """On a session that has sent nothing yet, a later offset delivered first waits for the earlier one, each sent once."""
+    """On a session that has sent nothing yet, a later offset delivered first waits for the earlier
+    one, each sent once."""
     hub, conn = worker.hub, Socket("fresh")
     await hub.attach(conn, None, None)
     assert conn.sent == []

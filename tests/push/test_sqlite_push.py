@@ -56,7 +56,8 @@ async def test_login_replaces_and_logout_compares(dbs: tuple[SqliteDb, SqliteDb]
 
 
 async def test_dead_node_reads_offline_and_is_swept(dbs: tuple[SqliteDb, SqliteDb]) -> None:
-    """A node whose liveness lapsed: its users read offline at once (one by one or together), and a sweep removes them."""
+    """A node whose liveness lapsed: its users read offline at once (one by one or together), and a
+    sweep removes them."""
     a, b = dbs
     nodes, sessions = SqliteNodeDirectory(a), SqliteSessionStore(b)
     await nodes.heartbeat("h/dead", "127.0.0.1:9", 0.2)

@@ -45,7 +45,7 @@ def chacha20_block(key: bytes, counter: int, nonce: bytes) -> bytes:
         _quarter_round(x, 1, 6, 11, 12)
         _quarter_round(x, 2, 7, 8, 13)
         _quarter_round(x, 3, 4, 9, 14)
-    return struct.pack("<16I", *((a + b) & _MASK for a, b in zip(x, state)))
+    return struct.pack("<16I", *((a + b) & _MASK for a, b in zip(x, state, strict=True)))
 
 
 class ChaCha20U64Stream:

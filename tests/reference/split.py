@@ -105,7 +105,10 @@ class Splitter:
 
     def __init__(self, seed: int | None = None) -> None:
         if seed is None:
-            next_u64: Callable[[], int] = lambda: secrets.randbits(64)
+
+            def next_u64() -> int:
+                return secrets.randbits(64)
+
         else:
             next_u64 = ChaCha20U64Stream(seed_key(seed)).next_u64
         self.below: Below = lambda k: below_u64(next_u64, k)

@@ -50,7 +50,8 @@ async def storm(server: Server) -> None:
 
 
 async def test_300_openers_on_100_shares(server: Server) -> None:
-    """300 concurrent openers of a 100-share packet: 100 receipts summing to T, 200 answers 410, no share below 1 fen."""
+    """300 concurrent openers of a 100-share packet: 100 receipts summing to T, 200 answers 410, no
+    share below 1 fen."""
     await storm(server)
 
 

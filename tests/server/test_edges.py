@@ -184,7 +184,8 @@ def test_out_of_range_settings_stop_the_start(
 
 @pytest.mark.parametrize("ttl", ["inf", "1e300", "nan", "-5", "0", "315360001"])
 def test_token_ttl_must_be_finite_and_at_most_ten_years(tmp_path: Path, ttl: str) -> None:
-    """`hongbao token --ttl` refuses an infinite, huge, NaN, negative or zero lifetime with argparse's exit 2, no token."""
+    """`hongbao token --ttl` refuses an infinite, huge, NaN, negative or zero lifetime with
+    argparse's exit 2, no token."""
     result = _cli(tmp_path, ["token", "--user", "bob", "--ttl", ttl])
     assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
     assert f"argument --ttl: must be more than 0 and at most 315360000 seconds (10 years), got {ttl}" in result.stderr

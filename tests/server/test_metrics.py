@@ -27,7 +27,8 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_requests_and_latency_are_exact_per_route_and_status(tmp_path: Path) -> None:
-    """Requests by (route, status), and each route's histogram (buckets, count, sum over its statuses) add up exactly."""
+    """Requests by (route, status), and each route's histogram (buckets, count, sum over its
+    statuses) add up exactly."""
     metrics = WorkerMetrics(tmp_path)
     assert metrics.route("/a") is metrics.route("/a")
     for route, status, seconds in OBSERVED:

@@ -300,7 +300,8 @@ def test_m11_refund_exactly_once_on_three_workers(make_server: Callable[..., Ser
 
 
 def test_m13_expiry_edge_to_the_millisecond(server: Server) -> None:
-    """M-13: open at expires_at - 1 ms succeeds and nothing is refunded; at expires_at opens are 410 and the rest refunds."""
+    """M-13: open at expires_at - 1 ms succeeds and nothing is refunded; at expires_at opens are 410
+    and the rest refunds."""
     gid = group(server, "sender", ["early", "late"])
     order = paid_packet(
         server, "sender", {"kind": "lucky", "count": 3, "total_fen": 300, "group_id": gid}, fund_fen=300
@@ -578,7 +579,8 @@ async def test_m21_hot_row_three_workers_one_transaction_at_a_time(make_server: 
 
 
 def test_m22_grab_is_advisory(server: Server) -> None:
-    """M-22: 15 users pass grab on a 10-share packet; 10 opens succeed, 5 get 410 and no money, grabbers stay out of details."""
+    """M-22: 15 users pass grab on a 10-share packet; 10 opens succeed, 5 get 410 and no money,
+    grabbers stay out of details."""
     openers = [f"g{i:02}" for i in range(15)]
     lookers = ["l0", "l1", "l2"]
     gid = group(server, "sender", openers + lookers)
@@ -641,7 +643,7 @@ def test_m23_every_receipt_is_credited_exactly_once(make_server: Callable[..., S
     for order, (_, total, count) in zip(orders, plan, strict=True):
         assert len(receipts[order]) == count and sum(r["amount_fen"] for r in receipts[order]) == total
     owed: Counter[str] = Counter()
-    for order, rows in receipts.items():
+    for rows in receipts.values():
         for r in rows:
             owed[r["user_id"]] += r["amount_fen"]
 

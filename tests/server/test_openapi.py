@@ -585,7 +585,8 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
 
 
 def test_slow_and_surplus_connections_match_the_spec(make_server: Callable[..., Server]) -> None:
-    """A head that arrives too slowly gets the documented 408, and a connection past max_connections the documented 503 busy."""
+    """A head that arrives too slowly gets the documented 408, and a connection past max_connections
+    the documented 503 busy."""
     server = make_server(extra_config="header_timeout_s = 0.3\nmax_connections = 3\n")
     check = Checker()
     slow = raw(server, b"GET /healthz HTTP/1.1\r\nHost: x\r\n", wait_s=0.6)

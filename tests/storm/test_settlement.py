@@ -24,7 +24,8 @@ USERS = 12
 def test_push_clients_stay_connected_through_the_settlement(
     make_server: Callable[..., Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An event pushed to every online user during the settlement, after the clients' quiet wait, reaches each of them once."""
+    """An event pushed to every online user during the settlement, after the clients' quiet wait,
+    reaches each of them once."""
     monkeypatch.setattr(runner.secrets, "token_hex", lambda n: RUN)  # the run tag names the users
     server = make_server()
     scenario = load_scenario(

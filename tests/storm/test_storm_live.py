@@ -62,9 +62,11 @@ def storm(server: Server, out: Path | None, *extra: str, cwd: Path | None = None
 
 
 def test_short_storm_audits_clean_and_reports(make_server: Callable[..., Server], tmp_path: Path) -> None:
-    """A short storm audits clean, the receipts clients saw are the database's, pushes arrive, and the report has real values."""
+    """A short storm audits clean, the receipts clients saw are the database's, pushes arrive, and
+    the report has real values."""
     server = make_server()
-    # drop_p 0.5: some of the ~24 online users (random ids) drop and resume; at the default 0.1 none did in 0.9**24 = 8 % of runs
+    # drop_p 0.5: some of the ~24 online users (random ids) drop and resume; at the default 0.1 none
+    # did in 0.9**24 = 8 % of runs
     done = storm(server, tmp_path / "out", "--record", str(tmp_path / "run.jsonl"), "--set", "drop_p=0.5")
     report: dict[str, Any] = orjson.loads((tmp_path / "out" / "report.json").read_bytes())
     push = report["push"]

@@ -136,7 +136,8 @@ def test_plain_get_and_preflight(ws_server: Server) -> None:
 
 
 def test_origin_list(strict_server: Server) -> None:
-    """With ws_allowed_origins set, a listed Origin (any case) or none passes; any other gets 403, at the preflight too."""
+    """With ws_allowed_origins set, a listed Origin (any case) or none passes; any other gets 403,
+    at the preflight too."""
     server = strict_server
     token = server.token("origin")
     for origin, status in [

@@ -49,7 +49,7 @@ def upgrade_request(
 ) -> bytes:
     """An upgrade request; with ``token`` and no ``protocols``, the token rides as ``bearer, <token>``."""
     headers = {
-        "Host": "%s:%d" % address(server),
+        "Host": "{}:{:d}".format(*address(server)),
         "Upgrade": "websocket",
         "Connection": "Upgrade",
         "Sec-WebSocket-Key": key if key is not None else base64.b64encode(os.urandom(16)).decode(),
