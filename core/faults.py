@@ -45,7 +45,9 @@ class Faults:
 
     __slots__ = ("_armed", "_rng")
 
-    def __init__(self, armed: dict[str, tuple[float, Callable[[], None]]] | None = None, *, seed: int | None = None) -> None:
+    def __init__(
+        self, armed: dict[str, tuple[float, Callable[[], None]]] | None = None, *, seed: int | None = None
+    ) -> None:
         self._armed: dict[str, tuple[float, Callable[[], None]]] = {}
         self._rng = random.Random(seed)
         for name, (probability, action) in (armed or {}).items():

@@ -277,7 +277,12 @@ class PacketService:
         self._notify(events.packet_received(packet, greeting))
         paid_at = packet.expires_at_ms - self.limits.expiry_ms
         await self._publish(
-            [(LISTS_STREAM, {"t": "sent", "u": packet.sender_id, "o": packet.order_id, "a": packet.total_fen, "c": paid_at})]
+            [
+                (
+                    LISTS_STREAM,
+                    {"t": "sent", "u": packet.sender_id, "o": packet.order_id, "a": packet.total_fen, "c": paid_at},
+                )
+            ]
         )
         await self.ports.preorders.delete(packet.order_id)
 
@@ -660,7 +665,10 @@ class PacketService:
             return 0
         debits = await self.ports.ledger.entries_between("send", start, end, limit)
         found = await asyncio.gather(
-            *(asyncio.gather(self.ports.packets.get_packet(d.ref), self.ports.preorders.get(d.ref, now)) for d in debits)
+            *(
+                asyncio.gather(self.ports.packets.get_packet(d.ref), self.ports.preorders.get(d.ref, now))
+                for d in debits
+            )
         )
         settled = 0
         for debit, (packet, raw) in zip(debits, found, strict=True):
@@ -689,8 +697,11 @@ class PacketService:
             log.warning("reconciler: pay of %s was cut after its debit; packet activated", order_id)
             await self._follow_up(packet, pre["greeting"], now_ms)
         else:
-            log.warning("reconciler: pay of %s was cut after its debit and its pre-order is gone; %d fen refunded",
-                        order_id, packet.total_fen)
+            log.warning(
+                "reconciler: pay of %s was cut after its debit and its pre-order is gone; %d fen refunded",
+                order_id,
+                packet.total_fen,
+            )
             await self.pay_refund(packet)
         return 1
 
@@ -748,8 +759,21 @@ def _best_rows(rows: Sequence[ListRow], bests: dict[str, str | None]) -> list[tu
 def _active_packet(order_id: str, pre: dict[str, Any], expires_at_ms: int) -> Packet:
     """The active packet of pre-order ``pre`` (its JSON fields), nothing opened yet."""
     total, count = pre["total_fen"], pre["count"]
-    return Packet(order_id, pre["sender_id"], Kind(pre["kind"]), count, total, pre["group_id"], pre["receiver_id"],
-                  total, count, Status.ACTIVE, pre["created_at"], pre["pay_by"], expires_at_ms)
+    return Packet(
+        order_id,
+        pre["sender_id"],
+        Kind(pre["kind"]),
+        count,
+        total,
+        pre["group_id"],
+        pre["receiver_id"],
+        total,
+        count,
+        Status.ACTIVE,
+        pre["created_at"],
+        pre["pay_by"],
+        expires_at_ms,
+    )
 
 
 def _undone_packet(order_id: str, debit: LedgerEntry) -> Packet:

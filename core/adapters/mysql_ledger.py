@@ -127,8 +127,8 @@ class MysqlLedgerStore:
         """Entries of ``kind`` created in [start_ms, end_ms), oldest first, at most ``limit``: one
         UNION ALL over the ledger tables of each database (index ``by_kind``), every database at once."""
         parts = [
-            f"(SELECT created_at, user_id, kind, ref, amount_fen FROM t_ledger_{t:02} WHERE kind = %s AND created_at >= %s "
-            "AND created_at < %s ORDER BY created_at LIMIT %s)"
+            f"(SELECT created_at, user_id, kind, ref, amount_fen FROM t_ledger_{t:02} "
+            "WHERE kind = %s AND created_at >= %s AND created_at < %s ORDER BY created_at LIMIT %s)"
             for t in range(self._shards.layout.n_tables)
         ]
         sql = f"SELECT * FROM ({' UNION ALL '.join(parts)}) AS due ORDER BY created_at LIMIT %s"

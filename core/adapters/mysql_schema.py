@@ -136,7 +136,9 @@ async def _migrate_db(server: dict[str, object], layout: Layout, db: int) -> int
 
 async def _add_indexes(cur: Cursor, name: str, layout: Layout) -> None:
     """Add each of ADDED_INDEXES to the tables of database ``name`` that lack it (an older schema)."""
-    await cur.execute("SELECT DISTINCT table_name, index_name FROM information_schema.statistics WHERE table_schema = %s", (name,))
+    await cur.execute(
+        "SELECT DISTINCT table_name, index_name FROM information_schema.statistics WHERE table_schema = %s", (name,)
+    )
     present = {(str(table), str(index)) for table, index in await cur.fetchall()}
     for template, index, definition in ADDED_INDEXES:
         for t in range(layout.n_tables):

@@ -59,7 +59,11 @@ async def test_a_pay_cut_after_its_debit_is_activated_from_its_pre_order(backend
     clock.advance_ms(2)
     assert await svc.reconcile(WINDOW_MS) == 1
     packet = await svc.ports.packets.get_packet(order_id)
-    assert packet is not None and (packet.status, packet.remaining_fen, packet.remaining_count) == (Status.ACTIVE, 600, 3)
+    assert packet is not None and (packet.status, packet.remaining_fen, packet.remaining_count) == (
+        Status.ACTIVE,
+        600,
+        3,
+    )
     assert packet.expires_at_ms == debited_at + svc.limits.expiry_ms
     assert [e.data["order_id"] for e in heard.named("packet_received")] == [order_id]
     assert await svc.ports.preorders.get(order_id, clock.now_ms()) is None
@@ -70,7 +74,9 @@ async def test_a_pay_cut_after_its_debit_is_activated_from_its_pre_order(backend
     assert await svc.ports.ledger.balance("S") == 400
 
 
-async def test_a_pay_cut_after_its_debit_with_its_pre_order_lost_is_refunded(backend: object, clock: ManualClock) -> None:
+async def test_a_pay_cut_after_its_debit_with_its_pre_order_lost_is_refunded(
+    backend: object, clock: ManualClock
+) -> None:
     """Debit in, packet missing, pre-order gone (Redis restarted empty): the reconciler records the
     packet refunded and gives the sender back the whole total exactly once; a late retry of the pay
     moves no money and answers the refunded packet."""

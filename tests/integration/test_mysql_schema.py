@@ -78,17 +78,32 @@ def test_migrate_upgrades_a_version_1_schema_in_place(
         for t in range(2):
             asyncio.run(_sql(mariadb, f"ALTER TABLE up_db_{db:02}.t_ledger_{t:02} DROP INDEX by_kind"))
         asyncio.run(_sql(mariadb, f"UPDATE up_db_{db:02}.t_meta SET value = '1' WHERE name = 'schema_version'"))
-    asyncio.run(_sql(mariadb, "INSERT INTO up_db_01.t_ledger_01 (user_id, kind, ref, amount_fen, created_at) "
-                              "VALUES ('kept', 'topup', 'k', 5, 1)"))
+    asyncio.run(
+        _sql(
+            mariadb,
+            "INSERT INTO up_db_01.t_ledger_01 (user_id, kind, ref, amount_fen, created_at) "
+            "VALUES ('kept', 'topup', 'k', 5, 1)",
+        )
+    )
     capsys.readouterr()
     assert cli_main(["migrate", "--config", str(config), "--mysql-dsn", dsn]) == 0
     assert capsys.readouterr().out.strip().endswith(" 0 tables created")
-    indexed = asyncio.run(_sql(mariadb, "SELECT table_schema, table_name FROM information_schema.statistics "
-                                        "WHERE table_schema LIKE 'up\\_db\\___' AND index_name = 'by_kind' "
-                                        "AND seq_in_index = 1 ORDER BY 1, 2"))
+    indexed = asyncio.run(
+        _sql(
+            mariadb,
+            "SELECT table_schema, table_name FROM information_schema.statistics "
+            "WHERE table_schema LIKE 'up\\_db\\___' AND index_name = 'by_kind' "
+            "AND seq_in_index = 1 ORDER BY 1, 2",
+        )
+    )
     assert indexed == [(f"up_db_{db:02}", f"t_ledger_{t:02}") for db in range(2) for t in range(2)]
-    versions = asyncio.run(_sql(mariadb, "SELECT value FROM up_db_00.t_meta WHERE name = 'schema_version' UNION ALL "
-                                         "SELECT value FROM up_db_01.t_meta WHERE name = 'schema_version'"))
+    versions = asyncio.run(
+        _sql(
+            mariadb,
+            "SELECT value FROM up_db_00.t_meta WHERE name = 'schema_version' UNION ALL "
+            "SELECT value FROM up_db_01.t_meta WHERE name = 'schema_version'",
+        )
+    )
     assert versions == [("2",), ("2",)]
     assert asyncio.run(_sql(mariadb, "SELECT amount_fen FROM up_db_01.t_ledger_01 WHERE user_id = 'kept'")) == [(5,)]
 
