@@ -42,6 +42,10 @@ class Embedded:
     admission: hongbao_native.AdmissionTable
     push_db: SqliteDb
 
+    async def databases(self) -> dict[str, bool]:
+        """Each money database -> whether it answers: the local file, always."""
+        return {DB_FILE: True}
+
     def close(self) -> None:
         """Close the database connections (the admission table is unlinked by its creator)."""
         self.db.close()

@@ -42,6 +42,10 @@ class Production:
     redis: Pipelines | None = None
     breaker: Breaker | None = None
 
+    async def databases(self) -> dict[str, bool]:
+        """Each shard database -> whether it answers a trivial query within the shards' bound."""
+        return await self.shards.reachable()
+
     async def aclose(self) -> None:
         """Close the MySQL pools, the lean Redis connections and the Redis client (the admission
         table is unlinked by its creator)."""

@@ -98,6 +98,7 @@ class App:
         self._route_metrics = {route.template: metrics.route(route.template) for route in routes}
         self._unmatched = metrics.route("unmatched")
         self.stopping = asyncio.Event()  # set at a graceful stop: the background jobs end after their step
+        self.draining = False  # set when a graceful stop begins: /readyz answers 503
         self.debug_log = log.isEnabledFor(logging.DEBUG)
 
     def dispatch(
@@ -195,17 +196,22 @@ class App:
         return _HEALTHY
 
     async def readyz(self, _ctx: Context) -> Response:
-        """GET /readyz: dependencies reachable (the database answers a read, the push store -- Redis
-        when configured -- a ping)."""
-        try:
-            await self.backend.service.ports.ledger.balance("readyz")
-        except Exception as exc:
-            return error_response(503, "degraded", f"database unreachable: {exc}")
+        """GET /readyz: 200 while this node serves, ``{"status": "ready" | "degraded", "degraded":
+        [dependency, ...]}`` naming what is down (a shard database, Redis: their fallbacks serve);
+        503 ``degraded`` with Retry-After only when it cannot serve: draining (a graceful stop has
+        begun), or no database of its shards answers. A load balancer keeps a degraded node."""
+        if self.draining:
+            return from_error(errors.Degraded("draining: this node is stopping; try another"))
+        databases = await self.backend.databases()
+        down = [name for name, up in databases.items() if not up]
+        if down and len(down) == len(databases):
+            return from_error(errors.Degraded(f"no database of this node's shards answers: {', '.join(down)}"))
+        degraded = [f"mysql {name}" for name in down]
         try:
             await self.push.stores.check()
-        except Exception as exc:
-            return error_response(503, "degraded", f"push store unreachable: {type(exc).__name__} {exc}")
-        return json_response(200, {"status": "ready"})
+        except Exception:
+            degraded.append("redis")
+        return json_response(200, {"status": "degraded" if degraded else "ready", "degraded": degraded})
 
     async def scrape(self, _ctx: Context) -> Response:
         """GET /metrics: Prometheus text format, merged over every worker. While the queue is
@@ -255,26 +261,34 @@ class App:
     async def finish_credits(self, deadline: float) -> int:
         """At a graceful stop, after the jobs ended: credit (and list) what the queue holds, then
         every receipt and refund still pending however young (the reconciler with no window: what
-        the deferred mode left for it, what a killed worker had claimed or never queued), until
-        nothing is left or ``deadline`` (time.monotonic()) passes, so the stopped database owes no
-        credit. Crediting is idempotent, so workers stopping together do not pay twice. Returns how
-        many messages and movements were handled; failures are logged (the reconciler of the next
-        start credits what is left)."""
-        svc, handled = self.backend.service, 0
-        try:
-            while time.monotonic() < deadline:
-                step = await svc.drain_credits() + await svc.drain_lists()
-                if not step:
-                    break
-                handled += step
-            while time.monotonic() < deadline:
-                step = await svc.reconcile(0)
-                if not step:
-                    break
-                handled += step
-        except Exception:
-            log.exception("crediting the queue at stop failed; the reconciler credits the rest at the next start")
-        return handled
+        the deferred mode left for it, what a killed worker had claimed or never queued, what a
+        queue that is down holds), until nothing is left or ``deadline`` (time.monotonic()) passes,
+        so the stopped database owes no credit. Crediting is idempotent, so workers stopping
+        together do not pay twice. Returns how many messages and movements were handled; failures
+        are logged (the reconciler of the next start credits what is left)."""
+        svc = self.backend.service
+
+        async def drain() -> int:
+            return await svc.drain_credits() + await svc.drain_lists()
+
+        return await _until_done("crediting the queue", drain, deadline) + await _until_done(
+            "reconciling", lambda: svc.reconcile(0), deadline
+        )
+
+
+async def _until_done(what: str, step: Callable[[], Awaitable[int]], deadline: float) -> int:
+    """Run ``step`` until it handles nothing or ``deadline`` (time.monotonic()) passes; how many it
+    handled. A failure ends it, logged once (a dependency down in one line: its breaker or pool
+    said so already)."""
+    handled = 0
+    try:
+        while time.monotonic() < deadline and (done := await step()):
+            handled += done
+    except (BreakerOpen, errors.Degraded) as exc:
+        log.warning("%s at stop stopped (%s); the reconciler of the next start does the rest", what, exc)
+    except Exception:
+        log.exception("%s at stop failed; the reconciler of the next start does the rest", what)
+    return handled
 
 
 CLOCK_RANGE_MS = (946_684_800_000, 4_102_444_799_999)  # 2000-01-01T00:00:00Z .. 2099-12-31T23:59:59.999Z

@@ -9,18 +9,27 @@
 
 from __future__ import annotations
 
+import logging
+
 import hongbao_native
+from asyncmy.errors import MySQLError
 from hongbao.core.adapters.mysql_db import MysqlShards, parse_dsn
+from hongbao.core.adapters.mysql_schema import NotMigrated, check_migrated
 from hongbao.core.adapters.redis_client import Pipelines, redis_client
 from hongbao.core.adapters.redis_queue import RedisQueue
 from hongbao.core.clock import Clock
 from hongbao.core.embedded import Embedded, open_embedded
+from hongbao.core.faults import NO_FAULTS, Faults
 from hongbao.core.production import Production, open_mysql
 from hongbao.core.service import CreditingMode
 from hongbao.server.config import Settings
 from hongbao.server.node import node_id
+from redis.exceptions import RedisError
 
+log = logging.getLogger("hongbao.backend")
 Backend = Embedded | Production
+#: Server errors of refused credentials (ER_ACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR): they do not fix themselves.
+REFUSED = frozenset({1045, 1044})
 
 
 def check_production(settings: Settings) -> None:
@@ -41,19 +50,62 @@ def check_production(settings: Settings) -> None:
     parse_dsn(settings.mysql_dsn)
 
 
+async def preflight(settings: Settings) -> list[str]:
+    """Before the workers start: what stops the node at once (raised as ValueError, one line
+    saying what to do: shards not migrated, or migrated for another layout; credentials
+    refused), and what it starts degraded with (returned, one warning each: MySQL or Redis
+    unreachable now; the workers connect once they are back). Nothing to check when embedded."""
+    if settings.backend != "production":
+        return []
+    warnings = []
+    where = ", ".join(f"{s['host']}:{s['port']}" for s in parse_dsn(settings.mysql_dsn))
+    try:
+        await check_migrated(settings.mysql_dsn, settings.mysql_layout())
+    except NotMigrated as exc:
+        raise ValueError(str(exc)) from None
+    except MySQLError as exc:
+        if exc.args and exc.args[0] in REFUSED:
+            raise ValueError(f"MySQL at {where} refused hongbao's credentials: {exc.args[-1]}") from None
+        warnings.append(f"MySQL at {where} is unreachable ({exc.args[-1] if exc.args else exc}): starting degraded")
+    except (OSError, RuntimeError) as exc:  # RuntimeError: asyncmy on a socket gone mid-handshake
+        warnings.append(f"MySQL at {where} is unreachable ({exc}): starting degraded")
+    client = redis_client(settings.redis_url, cluster=settings.redis_cluster, socket_timeout_s=1.0)
+    try:
+        await client.ping()
+    except (RedisError, OSError) as exc:
+        warnings.append(f"Redis at {settings.redis_url} is unreachable ({exc}): starting degraded")
+    finally:
+        await client.aclose()
+    return warnings
+
+
 async def open_backend(
-    settings: Settings, admission: hongbao_native.AdmissionTable, clock: Clock, counts: dict[str, int] | None = None
+    settings: Settings,
+    admission: hongbao_native.AdmissionTable,
+    clock: Clock,
+    counts: dict[str, int] | None = None,
+    faults: Faults = NO_FAULTS,
 ) -> Backend:
     """The worker's backend, with the configured crediting mode; ``counts``: the worker's metrics
-    events, where the production backend counts its Redis fallbacks. Raises ValueError for missing
-    settings, Degraded when the production databases cannot be reached (or were not migrated)."""
+    events, where the production backend counts its Redis fallbacks; ``faults``: the crash points
+    armed (tests). No connection is made here: a database that is down serves degraded until it
+    is back. Raises ValueError for missing settings."""
     check_production(settings)
     backend: Backend
     if settings.backend == "production":
-        shards = MysqlShards(settings.mysql_dsn, settings.mysql_layout(), pool_size=settings.mysql_pool_size)
-        await shards.connect()
-        client = redis_client(settings.redis_url, cluster=settings.redis_cluster)
-        await client.initialize()  # a cluster's topology, alone, before concurrent use
+        shards = MysqlShards(
+            settings.mysql_dsn,
+            settings.mysql_layout(),
+            pool_size=settings.mysql_pool_size,
+            timeout_s=settings.mysql_timeout_ms / 1000,
+        )
+        client = redis_client(
+            settings.redis_url, cluster=settings.redis_cluster, socket_timeout_s=settings.redis_timeout_ms / 1000
+        )
+        try:
+            await client.initialize()  # a cluster's topology, alone, before concurrent use
+        except (RedisError, OSError) as exc:  # down: read on the first command once it is back
+            log.warning("Redis is unreachable at start (%s): serving degraded until it is back", exc)
         redis = Pipelines(client)  # the worker's one: money, caches, queues and push share its ticks
         queue = RedisQueue(redis, node_id(settings.node_name))
         backend = open_mysql(
@@ -70,6 +122,7 @@ async def open_backend(
         backend = open_embedded(
             settings.data_dir, admission, clock=clock, limits=settings.limits, max_in_db=settings.max_in_db
         )
+    backend.service.faults = faults
     backend.service.crediting_mode = CreditingMode(settings.crediting_mode)
     backend.service.realtime_threshold_fen = settings.realtime_threshold_fen
     return backend

@@ -45,7 +45,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    from hongbao.server.backends import check_production
+    from hongbao.server.backends import check_production, preflight
 
     check_production(settings)
     logging.basicConfig(
@@ -53,6 +53,8 @@ def _serve(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s",
     )
+    for warning in asyncio.run(preflight(settings)):  # ValueError (exit 2) for what cannot fix itself
+        logging.getLogger("hongbao.master").warning("%s", warning)
     from hongbao.server.master import serve
 
     return serve(settings)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hongbao.core.adapters.mysql_db import Layout
+from hongbao.core.faults import parse_faults
 from hongbao.core.rules import Limits, check_range
 
 DEFAULT_CONFIG_FILE = "hongbao.toml"
@@ -33,6 +34,8 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "mysql_dbs": (1, 100, ""),
     "mysql_tables": (1, 100, ""),
     "mysql_pool_size": (1, 1000, ""),
+    "mysql_timeout_ms": (1, 600_000, ""),
+    "redis_timeout_ms": (1, 600_000, ""),
     "mysql_hot_days": (1, 365, ""),
     "region": (1, 2, " (1: north, 2: south)"),
     "jwt_leeway_s": (0, 3600, ""),
@@ -79,6 +82,7 @@ class Settings:
     mysql_tables: int = 4  # M tables per database and day
     mysql_prefix: str = ""  # database names are {prefix}db_{i:02}
     mysql_pool_size: int = 10  # connections per database per worker
+    mysql_timeout_ms: int = 500  # bound of one MySQL call on the request path (the wait for a connection included)
     mysql_hot_days: int = 3  # `hongbao migrate --cold` moves closed packets older than this
     region: int = 1
     jwt_secret: str = ""  # HS256 secret; empty -> the embedded key file data_dir/jwt.key
@@ -99,6 +103,7 @@ class Settings:
     reconcile_interval_s: float = 5.0
     reconcile_window_ms: int = 60_000
     test_clock: bool = False  # tests only: POST /v1/admin/clock moves the server's time
+    test_faults: str = ""  # tests only (needs test_clock): crash points, "pay_debited=0.02,..." (core/faults.py)
     log_level: str = "info"
     ws_rate_per_s: float = 5000.0  # new WebSocket connections a second, host-wide (native RateLimiter)
     ws_burst: int = 500  # ... of which this many at once after a quiet spell
@@ -121,6 +126,7 @@ class Settings:
         ""  # redis://[user:pass@]host:port: push state (sessions, logs, topics, group queue) in Redis; empty: embedded
     )
     redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
+    redis_timeout_ms: int = 250  # bound of one Redis reply (a frozen Redis: the breaker opens within ~2 of them)
     limits: Limits = field(default_factory=Limits)
 
     def checked(self) -> Settings:
@@ -129,6 +135,13 @@ class Settings:
         the allowed range."""
         if self.redis_cluster and not self.redis_url:
             raise ConfigError("redis_cluster needs redis_url (one node of the cluster)")
+        if self.test_faults:
+            if not self.test_clock:
+                raise ConfigError("test_faults kills workers on purpose: it needs test_clock = true (a test server)")
+            try:
+                parse_faults(self.test_faults)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         if self.backend not in ("embedded", "production"):
             raise ConfigError(f"backend must be embedded or production, got {self.backend!r}")
         try:

@@ -7,14 +7,17 @@ admission slots first), and on SIGTERM/SIGINT stop the workers gracefully, then 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import errno
 import logging
 import os
+import random
 import resource
 import shutil
 import signal
 import socket
 import time
+from dataclasses import dataclass
 
 import hongbao_native
 from hongbao.core.adapters.sqlite_db import SqliteDb
@@ -22,12 +25,14 @@ from hongbao.core.adapters.sqlite_push_db import open_push_db
 from hongbao.core.embedded import DB_FILE, create_admission
 from hongbao.server.auth import embedded_secret
 from hongbao.server.config import Settings
-from hongbao.server.worker import FINISH_CREDITS_S, GRACE_S, METRICS_DIR, CannotStart, run_worker
+from hongbao.server.worker import FINISH_CREDITS_S, GRACE_S, METRICS_DIR, run_worker
 
 log = logging.getLogger("hongbao.master")
-CRASH_WINDOW_S = 2.0
+CRASH_WINDOW_S = 2.0  # a worker that dies this soon after its start, before any served, counts towards giving up
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 MAX_QUICK_CRASHES = 5
+RESTART_BASE_S, RESTART_CAP_S = 0.1, 30.0  # a dead worker's restart delay doubles from BASE to CAP...
+RESET_AFTER_S = 60.0  # ... and starts over once a worker has run this long
 #: Descriptors a worker needs besides its connections: databases, Redis, logs, listeners (a margin).
 FD_RESERVE = 256
 
@@ -86,102 +91,168 @@ def _prepare(settings: Settings) -> None:
     shutil.rmtree(settings.data_dir / METRICS_DIR, ignore_errors=True)
 
 
+@dataclass(slots=True)
+class _Slot:
+    """One worker place: its process (None while waiting to restart), when it started, how many
+    quick deaths in a row it had, and when its next start is due (monotonic seconds)."""
+
+    pid: int | None = None
+    started: float = 0.0
+    deaths: int = 0
+    due: float = 0.0
+
+
+def restart_delay(deaths: int, rng: random.Random) -> float:
+    """Seconds before restarting a worker after its ``deaths``-th quick death in a row (1-based):
+    RESTART_BASE_S doubling up to RESTART_CAP_S, with "equal jitter" (half fixed, half uniform;
+    AWS Architecture Blog, "Exponential Backoff And Jitter", 2015), so workers that died together
+    do not come back together."""
+    ceiling = min(RESTART_CAP_S, RESTART_BASE_S * 2.0 ** min(deaths - 1, 30))
+    return ceiling / 2 + rng.uniform(0.0, ceiling / 2)
+
+
+def _reserve_port(settings: Settings) -> tuple[Settings, socket.socket | None]:
+    """For ``port = 0``: bind a SO_REUSEPORT socket to a free port and keep it (bound, never
+    listening: it takes no connection) so that every worker binds that same port; the settings
+    with that port. Another port: checked free (``_check_port``), nothing reserved."""
+    if settings.port:
+        _check_port(settings.host, settings.port)
+        return settings, None
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    reserved = socket.socket(family, socket.SOCK_STREAM)
+    reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    reserved.bind((settings.host, 0))
+    return dataclasses.replace(settings, port=reserved.getsockname()[1]), reserved
+
+
 def serve(settings: Settings) -> int:
-    """Run the master until SIGTERM/SIGINT; returns the process exit status."""
-    _check_port(settings.host, settings.port)
+    """Run the master until SIGTERM/SIGINT; returns the process exit status (0 after a graceful
+    stop, 1 when the workers died before any of them served, MAX_QUICK_CRASHES times in a row).
+
+    A worker that dies is restarted after ``restart_delay`` (its death count resets once it has
+    run RESET_AFTER_S), however often: once a worker has served, the master never gives up on
+    the node, and the other workers keep serving meanwhile. ``serving http://host:port`` is
+    logged when the first worker listens (``port = 0``: a free port, the same for every worker)."""
+    settings, reserved = _reserve_port(settings)
     _raise_open_files(settings)
     _prepare(settings)
     admission = create_admission(f"hongbao-{settings.port}-{os.getpid()}")
     ws_limiter = hongbao_native.RateLimiter.create(
         f"ws-{settings.port}-{os.getpid()}", settings.ws_rate_per_s, settings.ws_burst
     )
-    workers: dict[int, float] = {}
+    ready_r, ready_w = os.pipe()
+    os.set_blocking(ready_r, False)
+    slots = [_Slot() for _ in range(settings.worker_count())]
     master = os.getpid()
-    stopping = False
+    rng = random.Random()
+    stopping = served = False
     quick_crashes = 0
 
-    def spawn() -> None:
+    def spawn(slot: _Slot) -> None:
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.close(ready_r)
                 _die_with_parent(master)
-                run_worker(settings, admission.name, ws_limiter.name)
-            except CannotStart as exc:
-                log.error("worker %d: %s", os.getpid(), exc)
-                code = 3
+                run_worker(settings, admission.name, ws_limiter.name, ready_w)
             except BaseException:
                 log.exception("worker failed")
                 code = 1
             finally:
                 os._exit(code)
-        workers[pid] = time.monotonic()
+        slot.pid, slot.started = pid, time.monotonic()
 
     def stop(sig: int, _frame: object) -> None:
         nonlocal stopping
         if not stopping:
-            log.info("master %d: signal %d, stopping %d worker(s) gracefully", os.getpid(), sig, len(workers))
+            live = sum(slot.pid is not None for slot in slots)
+            log.info("master %d: signal %d, stopping %d worker(s) gracefully", os.getpid(), sig, live)
         stopping = True
-        for pid in workers:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        for slot in slots:
+            if slot.pid is not None:
+                try:
+                    os.kill(slot.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    for _ in range(settings.worker_count()):
-        spawn()
-    log.info(
-        "master %d serving http://%s:%d with %d worker(s)",
-        os.getpid(),
-        settings.host,
-        settings.port,
-        settings.worker_count(),
-    )
+    for slot in slots:
+        spawn(slot)
     deadline = None
     try:
-        while workers:
+        while any(slot.pid is not None for slot in slots) or not stopping:
+            if not served and _heard(ready_r):
+                served = True
+                log.info(
+                    "master %d serving http://%s:%d with %d worker(s)", master, settings.host, settings.port, len(slots)
+                )
             if stopping and deadline is None:
                 deadline = time.monotonic() + GRACE_S + FINISH_CREDITS_S + 1  # a worker past it is killed
             try:  # never a blocking wait: a signal must not leave the master stuck behind a hung worker
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                break
+                pid, status = 0, 0
             except InterruptedError:
                 continue
             if pid == 0:
-                if deadline is not None and time.monotonic() > deadline:
-                    for straggler in workers:
-                        log.warning(
-                            "worker %d still running %.0f s after the stop: killed",
-                            straggler,
-                            GRACE_S + FINISH_CREDITS_S + 1,
-                        )
-                        os.kill(straggler, signal.SIGKILL)
-                    deadline = time.monotonic() + 1  # once a second at most
+                now = time.monotonic()
+                if deadline is not None and now > deadline:
+                    for slot in slots:
+                        if slot.pid is not None:
+                            log.warning(
+                                "worker %d still running %.0f s after the stop: killed",
+                                slot.pid,
+                                GRACE_S + FINISH_CREDITS_S + 1,
+                            )
+                            os.kill(slot.pid, signal.SIGKILL)
+                    deadline = now + 1  # once a second at most
+                for slot in slots:
+                    if slot.pid is None and not stopping and now >= slot.due:
+                        spawn(slot)
                 time.sleep(0.05)
                 continue
-            started = workers.pop(pid, time.monotonic())
+            dead = next((slot for slot in slots if slot.pid == pid), None)
             reclaimed = admission.reclaim(pid)
+            if dead is None:
+                continue
+            dead.pid = None
             if stopping:
                 continue
+            now = time.monotonic()
+            dead.deaths = 1 if now - dead.started >= RESET_AFTER_S else dead.deaths + 1
+            delay = restart_delay(dead.deaths, rng)
+            dead.due = now + delay
             log.error(
-                "worker %d exited (status %d); %d admission slot(s) reclaimed; restarting",
+                "worker %d exited (status %d); %d admission slot(s) reclaimed; restarting in %.2f s",
                 pid,
                 os.waitstatus_to_exitcode(status),
                 reclaimed,
+                delay,
             )
-            quick_crashes = quick_crashes + 1 if time.monotonic() - started < CRASH_WINDOW_S else 0
-            if quick_crashes >= MAX_QUICK_CRASHES:
-                log.error("workers keep dying at start; giving up")
+            quick_crashes = 0 if served or now - dead.started >= CRASH_WINDOW_S else quick_crashes + 1
+            if not served and quick_crashes >= MAX_QUICK_CRASHES:
+                log.error(
+                    "workers die before serving (%d times in a row); giving up: see the lines above", quick_crashes
+                )
                 stop(signal.SIGTERM, None)
-                continue
-            spawn()
     finally:
         admission.unlink()
         ws_limiter.unlink()
+        os.close(ready_r)
+        os.close(ready_w)
+        if reserved is not None:
+            reserved.close()
         log.info("master %d stopped", os.getpid())
-    return 1 if quick_crashes >= MAX_QUICK_CRASHES else 0
+    return 1 if not served and quick_crashes >= MAX_QUICK_CRASHES else 0
+
+
+def _heard(fd: int) -> bool:
+    """Whether a worker wrote to the master's pipe since the last look (non-blocking read)."""
+    try:
+        return bool(os.read(fd, 64))
+    except BlockingIOError:
+        return False

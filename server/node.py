@@ -38,9 +38,15 @@ class Node:
 
     async def join(self, address: str) -> None:
         """First heartbeat, at ``address`` (host:port of the internal listener), before any
-        connection is accepted; raises when the store cannot be reached."""
+        connection is accepted. When the store cannot be reached the node is not live yet: it
+        joins with the first heartbeat of ``beat_forever`` that gets through (logged once)."""
         self.address = address
-        await self._nodes.heartbeat(self.id, address, self._ttl_s)
+        try:
+            await self._nodes.heartbeat(self.id, address, self._ttl_s)
+        except Exception as exc:
+            log.warning("push node %s could not join (%s): joining once the push store is back", self.id, exc)
+            self._report(False)
+            return
         log.info("push node %s joined at %s", self.id, address)
 
     async def beat_forever(self) -> None:

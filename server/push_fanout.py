@@ -78,9 +78,14 @@ class Fanout:
         self._publishing: set[asyncio.Future[None]] = set()  # publishes not yet waited for (``_give_way``)
 
     async def start(self) -> None:
-        """Take the topic log's cursor now: broadcasts published from here on reach this node."""
-        self._cursor, _ = await self.topics.read(None, 0)
+        """Take the topic log's cursor now: broadcasts published from here on reach this node
+        (with the log unreachable, from the log's end once it is back)."""
         self._wake = asyncio.Event()
+        try:
+            self._cursor, _ = await self.topics.read(None, 0)
+        except Exception as exc:
+            if not isinstance(exc, BreakerOpen):
+                log.warning("the broadcast log is unreachable at start (%s): reading it once it is back", exc)
 
     async def push_to_group(self, group_id: str, event: str, data: Any) -> None:
         """Queue ``event`` for every member of ``group_id``. Raises NotFound for an unknown group."""

@@ -119,7 +119,9 @@ class PushHub:
 
     async def start(self) -> None:
         """Before the worker accepts connections: open the internal listener, join as a live
-        node at its address, take the broadcast cursor. Raises when the store is unreachable."""
+        node at its address, take the broadcast cursor. A store that is down does not stop it:
+        the node joins with its first heartbeat that reaches the store (logins are refused until
+        then: the store's breaker is open), and broadcasts are read from the log's end from then on."""
         self._listener, address = await listen(self, self.settings)
         await self.node.join(address)
         await self.fanout.start()

@@ -28,7 +28,7 @@ from hongbao.core.adapters.redis_push_guard import (
     GuardedSessionStore,
     GuardedTopicLog,
 )
-from hongbao.core.adapters.redis_push_logs import RedisMessageLog, RedisTopicLog
+from hongbao.core.adapters.redis_push_logs import MAX_BLOCK_S, RedisMessageLog, RedisTopicLog
 from hongbao.core.adapters.redis_push_nodes import RedisNodeDirectory
 from hongbao.core.adapters.redis_queue import RedisQueue
 from hongbao.core.adapters.sqlite_db import SqliteDb
@@ -49,8 +49,8 @@ READY_TIMEOUT_S = 2.0
 @dataclass(frozen=True, slots=True)
 class PushStores:
     """The four push ports one hub runs on, the group-push ``queue``, ``redis``: the client
-    they share (the production backend's, or their own), and ``breaker``: the one they go through
-    (both None when the push state is embedded)."""
+    they share (the production backend's, or their own), ``breaker``: the one they go through, and
+    ``reader``: the client of the topic log's blocking reads (all None when the push state is embedded)."""
 
     sessions: SessionStore
     nodes: NodeDirectory
@@ -59,6 +59,12 @@ class PushStores:
     queue: Queue
     redis: RedisClient | None = None
     breaker: Breaker | None = None
+    reader: RedisClient | None = None
+
+    async def aclose(self) -> None:
+        """Close the client of the topic log's blocking reads (the shared one is the backend's to close)."""
+        if self.reader is not None:
+            await self.reader.aclose()
 
     def down(self) -> bool:
         """True while the push store's Redis is considered down (its breaker is open): new
@@ -91,7 +97,16 @@ def open_push_stores(
     where refused appends are counted too) and through ``redis`` (the production backend's
     commands; None: a client of their own)."""
     if settings.redis_url:
-        pipes = redis or Pipelines(redis_client(settings.redis_url, cluster=settings.redis_cluster))
+        timeout_s = settings.redis_timeout_ms / 1000
+        pipes = redis or Pipelines(
+            redis_client(settings.redis_url, cluster=settings.redis_cluster, socket_timeout_s=timeout_s)
+        )
+        reader = redis_client(
+            settings.redis_url,
+            cluster=settings.redis_cluster,
+            socket_timeout_s=MAX_BLOCK_S + timeout_s,
+            max_connections=4,
+        )
         breaker = breaker or redis_breaker(counts)
         node = node_id(settings.node_name)
         return PushStores(
@@ -100,10 +115,11 @@ def open_push_stores(
             GuardedMessageLog(
                 RedisMessageLog(pipes, settings.push_log_max_messages, settings.push_log_max_age_s), breaker, counts
             ),
-            GuardedTopicLog(RedisTopicLog(pipes, TOPIC_MAX_LEN), breaker),
+            GuardedTopicLog(RedisTopicLog(pipes, TOPIC_MAX_LEN, reader=reader), breaker),
             GuardedQueue(RedisQueue(pipes, node), breaker, counts),
             pipes.client,
             breaker,
+            reader,
         )
     if db is None:
         raise ValueError("the push stores need redis_url when the backend has no embedded database")

@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import time
 
 import hongbao_native
 import uvloop
-from asyncmy.errors import MySQLError
 from hongbao.core.clock import Clock, OffsetFileClock, SystemClock
-from hongbao.core.errors import Degraded
+from hongbao.core.faults import parse_faults
 from hongbao.server.app import App
 from hongbao.server.auth import TokenVerifier, embedded_secret
 from hongbao.server.backends import close_backend, open_backend
@@ -21,20 +21,14 @@ from hongbao.server.config import Settings
 from hongbao.server.http_protocol import Connections, HttpProtocol
 from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.ws_connection import WsRegistry
-from redis.exceptions import RedisError
 
 log = logging.getLogger("hongbao.worker")
 GRACE_S = 10.0
 FINISH_CREDITS_S = 5.0  # beyond the grace: crediting the queue at a stop
 CLOCK_FILE = "test-clock"
 METRICS_DIR = "metrics"
-#: What a dependency that is down or refuses (MySQL, Redis) raises while a worker starts.
-UNREACHABLE = (Degraded, OSError, RedisError, MySQLError)
-
-
-class CannotStart(Exception):
-    """A worker could not reach its databases at start: the master logs this one line (no
-    traceback) and restarts the worker, until it gives up."""
+#: The byte a worker writes to the master's pipe once it listens (DESIGN: ``serving`` is logged then).
+LISTENING = b"L"
 
 
 def verifier_for(settings: Settings) -> TokenVerifier:
@@ -47,23 +41,17 @@ def verifier_for(settings: Settings) -> TokenVerifier:
     return TokenVerifier(secret, ["HS256"], settings.jwt_leeway_s)
 
 
-async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) -> None:
+async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str, ready_fd: int) -> None:
     loop = asyncio.get_running_loop()
     admission = hongbao_native.AdmissionTable.attach(admission_name)
     ws_limiter = hongbao_native.RateLimiter.attach(ws_limiter_name)
     clock: Clock = OffsetFileClock(settings.data_dir / CLOCK_FILE) if settings.test_clock else SystemClock()
     metrics = WorkerMetrics(settings.data_dir / METRICS_DIR)
-    try:
-        backend = await open_backend(settings, admission, clock, metrics.events)
-    except UNREACHABLE as exc:
-        raise CannotStart(f"cannot reach the databases: {exc}") from None
+    faults = parse_faults(settings.test_faults)
+    backend = await open_backend(settings, admission, clock, metrics.events, faults)  # connects on first use
     app = App(settings, backend, verifier_for(settings), metrics, ws_limiter)
     conns = Connections(settings.max_connections, WsRegistry(settings))
-    try:
-        await app.push.start()  # a live push node with its internal listener before the first connection
-    except UNREACHABLE as exc:
-        await close_backend(backend)
-        raise CannotStart(f"cannot start the push node: {exc}") from None
+    await app.push.start()  # the internal listener; joins as a live node now, or once its store is back
     server = await loop.create_server(
         lambda: HttpProtocol(app, conns), settings.host, settings.port, reuse_port=True, backlog=4096
     )
@@ -74,7 +62,9 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
         loop.add_signal_handler(sig, stop.set)
     gc.freeze()  # what start-up built lives as long as the worker: full collections skip it from now on
     log.info("worker listening on %s:%d", settings.host, settings.port)
+    os.write(ready_fd, LISTENING)
     await stop.wait()
+    app.draining = True  # /readyz answers 503 from now on
     server.close()
     deadline = time.monotonic() + GRACE_S
     while conns.count() and time.monotonic() < deadline:
@@ -87,11 +77,15 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str) 
     await asyncio.gather(*money, *jobs, return_exceptions=True)
     await app.finish_credits(deadline + FINISH_CREDITS_S)  # ...then what the queue holds is credited
     await app.push.stop()
+    await app.push.stores.aclose()
     app.metrics.flush()
     await close_backend(backend)
 
 
-def run_worker(settings: Settings, admission_name: str, ws_limiter_name: str) -> None:
+def run_worker(settings: Settings, admission_name: str, ws_limiter_name: str, ready_fd: int) -> None:
     """Run one worker until SIGTERM/SIGINT (called in the forked child), attached to the host's
-    admission table and WebSocket admission rate limiter (both created by the master)."""
-    uvloop.run(_serve(settings, admission_name, ws_limiter_name))
+    admission table and WebSocket admission rate limiter (both created by the master); it writes
+    LISTENING to ``ready_fd`` once it accepts connections. A dependency that is down at start
+    does not stop it: it serves degraded (503 where the dependency is needed, the fallbacks of
+    docs/operations.md elsewhere) and connects once the dependency is back."""
+    uvloop.run(_serve(settings, admission_name, ws_limiter_name, ready_fd))

@@ -40,6 +40,9 @@ Row = tuple[Any, ...]
 CONNECTION_LOST = frozenset({2002, 2003, 2006, 2013, 2055})
 DEADLOCK, DEADLOCK_RETRIES = 1213, 3
 BREAKER_S = 0.5  # after a connection failure, requests to that database fail at once for this long
+TIMEOUT_S = 0.5  # the default bound of one call (statement or transaction, the wait for a connection included)
+SCAN_TIMEOUT_S = 10.0  # the bound of a background job's scan over every day table
+TIMEOUTS_TO_TRIP = 3  # consecutive calls past their bound that open the breaker (a frozen server)
 STATEMENT_CACHE = 64  # prepared statements kept per connection
 
 
@@ -115,16 +118,21 @@ def connect_args(server: dict[str, Any], *, connect_timeout_s: float = 2.0) -> d
 class MysqlShards:
     """The pools of every database of ``layout`` on the servers of ``dsn`` (database i on the
     i-th DSN, cyclically), ``pool_size`` connections each. Pools open on first use, on the
-    running event loop; ``connect()`` opens them all at once (a startup check). Raises
-    ValueError for a bad DSN."""
+    running event loop; ``connect()`` opens them all at once. Every call is bounded by
+    ``timeout_s`` seconds (the wait for a pooled connection included; a scan may ask for more):
+    past it the call raises Degraded, and ``TIMEOUTS_TO_TRIP`` such calls in a row open the
+    database's breaker as a lost connection does, so a frozen server costs each request at most
+    ``timeout_s``, then microseconds. Raises ValueError for a bad DSN."""
 
-    __slots__ = ("layout", "_servers", "_pool_size", "_pools", "_lock", "_down_until")
+    __slots__ = ("layout", "timeout_s", "_servers", "_pool_size", "_pools", "_lock", "_down_until", "_timeouts")
 
-    def __init__(self, dsn: str, layout: Layout, *, pool_size: int = 10) -> None:
+    def __init__(self, dsn: str, layout: Layout, *, pool_size: int = 10, timeout_s: float = TIMEOUT_S) -> None:
         self.layout, self._servers, self._pool_size = layout, parse_dsn(dsn), pool_size
+        self.timeout_s = timeout_s
         self._pools: list[Pool | None] = [None] * layout.n_dbs
         self._lock = asyncio.Lock()
         self._down_until = [0.0] * layout.n_dbs
+        self._timeouts = [0] * layout.n_dbs
 
     async def connect(self) -> None:
         """Open every pool now; raises Degraded when a database cannot be reached (not migrated,
@@ -132,6 +140,20 @@ class MysqlShards:
         for db in range(self.layout.n_dbs):
             async with self._conn(db):
                 pass
+
+    async def reachable(self) -> dict[str, bool]:
+        """Each database's name -> whether it answers ``SELECT 1`` within ``timeout_s`` (every
+        database at once; one whose breaker is open reads as down without a query)."""
+
+        async def one(db: int) -> bool:
+            try:
+                await self.fetchone(db, "SELECT 1")
+            except Degraded:
+                return False
+            return True
+
+        answers = await asyncio.gather(*(one(db) for db in range(self.layout.n_dbs)))
+        return {self.layout.db_name(db): up for db, up in enumerate(answers)}
 
     async def close(self) -> None:
         """Close every pool and wait for its connections."""
@@ -191,10 +213,30 @@ class MysqlShards:
         if pool is not None:
             await pool.clear()
 
-    async def transaction(self, db: int, body: Callable[[Cursor], Awaitable[T]]) -> T:
+    async def _bounded(self, db: int, op: Callable[[], Awaitable[T]], timeout_s: float | None) -> T:
+        """``await op()`` within ``timeout_s`` (None: ``self.timeout_s``); past it, Degraded (the
+        statement is cancelled and its connection closed), and the breaker opens after
+        TIMEOUTS_TO_TRIP in a row."""
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        try:  # wait_for, not asyncio.timeout: the HTTP protocol runs handlers outside any Task
+            result = await asyncio.wait_for(op(), limit)
+        except TimeoutError:
+            self._timeouts[db] += 1
+            if self._timeouts[db] >= TIMEOUTS_TO_TRIP:
+                self._timeouts[db] = 0
+                await self._trip(db, TimeoutError(f"{TIMEOUTS_TO_TRIP} calls in a row past {limit * 1000:.0f} ms"))
+            raise Degraded(f"database {self.layout.db_name(db)} did not answer within {limit * 1000:.0f} ms") from None
+        self._timeouts[db] = 0
+        return result
+
+    async def transaction(
+        self, db: int, body: Callable[[Cursor], Awaitable[T]], *, timeout_s: float | None = None
+    ) -> T:
         """Run ``body(cursor)`` in one transaction on database ``db``: commit on return, roll back
-        on any exception; a deadlock reruns the whole body (up to 3 times). Raises Degraded when
-        the database is unreachable or the connection is lost (nothing is committed then)."""
+        on any exception; a deadlock reruns the whole body (up to 3 times); the whole within
+        ``timeout_s`` (None: the shards' bound). Raises Degraded when the database is unreachable,
+        the connection is lost or the bound passes (nothing is committed then, or, when the
+        bound passed during the COMMIT, maybe everything: every transaction here is idempotent)."""
 
         async def attempt() -> T:
             async with self._conn(db) as conn:
@@ -210,7 +252,7 @@ class MysqlShards:
                             await conn.rollback()
                     raise
 
-        return await self._retrying(db, attempt)
+        return await self._bounded(db, lambda: self._retrying(db, attempt), timeout_s)
 
     async def _retrying(self, db: int, attempt: Callable[[], Awaitable[T]]) -> T:
         """``attempt()``, again after a deadlock (the server rolled the loser back), 3 times at most."""
@@ -223,24 +265,37 @@ class MysqlShards:
                 log.info("deadlock on %s; retrying", self.layout.db_name(db))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def execute(self, db: int, sql: str, args: Sequence[object] = ()) -> int:
-        """One autocommitted statement (retried after a deadlock); returns the rows it changed."""
+    async def execute(self, db: int, sql: str, args: Sequence[object] = (), *, timeout_s: float | None = None) -> int:
+        """One autocommitted statement (retried after a deadlock) within ``timeout_s``; returns
+        the rows it changed."""
 
         async def attempt() -> int:
             async with self._conn(db) as conn, conn.cursor() as cur:
                 return await cur.execute(sql, tuple(args))
 
-        return await self._retrying(db, attempt)
+        return await self._bounded(db, lambda: self._retrying(db, attempt), timeout_s)
 
-    async def fetchone(self, db: int, sql: str, args: Sequence[object] = ()) -> Row | None:
-        """The first row of an autocommitted query, or None."""
-        async with self._conn(db) as conn, conn.cursor() as cur:
-            await cur.execute(sql, tuple(args))
-            row = await cur.fetchone()
-            return None if row is None else tuple(row)
+    async def fetchone(
+        self, db: int, sql: str, args: Sequence[object] = (), *, timeout_s: float | None = None
+    ) -> Row | None:
+        """The first row of an autocommitted query (within ``timeout_s``), or None."""
 
-    async def fetchall(self, db: int, sql: str, args: Sequence[object] = ()) -> list[Row]:
-        """Every row of an autocommitted query."""
-        async with self._conn(db) as conn, conn.cursor() as cur:
-            await cur.execute(sql, tuple(args))
-            return [tuple(r) for r in await cur.fetchall()]
+        async def query() -> Row | None:
+            async with self._conn(db) as conn, conn.cursor() as cur:
+                await cur.execute(sql, tuple(args))
+                row = await cur.fetchone()
+                return None if row is None else tuple(row)
+
+        return await self._bounded(db, query, timeout_s)
+
+    async def fetchall(
+        self, db: int, sql: str, args: Sequence[object] = (), *, timeout_s: float | None = None
+    ) -> list[Row]:
+        """Every row of an autocommitted query (within ``timeout_s``; scans pass SCAN_TIMEOUT_S)."""
+
+        async def query() -> list[Row]:
+            async with self._conn(db) as conn, conn.cursor() as cur:
+                await cur.execute(sql, tuple(args))
+                return [tuple(r) for r in await cur.fetchall()]
+
+        return await self._bounded(db, query, timeout_s)

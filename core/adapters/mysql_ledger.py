@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql_db import MysqlShards
+from hongbao.core.adapters.mysql_db import SCAN_TIMEOUT_S, MysqlShards
 from hongbao.core.errors import InsufficientBalance
 from hongbao.core.ports import LedgerEntry
 
@@ -134,7 +134,10 @@ class MysqlLedgerStore:
         sql = f"SELECT * FROM ({' UNION ALL '.join(parts)}) AS due ORDER BY created_at LIMIT %s"
         values = [*[v for _ in parts for v in (kind, start_ms, end_ms, limit)], limit]
         found = await asyncio.gather(
-            *(self._shards.fetchall(db, sql, values) for db in range(self._shards.layout.n_dbs))
+            *(
+                self._shards.fetchall(db, sql, values, timeout_s=SCAN_TIMEOUT_S)
+                for db in range(self._shards.layout.n_dbs)
+            )
         )
         rows = list(heapq.merge(*found, key=lambda row: int(row[0])))[:limit]
         return [LedgerEntry(str(u), str(k), str(r), int(a), int(c)) for c, u, k, r, a in rows]

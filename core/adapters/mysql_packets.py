@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql_db import MysqlShards, Row
+from hongbao.core.adapters.mysql_db import SCAN_TIMEOUT_S, MysqlShards, Row
 from hongbao.core.adapters.mysql_schema import day_tables
 from hongbao.core.adapters.packet_rows import (
     PACKET_COLUMNS,
@@ -189,7 +189,10 @@ class MysqlPacketStore:
         sql = f"SELECT * FROM ({' UNION ALL '.join(parts)}) AS due ORDER BY {order} LIMIT %s"
         values = [*[v for _ in parts for v in (*args, limit)], limit]
         found = await asyncio.gather(
-            *(self._shards.fetchall(db, sql, values) for db in range(self._shards.layout.n_dbs))
+            *(
+                self._shards.fetchall(db, sql, values, timeout_s=SCAN_TIMEOUT_S)
+                for db in range(self._shards.layout.n_dbs)
+            )
         )
         return list(heapq.merge(*found, key=lambda row: row[0]))[:limit]
 

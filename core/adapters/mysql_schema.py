@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import asyncmy
 from asyncmy.cursors import Cursor
+from asyncmy.errors import MySQLError
 from hongbao.core.adapters.mysql_db import Layout, connect_args, parse_dsn
 from hongbao.core.adapters.sqlite_schema import DAYS, packet_table, receipt_table
 
@@ -160,3 +161,51 @@ async def _check_meta(cur: Cursor, name: str, layout: Layout) -> None:
             f"database {name} was migrated for {found[0]} x {found[1]} shards, the settings say "
             f"{layout.n_dbs} x {layout.n_tables} (mysql_dbs x mysql_tables); resharding is not supported"
         )
+
+
+class NotMigrated(RuntimeError):
+    """The shards are not (or no longer) what this hongbao needs: a database or its t_meta is
+    missing, its schema is older or newer, or it was made for another N x M; the message says
+    what to run."""
+
+
+#: Server errors of a database or table that does not exist (ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE).
+_MISSING = frozenset({1049, 1146})
+
+
+async def check_migrated(dsn: str, layout: Layout, *, connect_timeout_s: float = 2.0) -> None:
+    """Check every database of ``layout`` on ``dsn`` holds this schema version and layout.
+
+    Raises NotMigrated (naming the database and ``hongbao migrate``), or the asyncmy error /
+    OSError of a server that refuses (bad credentials) or cannot be reached."""
+    servers = parse_dsn(dsn)
+    for db in range(layout.n_dbs):
+        name = layout.db_name(db)
+        conn = await asyncmy.connect(**connect_args(servers[db % len(servers)], connect_timeout_s=connect_timeout_s))
+        try:
+            async with conn.cursor() as cur:
+                try:
+                    await cur.execute(
+                        f"SELECT name, value FROM `{name}`.t_meta WHERE name IN ('schema_version', 'n_dbs', 'n_tables')"
+                    )
+                except MySQLError as exc:
+                    if exc.args and exc.args[0] in _MISSING:
+                        raise NotMigrated(f"database {name} does not exist: run `hongbao migrate` first") from None
+                    raise
+                meta = {str(k): int(v) for k, v in await cur.fetchall()}
+        finally:
+            conn.close()
+        version = meta.get("schema_version", 0)
+        if version != SCHEMA_VERSION:
+            older = "an older" if version < SCHEMA_VERSION else "a newer"
+            raise NotMigrated(
+                f"database {name} has schema {version}, this hongbao needs {SCHEMA_VERSION} "
+                f"({older} hongbao migrated it): "
+                + ("run `hongbao migrate` to upgrade it in place" if version < SCHEMA_VERSION else "upgrade hongbao")
+            )
+        found = (meta.get("n_dbs"), meta.get("n_tables"))
+        if found != (layout.n_dbs, layout.n_tables):
+            raise NotMigrated(
+                f"database {name} was migrated for {found[0]} x {found[1]} shards, the settings say "
+                f"{layout.n_dbs} x {layout.n_tables} (mysql_dbs x mysql_tables)"
+            )

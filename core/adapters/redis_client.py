@@ -11,8 +11,10 @@ redis-py's, falling back to redis-py when that path cannot answer.
 
 Failures: a dropped connection (CLIENT KILL, a restart) is retried on a fresh connection up to
 :data:`RETRIES` times with exponential backoff and full jitter (capped at 0.25 s), so a blip costs
-a retry, not an error; a Redis that stays down raises ``redis.exceptions.ConnectionError`` (or
-``TimeoutError``) after about a second, never after minutes.
+a retry, not an error; a reply that does not come within the socket timeout (a frozen server:
+the worker's ``redis_timeout_ms``, 250 ms by default) raises ``redis.exceptions.TimeoutError`` at
+once, without a retry (a server that did not answer one command will not answer the next), so
+the breaker of the caller opens within a fraction of a second.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
-from redis.exceptions import AskError, ConnectionError, MovedError, NoScriptError, TimeoutError
+from redis.exceptions import AskError, ConnectionError, MovedError, NoScriptError
 
 #: The client type every Redis adapter takes: a single server or a cluster, one code path.
 RedisClient = Redis | RedisCluster
@@ -39,12 +41,16 @@ RedisPipeline = Pipeline | ClusterPipeline
 #: Retries of a command whose connection failed (each on a fresh connection).
 RETRIES = 3
 CONNECT_TIMEOUT_S = 1.0
+#: The default bound of one reply (seconds): the request path's; blocking reads need a client of their own.
+SOCKET_TIMEOUT_S = 0.25
 #: Lean-path failures the redis-py path recovers from (it refreshes a cluster's topology on MOVED,
 #: follows ASK, loads scripts, retries on fresh connections): the command is sent again through it.
 LEAN_FALLBACK = (MovedError, AskError, NoScriptError, ConnectionError)
 
 
-def redis_client(url: str, *, cluster: bool, socket_timeout_s: float = 5.0, max_connections: int = 64) -> RedisClient:
+def redis_client(
+    url: str, *, cluster: bool, socket_timeout_s: float = SOCKET_TIMEOUT_S, max_connections: int = 64
+) -> RedisClient:
     """A client for ``url`` (``redis://[user:password@]host:port[/db]`` or ``rediss://``): a
     ``RedisCluster`` that discovers the cluster from that one node when ``cluster`` is True,
     else a ``Redis`` with a pool of at most ``max_connections`` connections. No I/O here.
@@ -52,11 +58,12 @@ def redis_client(url: str, *, cluster: bool, socket_timeout_s: float = 5.0, max_
     A cluster client reads the topology on its first command (or ``await client.initialize()``,
     which both classes have): issue that one alone, before concurrent use -- with redis-py 8.1,
     commands racing the first discovery can fail on a half-made connection (seen with 60
-    concurrent commands on a fresh client). ``socket_timeout_s`` bounds a reply's wait (seconds);
-    blocking reads (XREAD BLOCK) must ask for less. Replies are bytes.
+    concurrent commands on a fresh client). ``socket_timeout_s`` bounds a reply's wait (seconds; a
+    connect's is CONNECT_TIMEOUT_S); blocking reads (XREAD BLOCK) must ask for less, or use a
+    client with a longer bound. Only a lost connection is retried (RETRIES times). Replies are bytes.
     Raises ValueError for a malformed URL."""
-    retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), RETRIES)
-    errors: list[type[Exception]] = [ConnectionError, TimeoutError]
+    retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), RETRIES, supported_errors=(ConnectionError,))
+    errors: list[type[Exception]] = [ConnectionError]
     if cluster:
         return RedisCluster.from_url(
             url,

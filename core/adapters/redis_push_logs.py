@@ -32,7 +32,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from hongbao.core.adapters.redis_client import Pipelines, RedisPipeline, text
+from hongbao.core.adapters.redis_client import Pipelines, RedisClient, RedisPipeline, text
 from hongbao.core.adapters.redis_push_lua import (
     SCRIPTS,
     TOPIC_PEEK,
@@ -179,13 +179,16 @@ def _field(flat: list[bytes], name: bytes) -> bytes:
 
 
 class RedisTopicLog:
-    """TopicLog on Redis: one stream for every topic, about ``max_len`` entries long."""
+    """TopicLog on Redis: one stream for every topic, about ``max_len`` entries long; ``reader``:
+    the client of the blocking reads (XREAD BLOCK waits up to MAX_BLOCK_S, longer than the request
+    path's bound on a reply; None: the client of ``pipes``, whose bound must then exceed MAX_BLOCK_S)."""
 
-    __slots__ = ("_max_len", "_pipes")
+    __slots__ = ("_max_len", "_pipes", "_reader")
 
-    def __init__(self, pipes: Pipelines, max_len: int) -> None:
+    def __init__(self, pipes: Pipelines, max_len: int, *, reader: RedisClient | None = None) -> None:
         self._pipes = pipes
         self._max_len = max_len
+        self._reader = reader or pipes.client
 
     async def publish(self, topic: str, make_body: BodyMaker) -> Stored:
         """Append ``make_body(offset, epoch)`` to ``topic`` (per-topic offsets, in order)."""
@@ -210,9 +213,7 @@ class RedisTopicLog:
             last: Any = await self._pipes.one(lambda pipe: pipe.xrevrange(TOPIC_STREAM, count=1))
             cursor = text(last[0][0]) if last else "0-0"
         block_ms = max(1, int(min(timeout_s, MAX_BLOCK_S) * 1000))
-        reply: Any = await self._pipes.client.xread(
-            {TOPIC_STREAM: cursor}, count=1000, block=block_ms
-        )  # blocks: not batched
+        reply: Any = await self._reader.xread({TOPIC_STREAM: cursor}, count=1000, block=block_ms)  # blocks: not batched
         messages: list[tuple[str, Stored]] = []
         for _stream, entries in reply:
             for entry_id, fields in entries:

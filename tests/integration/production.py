@@ -16,12 +16,16 @@ from tests.server.conftest import Server, start_server
 SERVE_LAYOUT = Layout(2, 2, prefix="srv_")
 
 
-def production_config(mariadb: MariaDb, redis_url: str, *, cluster: bool = False, pool_size: int = 4) -> str:
+def production_config(
+    mariadb: MariaDb, redis_url: str, *, cluster: bool = False, pool_size: int = 4, mysql_port: int | None = None
+) -> str:
     """The TOML of a production server on ``mariadb`` (SERVE_LAYOUT) and the Redis at ``redis_url``
-    (a node of a Redis Cluster when ``cluster``); ``pool_size``: connections per database per worker."""
+    (a node of a Redis Cluster when ``cluster``); ``pool_size``: connections per database per worker;
+    ``mysql_port``: reach MariaDB there instead (a proxy in front of it)."""
     layout = SERVE_LAYOUT
+    dsn = mariadb.dsn if mysql_port is None else mariadb.dsn.replace(f":{mariadb.port}", f":{mysql_port}")
     return (
-        f'backend = "production"\nmysql_dsn = "{mariadb.dsn}"\nmysql_prefix = "{layout.prefix}"\n'
+        f'backend = "production"\nmysql_dsn = "{dsn}"\nmysql_prefix = "{layout.prefix}"\n'
         f"mysql_dbs = {layout.n_dbs}\nmysql_tables = {layout.n_tables}\nmysql_pool_size = {pool_size}\n"
         f'redis_url = "{redis_url}"\nredis_cluster = {str(cluster).lower()}\n'
     )
@@ -36,12 +40,14 @@ def start_production(
     workers: int = 2,
     pool_size: int = 4,
     extra_config: str = "",
+    mysql_port: int | None = None,
 ) -> Server:
     """Empty SERVE_LAYOUT's shards (migrated on first use), then start a production server with
-    ``workers`` workers in ``directory`` (``extra_config``: more TOML lines). Raises RuntimeError
-    when it does not become ready."""
+    ``workers`` workers in ``directory`` (``extra_config``: more TOML lines; ``mysql_port``: see
+    ``production_config``). Raises RuntimeError when it does not become ready."""
     migrated(mariadb, SERVE_LAYOUT)
-    config = production_config(mariadb, redis_url, cluster=cluster, pool_size=pool_size) + extra_config
+    config = production_config(mariadb, redis_url, cluster=cluster, pool_size=pool_size, mysql_port=mysql_port)
+    config += extra_config
     return start_server(directory, workers=workers, extra_config=config)
 
 

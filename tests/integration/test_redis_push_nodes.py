@@ -169,8 +169,9 @@ def test_a_live_session_redis_lost_is_written_back(standalone_nodes: RedisNodes)
 
 def test_group_push_survives_client_kill(standalone_nodes: RedisNodes) -> None:
     """P-05: the node's Redis connections are killed again and again during a 200-message group
-    push: every member gets all 200, in order, each once; /readyz answers 503 while Redis does not
-    answer (its process stopped) and 200 once it is back."""
+    push: every member gets all 200, in order, each once; /readyz reports Redis degraded (200: the
+    node still serves, DESIGN section 12) within a bound while Redis does not answer (its process
+    stopped), and ready once it is back."""
     [node] = standalone_nodes.start("a")
     members = [f"g{i}" for i in range(10)]
 
@@ -207,16 +208,16 @@ def test_group_push_survives_client_kill(standalone_nodes: RedisNodes) -> None:
 
     asyncio.run(scenario())
     redis_pid = standalone_nodes.target.pids[0]
-    assert httpx.get(f"{node.url}/readyz", timeout=10).status_code == 200
+    assert httpx.get(f"{node.url}/readyz", timeout=10).json() == {"status": "ready", "degraded": []}
     os.kill(redis_pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
         answer = httpx.get(f"{node.url}/readyz", timeout=10)
-        assert answer.status_code == 503 and answer.json()["error"]["code"] == "degraded"
+        assert answer.status_code == 200 and answer.json() == {"status": "degraded", "degraded": ["redis"]}
         assert time.monotonic() - started < 4.0
     finally:
         os.kill(redis_pid, signal.SIGCONT)
     deadline = time.monotonic() + 10
-    while httpx.get(f"{node.url}/readyz", timeout=10).status_code != 200:
+    while httpx.get(f"{node.url}/readyz", timeout=10).json()["status"] != "ready":
         assert time.monotonic() < deadline, "not ready again after Redis came back"
         time.sleep(0.2)

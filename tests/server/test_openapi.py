@@ -349,7 +349,7 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
 
     # operations and auth
     assert check(anon.get("/healthz"), "/healthz", 200) == {"status": "ok"}
-    assert check(anon.get("/readyz"), "/readyz", 200) == {"status": "ready"}
+    assert check(anon.get("/readyz"), "/readyz", 200) == {"status": "ready", "degraded": []}
     assert "hongbao_http_requests_total" in check(anon.get("/metrics"), "/metrics", 200)
     assert code(check(anon.get("/v1/balance"), "/v1/balance", 401)) == "unauthorized"
     forged = {"authorization": "Bearer " + server.token("alice")[:-2] + "xx"}
