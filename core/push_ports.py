@@ -157,6 +157,19 @@ class MessageLog(Protocol):
         (new epoch) so the answer always names the epoch."""
         ...
 
+    async def lost(self) -> None:
+        """Messages this node meant for some streams were not written (the store was unreachable,
+        or this node started while it was and a predecessor may have lost some): every stream,
+        on every node, starts a new epoch at its next append or replay, so each client is told
+        (``reset``) instead of missing them silently."""
+        ...
+
+    async def sync(self) -> bool:
+        """Pick up the ``lost`` of other nodes (a node calls it about once a second); True when
+        streams may have started new epochs since the last call (another node's ``lost``, or the
+        store's process restarted): the caller has its live sessions look (and get their reset)."""
+        ...
+
 
 class TopicLog(Protocol):
     """Broadcasts: one log that every node reads once, each with its own cursor."""

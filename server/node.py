@@ -36,18 +36,19 @@ class Node:
         self.id, self.address = node, ""
         self._nodes, self._ttl_s, self._report = nodes, ttl_s, report
 
-    async def join(self, address: str) -> None:
+    async def join(self, address: str) -> bool:
         """First heartbeat, at ``address`` (host:port of the internal listener), before any
-        connection is accepted. When the store cannot be reached the node is not live yet: it
-        joins with the first heartbeat of ``beat_forever`` that gets through (logged once)."""
+        connection is accepted; whether it reached the store. When it did not, the node is not
+        live yet: it joins with the first heartbeat of ``beat_forever`` that gets through (logged once)."""
         self.address = address
         try:
             await self._nodes.heartbeat(self.id, address, self._ttl_s)
         except Exception as exc:
             log.warning("push node %s could not join (%s): joining once the push store is back", self.id, exc)
             self._report(False)
-            return
+            return False
         log.info("push node %s joined at %s", self.id, address)
+        return True
 
     async def beat_forever(self) -> None:
         """Heartbeat and sweep every ``HEARTBEAT_S`` until cancelled."""

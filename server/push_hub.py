@@ -116,6 +116,7 @@ class PushHub:
         self._acks: dict[str, int] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listener: asyncio.AbstractServer | None = None
+        self._lost = 0  # events this worker could not log since the store last took ``lost``
 
     async def start(self) -> None:
         """Before the worker accepts connections: open the internal listener, join as a live
@@ -123,7 +124,8 @@ class PushHub:
         the node joins with its first heartbeat that reaches the store (logins are refused until
         then: the store's breaker is open), and broadcasts are read from the log's end from then on."""
         self._listener, address = await listen(self, self.settings)
-        await self.node.join(address)
+        if not await self.node.join(address):
+            self._lost += 1  # started while the store was down: a predecessor may have lost events
         await self.fanout.start()
 
     def jobs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
@@ -364,6 +366,7 @@ class PushHub:
             await self.push_to_group(event.group_id, event.name, event.data)
         except Exception as exc:
             self.metrics.events["push_failures"] += 1
+            self._lost += 1
             if not isinstance(exc, BreakerOpen):  # Redis down: its breaker logged that once
                 log.warning("push of event %s failed: %s", event.name, exc)
 
@@ -372,6 +375,7 @@ class PushHub:
 
     def _posts_failed(self, count: int, exc: Exception) -> None:
         self.metrics.events["push_failures"] += count
+        self._lost += count
         if not isinstance(exc, BreakerOpen):
             log.warning("appending %d event push(es) failed: %s", count, exc)
 
@@ -405,6 +409,31 @@ class PushHub:
             for session in list(self.sessions.values()):
                 session.conn.close(1011, "push store unavailable")
 
+    async def _tell_gaps(self) -> None:
+        lost = self._lost
+        try:
+            if lost:
+                await self.stores.log.lost()
+                self._lost -= lost
+                log.warning(
+                    "%d push event(s) could not be logged: every stream starts a new epoch (clients reload)", lost
+                )
+            moved = await self.stores.log.sync()
+        except Exception as exc:  # the store is still down: next tick
+            if not isinstance(exc, BreakerOpen):
+                log.warning("push gap bookkeeping failed: %s", exc)
+            return
+        if lost or moved:
+            self._recheck_sessions()
+
+    def _recheck_sessions(self) -> None:
+        """Every session held here reads its stream again from what it has sent: one whose stream
+        started a new epoch gets its ``reset`` now, not at its next message."""
+        for session in list(self.sessions.values()):
+            if session.held is None:  # (a replay under way reads the stream anyway)
+                session.held = []
+                self.spawn(self._catch_up(session))
+
     async def _flush_forever(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
@@ -413,7 +442,11 @@ class PushHub:
     async def flush(self) -> None:
         """Write this tick's liveness refreshes and acks (one round trip each); a session the store
         lost while its connection lives here is written back (a third, only then), one logged
-        out meanwhile is not."""
+        out meanwhile is not. Then the gaps: when events could not be logged since the last tick
+        that reached the store, every stream starts a new epoch (``MessageLog.lost``: clients are
+        told), and what other nodes decided so is picked up (``MessageLog.sync``); either way the
+        sessions held here look at their streams at once."""
+        await self._tell_gaps()
         touched, self._touched = self._touched, set()
         acks, self._acks = self._acks, {}
         if not touched and not acks:

@@ -28,7 +28,7 @@ from hongbao.core.adapters.redis_push_guard import (
     GuardedSessionStore,
     GuardedTopicLog,
 )
-from hongbao.core.adapters.redis_push_logs import MAX_BLOCK_S, RedisMessageLog, RedisTopicLog
+from hongbao.core.adapters.redis_push_logs import MAX_BLOCK_S, Generation, RedisMessageLog, RedisTopicLog
 from hongbao.core.adapters.redis_push_nodes import RedisNodeDirectory
 from hongbao.core.adapters.redis_queue import RedisQueue
 from hongbao.core.adapters.sqlite_db import SqliteDb
@@ -109,13 +109,16 @@ def open_push_stores(
         )
         breaker = breaker or redis_breaker(counts)
         node = node_id(settings.node_name)
+        generation = Generation()  # the message and topic logs' incarnation generation
         return PushStores(
             GuardedSessionStore(RedisSessionStore(pipes, settings.push_session_ttl_s), breaker),
             GuardedNodeDirectory(RedisNodeDirectory(pipes), breaker),
             GuardedMessageLog(
-                RedisMessageLog(pipes, settings.push_log_max_messages, settings.push_log_max_age_s), breaker, counts
+                RedisMessageLog(pipes, settings.push_log_max_messages, settings.push_log_max_age_s, generation),
+                breaker,
+                counts,
             ),
-            GuardedTopicLog(RedisTopicLog(pipes, TOPIC_MAX_LEN, reader=reader), breaker),
+            GuardedTopicLog(RedisTopicLog(pipes, TOPIC_MAX_LEN, reader=reader, generation=generation), breaker),
             GuardedQueue(RedisQueue(pipes, node), breaker, counts),
             pipes.client,
             breaker,

@@ -151,6 +151,14 @@ class GuardedMessageLog(_Guarded):
         """MessageLog.replay, refused at once while Redis is down."""
         return await self._now(lambda: self._log.replay(uid, after, epoch, now_ms))
 
+    async def lost(self) -> None:
+        """MessageLog.lost (background: may be the trial call)."""
+        await self._breaker.call(self._log.lost)
+
+    async def sync(self) -> bool:
+        """MessageLog.sync (background: may be the trial call)."""
+        return await self._breaker.call(self._log.sync)
+
 
 class GuardedTopicLog(_Guarded):
     """``topics`` behind ``breaker``."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from hongbao.core.adapters.redis_client import Pipelines, RedisClient, RedisPipeline, text
 from hongbao.core.adapters.redis_push_lua import (
+    GENERATION,
     SCRIPTS,
     TOPIC_PEEK,
     TOPIC_PUT,
@@ -72,16 +73,42 @@ def _epoch() -> str:
     return secrets.token_urlsafe(6)
 
 
+#: The generation of every stream's incarnation (redis_push_lua): raised by a node that lost appends.
+GENERATION_KEY = "{push}:generation"
+
+
+class Generation:
+    """The incarnation generation one node's logs pass to their scripts (a decimal string; "0"
+    until read), shared by its message log and its topic log, and the ``run_id`` of the Redis
+    process holding GENERATION_KEY when last read."""
+
+    __slots__ = ("run", "value")
+
+    def __init__(self) -> None:
+        self.value, self.run = "0", ""
+
+    async def sync(self, pipes: Pipelines, *, raise_: bool = False) -> bool:
+        """Take the stored generation (GENERATION_KEY) when it is higher, store this one when it is
+        lower (a restore from an older dump lowered it), and one above both with ``raise_`` (every
+        stream starts a new epoch at its next use); True when the generation rose or the process
+        holding it changed (a restart, a failover) since the last call."""
+        value, run = await pipes.script(GENERATION, [GENERATION_KEY], [self.value, int(raise_)])
+        before, self.value = self.value, str(value)
+        was, self.run = self.run, text(run)
+        return self.value != before or (bool(was) and self.run != was)
+
+
 class RedisMessageLog:
     """MessageLog on Redis: per-user streams, at most ``max_len`` messages none older than
     ``max_age_s`` seconds (see the module for keys, epochs and the two round trips)."""
 
-    __slots__ = ("_max_age_ms", "_max_len", "_pipes")
+    __slots__ = ("_generation", "_max_age_ms", "_max_len", "_pipes")
 
-    def __init__(self, pipes: Pipelines, max_len: int, max_age_s: float) -> None:
+    def __init__(self, pipes: Pipelines, max_len: int, max_age_s: float, generation: Generation | None = None) -> None:
         self._pipes = pipes
         self._max_len = max_len
         self._max_age_ms = int(max_age_s * 1000)
+        self._generation = generation or Generation()
 
     async def append(self, entries: Sequence[tuple[str, BodyMaker]], now_ms: int) -> list[Stored]:
         """Append ``make_body(offset, epoch)`` to each (uid, make_body)'s stream (a uid's messages
@@ -94,7 +121,7 @@ class RedisMessageLog:
 
         def peek(pipe: RedisPipeline) -> None:
             for uid in users:
-                USER_PEEK.queue(pipe, _keys(uid), [_epoch()])
+                USER_PEEK.queue(pipe, _keys(uid), [_epoch(), self._generation.value])
 
         heads = {
             uid: _peeked(uid, reply) for uid, reply in zip(users, await self._pipes.run(peek, SCRIPTS), strict=True)
@@ -122,6 +149,7 @@ class RedisMessageLog:
                             now_ms - self._max_age_ms,
                             self._max_age_ms,
                             _epoch(),
+                            self._generation.value,
                             *bodies[uid],
                         ],
                     )
@@ -137,6 +165,14 @@ class RedisMessageLog:
                     taken.append(uid)
             users = taken
         return [message for message in stored if message is not None]
+
+    async def lost(self) -> None:
+        """Raise the generation: every stream (and topic) starts a new epoch at its next use."""
+        await self._generation.sync(self._pipes, raise_=True)
+
+    async def sync(self) -> bool:
+        """Read the generation other nodes may have raised; True when it rose or Redis restarted."""
+        return await self._generation.sync(self._pipes)
 
     async def ack(self, acks: Sequence[tuple[str, int]]) -> None:
         """For each (uid, offset): drop the user's messages up to ``offset`` (past the last: the
@@ -160,6 +196,7 @@ class RedisMessageLog:
             self._max_len,
             epoch or "",
             "" if after is None else after,
+            self._generation.value,
         ]
         reply = await self._pipes.script(USER_REPLAY, _keys(uid), args)
         current = text(reply[0])
@@ -183,23 +220,30 @@ class RedisTopicLog:
     the client of the blocking reads (XREAD BLOCK waits up to MAX_BLOCK_S, longer than the request
     path's bound on a reply; None: the client of ``pipes``, whose bound must then exceed MAX_BLOCK_S)."""
 
-    __slots__ = ("_max_len", "_pipes", "_reader")
+    __slots__ = ("_generation", "_max_len", "_pipes", "_reader")
 
-    def __init__(self, pipes: Pipelines, max_len: int, *, reader: RedisClient | None = None) -> None:
+    def __init__(
+        self, pipes: Pipelines, max_len: int, *, reader: RedisClient | None = None, generation: Generation | None = None
+    ) -> None:
         self._pipes = pipes
         self._max_len = max_len
         self._reader = reader or pipes.client
+        self._generation = generation or Generation()
 
     async def publish(self, topic: str, make_body: BodyMaker) -> Stored:
         """Append ``make_body(offset, epoch)`` to ``topic`` (per-topic offsets, in order)."""
         keys = [TOPIC_META, TOPIC_STREAM]
         prefix = f"{topic}:"
-        offset, epoch = _peeked(topic, await self._pipes.script(TOPIC_PEEK, keys, [prefix, _epoch()]))
+        offset, epoch = _peeked(
+            topic, await self._pipes.script(TOPIC_PEEK, keys, [prefix, _epoch(), self._generation.value])
+        )
         nonce = secrets.token_urlsafe(8)
         while True:
             body = make_body(offset, epoch)
             reply = await self._pipes.script(
-                TOPIC_PUT, keys, [offset, epoch, nonce, body, prefix, self._max_len, _epoch(), topic]
+                TOPIC_PUT,
+                keys,
+                [offset, epoch, nonce, body, prefix, self._max_len, _epoch(), topic, self._generation.value],
             )
             if int(reply[0]) == 1:
                 return Stored(offset, epoch, body)

@@ -209,11 +209,12 @@ class SqliteMessageLog:
     appends go (a stream's oldest every ``TRIM_EVERY`` offsets; old messages and unused heads at
     most every ``DROP_EVERY_MS``)."""
 
-    __slots__ = ("_db", "_max_messages", "_max_age_ms", "_dropped_at")
+    __slots__ = ("_db", "_max_messages", "_max_age_ms", "_dropped_at", "_generation")
 
     def __init__(self, db: SqliteDb, max_messages: int, max_age_s: float) -> None:
         self._db, self._max_messages, self._max_age_ms = db, max_messages, int(max_age_s * 1000)
         self._dropped_at = 0  # when this log last deleted old messages and unused heads (ms)
+        self._generation: int | None = None  # t_meta generation at the last sync (None: not read yet)
 
     async def append(self, entries: Sequence[tuple[str, SharedBody]], now_ms: int) -> list[Stored]:
         """Append every entry in one transaction (one head row per distinct BodyMaker; the streams
@@ -316,6 +317,30 @@ class SqliteMessageLog:
         held = [Stored(o, stream_epoch, place(b, o, stream_epoch)) for o, b in kept]
         complete = same and len(held) == last - base and (not held or held[0].offset == base + 1)
         return Replay(stream_epoch, held, complete, last)
+
+    async def lost(self) -> None:
+        """Every stream starts a new epoch now (its held messages dropped, offsets from 1 again)
+        and the file's generation (t_meta ``generation``) rises: one transaction over the push
+        file, which every worker of the host shares."""
+
+        def renew() -> None:
+            with self._db.immediate() as conn:
+                conn.execute("UPDATE t_push_stream SET epoch = lower(hex(randomblob(6))), last_offset = 0, acked = 0")
+                conn.execute("DELETE FROM t_push_message")
+                conn.execute(
+                    "INSERT INTO t_meta (key, value) VALUES ('generation', '1') "
+                    "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+                )
+
+        await self._db.run(renew)
+
+    async def sync(self) -> bool:
+        """True when the file's generation rose since the last call (a ``lost`` of any worker)."""
+        row = self._db.read(
+            lambda: self._db.reader.execute("SELECT value FROM t_meta WHERE key = 'generation'").fetchone()
+        )
+        before, self._generation = self._generation, 0 if row is None else int(row[0])
+        return before is not None and self._generation != before
 
     def _create_in_transaction(self, uid: str) -> None:
         with self._db.immediate() as conn:

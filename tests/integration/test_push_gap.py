@@ -1,0 +1,127 @@
+"""A push gap is always told (DESIGN.md section 7: a partial replay is never passed off as
+complete): whenever a user's log may have lost entries -- Redis restarted from an older dump, or
+events that could not be logged while Redis was down -- the client gets ``{"type": "reset"}``
+before what follows, never new messages under offsets it already holds."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from tests.integration import redis_servers
+from tests.integration.redis_nodes import RedisNodes, admin, connect, push, receive, token
+from tests.integration.test_redis_push_down import PrivateRedis, private_redis  # noqa: F401  (fixture)
+from tests.server.conftest import Server
+
+ROBUST = "push_store_failures = 1000\n"  # connections ride out the outage: the gap must be told on them
+
+
+def _restart(redis_target: PrivateRedis) -> None:
+    """SIGKILL the redis-server and start it again on its dump (the last SAVE), as a crash does."""
+    assert redis_target.process is not None
+    redis_target.process.kill()
+    redis_target.process.wait()
+    redis_target.process = redis_servers.start_on(redis_target.directory, redis_target.port)
+
+
+def _save(redis_target: PrivateRedis) -> None:
+    with redis.Redis(port=redis_target.port) as client:
+        client.save()
+
+
+async def _events(node: Server, uid: str, values: range) -> None:
+    async with admin(node) as pusher:
+        for value in values:
+            await push(pusher, user_id=uid, event="e", data=value)
+
+
+def _data(messages: list[dict[str, Any]]) -> list[Any]:
+    return [m.get("data") if m.get("type") == "event" else m["type"] for m in messages]
+
+
+def test_a_restart_from_an_older_dump_is_told_to_live_and_offline_clients(
+    tmp_path: Path,
+    private_redis: PrivateRedis,
+) -> None:
+    """Redis saved at offset 3, then 3 more events, then killed and restarted on that dump: a live
+    client gets a reset then the next event (not an event at offset 4 dropped as a duplicate), and
+    an offline client resuming at offset 6 gets a reset before the new events held."""
+    nodes = RedisNodes(tmp_path, private_redis.target)
+    [node] = nodes.start("a", extra_config=ROBUST)
+    try:
+
+        async def scenario() -> None:
+            live, away = await connect(node, "u1"), await connect(node, "u2")
+            for uid in ("u1", "u2"):
+                await _events(node, uid, range(1, 4))
+            assert [m["offset"] for m in await receive(live, 3)] == [1, 2, 3]
+            await receive(away, 3)
+            await asyncio.to_thread(_save, private_redis)
+            for uid in ("u1", "u2"):
+                await _events(node, uid, range(4, 7))
+            got = await receive(live, 3)
+            epoch = got[-1]["epoch"]
+            assert [m["offset"] for m in got] == [4, 5, 6]
+            away_last = (await receive(away, 3))[-1]
+            await away.close()
+            await asyncio.to_thread(_restart, private_redis)
+            await asyncio.sleep(1.5)  # the node's tick notices the new Redis process
+            await _events(node, "u1", range(7, 8))
+            told = await receive(live, 2, timeout_s=10)
+            assert _data(told) == ["reset", 7] and told[0]["epoch"] != epoch, told
+            await _events(node, "u2", range(7, 11))
+            back = await connect(node, "u2", offset=away_last["offset"], epoch=away_last["epoch"])
+            replayed = await receive(back, 5)
+            assert _data(replayed) == ["reset", 7, 8, 9, 10], replayed
+            await live.close()
+            await back.close()
+
+        asyncio.run(scenario())
+    finally:
+        nodes.finish()
+
+
+def test_events_lost_while_redis_was_down_are_told(tmp_path: Path, private_redis: PrivateRedis) -> None:
+    """Redis frozen while a pay announces a packet to a group (its events cannot be logged), then
+    thawed (the same process: nothing restarted): the live members get a reset within seconds,
+    without waiting for a next message."""
+    nodes = RedisNodes(tmp_path, private_redis.target)
+    [node] = nodes.start("a", extra_config=ROBUST + "redis_timeout_ms = 100\n")
+    try:
+
+        async def scenario() -> None:
+            members = ["m1", "m2"]
+            sockets = [await connect(node, uid) for uid in members]
+            with httpx.Client(base_url=node.url, headers={"authorization": f"Bearer {token('m1')}"}) as client:
+                created = client.post("/v1/groups", json={"members": ["m2"]})
+                assert created.status_code == 201, created.text
+                gid = created.json()["group_id"]
+                await _events(node, "m1", range(1, 2))
+                assert _data(await receive(sockets[0], 1)) == [1]
+                async with admin(node) as pusher:
+                    assert (
+                        await pusher.post("/v1/admin/accounts/m1/topup", json={"amount_fen": 100})
+                    ).status_code == 200
+                order_id = client.post("/v1/packets", json={"count": 1, "total_fen": 10, "group_id": gid}).json()[
+                    "order_id"
+                ]
+                assert private_redis.process is not None
+                private_redis.process.send_signal(signal.SIGSTOP)
+                try:
+                    assert client.post(f"/v1/packets/{order_id}/pay").status_code == 200
+                    await asyncio.sleep(1.0)  # the appends time out; the breaker opens
+                finally:
+                    private_redis.process.send_signal(signal.SIGCONT)
+            for ws in sockets:
+                told = await receive(ws, 1, timeout_s=15)
+                assert _data(told) == ["reset"], told
+                await ws.close()
+
+        asyncio.run(scenario())
+    finally:
+        nodes.finish()
