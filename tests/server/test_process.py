@@ -299,6 +299,10 @@ def test_unreachable_databases_at_start_are_one_line_each_and_no_traceback(tmp_p
             ["audit", "--backend", "embedded", "--mysql-dsn", "mysql://u:secret@h:1"],
             "--mysql-dsn means the production backend, but --backend embedded was given: drop one of them",
         ),
+        (
+            ["storm", "--target", "http://127.0.0.1:9", "--backend", "embedded", "--mysql-dsn", "mysql://u:secret@h:1"],
+            "hongbao storm: --mysql-dsn means the production backend, but --backend embedded was given",
+        ),
     ],
 )
 def test_a_command_that_cannot_run_exits_2_with_one_line(tmp_path: Path, argv: list[str], says: str) -> None:
