@@ -182,6 +182,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"hongbao storm: {exc}", file=sys.stderr)
         return 2
     console.print(f"report: {args.out / 'report.json'} and {args.out / 'report.png'}")
+    if report.audit_blind(summary):
+        return 2
     if not report.money_ok(summary):
         return 1
     return 0 if report.push_ok(summary) else 3
