@@ -42,19 +42,28 @@ RECEIPT_AUDIT = "SELECT order_id, user_id, amount_fen, credit_status FROM {rtabl
 
 @dataclass
 class AuditReport:
-    """What the audit counted and every violation it found (``ok`` when there is none)."""
+    """What the audit counted and every violation it found (``ok`` when there is none), and the
+    database it read (``source``: ``SQLite PATH`` or ``mysql_source``'s text; "" when not said)."""
 
     violations: list[str] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
+    source: str = ""
 
     @property
     def ok(self) -> bool:
         """True when no invariant is broken."""
         return not self.violations
 
+    @property
+    def empty(self) -> bool:
+        """True when the database held nothing to audit: no packets and no ledger entries (the
+        wrong database, or a server that never served; ``hongbao audit`` exits 2 on it)."""
+        return not self.counts["packets"] and not any(name.startswith("ledger ") for name in self.counts)
+
     def lines(self) -> list[str]:
-        """Counts, then violations, then the last line ``audit: N violations``."""
-        out = [f"{name}: {value}" for name, value in sorted(self.counts.items())]
+        """``audited: SOURCE`` (when known), counts, then violations, then the last line ``audit: N violations``."""
+        out = [f"audited: {self.source}"] if self.source else []
+        out += [f"{name}: {value}" for name, value in sorted(self.counts.items())]
         out += [f"VIOLATION {v}" for v in self.violations]
         out.append(f"audit: {len(self.violations)} violations")
         return out
@@ -90,11 +99,15 @@ def _tables(conn: sqlite3.Connection) -> list[tuple[str, str]]:
 
 
 def audit_sqlite(path: Path, *, drained: bool = True) -> AuditReport:
-    """Audit the embedded database at ``path`` (a data directory or the .db file), read-only."""
+    """Audit the embedded database at ``path`` (a data directory or the .db file), read-only; a
+    file without hongbao's tables (zero bytes, say) has nothing to audit (``empty``). Raises
+    sqlite3.Error when the file cannot be opened (it does not exist...)."""
     db = path / DB_FILE if path.is_dir() else path
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     books = Books()
     try:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 't_meta'").fetchone() is None:
+            return AuditReport(source=f"SQLite {db}")
         conn.execute("BEGIN")  # one snapshot for every query
         for ptable, rtable in _tables(conn):
             books.add(
@@ -112,7 +125,9 @@ def audit_sqlite(path: Path, *, drained: bool = True) -> AuditReport:
         conn.execute("ROLLBACK")
     finally:
         conn.close()
-    return check(books, drained=drained)
+    report = check(books, drained=drained)
+    report.source = f"SQLite {db}"
+    return report
 
 
 def check(books: Books, *, drained: bool) -> AuditReport:
@@ -223,4 +238,18 @@ async def audit_mysql(dsn: str, layout: Layout, *, drained: bool = True) -> Audi
                 await conn.rollback()
         finally:
             conn.close()
-    return check(books, drained=drained)
+    report = check(books, drained=drained)
+    report.source = mysql_source(dsn, layout)
+    return report
+
+
+def mysql_source(dsn: str, layout: Layout) -> str:
+    """The shards of ``layout`` on ``dsn`` as the audit names them, the password masked:
+    ``MySQL mysql://user:***@host:port[, ...], databases db_00..db_03 x 4 tables``. Raises
+    ValueError for a malformed DSN."""
+    servers = ", ".join(
+        f"mysql://{s['user']}{':***' if s['password'] else ''}@{s['host']}:{s['port']}" for s in parse_dsn(dsn)
+    )
+    first, last = layout.db_name(0), layout.db_name(layout.n_dbs - 1)
+    databases = f"database {first}" if layout.n_dbs == 1 else f"databases {first}..{last}"
+    return f"MySQL {servers}, {databases} x {layout.n_tables} tables"

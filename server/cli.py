@@ -35,12 +35,12 @@ def _ttl(text: str) -> float:
     return seconds
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, *, dsn_means_production: bool = False) -> Settings:
     flags = {
         k: getattr(args, k, None)
         for k in ("host", "port", "workers", "data_dir", "backend", "mysql_dsn", "redis_url", "redis_cluster")
     }
-    return load_settings(args.config, flags=flags)
+    return load_settings(args.config, flags=flags, dsn_means_production=dsn_means_production)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -124,7 +124,9 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    """``hongbao audit``: 0 the books are clean, 1 a violation, 2 nothing was checked (no database,
+    MySQL refused or unreachable, or a database with no packets and no ledger entries)."""
+    settings = _settings(args, dsn_means_production=True)  # a DSN, from anywhere, means the shards
     from hongbao.bench.audit import audit_mysql, audit_sqlite
     from hongbao.core.embedded import DB_FILE
 
@@ -139,12 +141,16 @@ def _audit(args: argparse.Namespace) -> int:
             return 2
     elif not (settings.data_dir / DB_FILE).is_file():
         print(
-            f"hongbao audit: no database at {settings.data_dir / DB_FILE} (serve there first, or give --data-dir)",
+            f"hongbao audit: no database at {settings.data_dir / DB_FILE} (serve there first, or give --data-dir; "
+            "a production server's: --mysql-dsn)",
             file=sys.stderr,
         )
         return 2
     else:
         report = audit_sqlite(settings.data_dir, drained=not args.not_drained)
+    if report.ok and report.empty:  # nothing was checked: not "0 violations"
+        print(f"hongbao audit: nothing to audit in {report.source}: no packets, no ledger entries", file=sys.stderr)
+        return 2
     print("\n".join(report.lines()))
     return 0 if report.ok else 1
 
@@ -207,12 +213,22 @@ def parser() -> argparse.ArgumentParser:
     audit = sub.add_parser(
         "audit",
         parents=[common, mysql],
-        help="check the money invariants of DESIGN.md section 11; exit 1 on any violation, 2 without a database "
-        "(or when MySQL refuses or cannot be reached)",
+        help="check the money invariants of DESIGN.md section 11 in the embedded database (--data-dir) or the "
+        "MySQL shards (--mysql-dsn); exit 0 clean, 1 on any violation, 2 when nothing was checked: no database, "
+        "MySQL refused or unreachable, or no packets and no ledger entries in it",
+        description="Audit the money of the embedded database DATA_DIR/hongbao.db, or with a MySQL DSN (--mysql-dsn, "
+        "HONGBAO_MYSQL_DSN or mysql_dsn in the TOML file) the production shards of the TOML file's layout. "
+        "Exit status: 0 the books are clean, 1 a violation, 2 nothing was checked (no database there, MySQL "
+        "refused or unreachable, a database with no packets and no ledger entries, or a bad setting).",
     )
-    audit.add_argument("--data-dir", dest="data_dir", type=Path)
     audit.add_argument(
-        "--backend", choices=["embedded", "production"], help="production: audit the MySQL shards of --mysql-dsn"
+        "--data-dir", dest="data_dir", type=Path, help="the embedded server's data directory (default: ./var)"
+    )
+    audit.add_argument(
+        "--backend",
+        choices=["embedded", "production"],
+        help="production: the MySQL shards of --mysql-dsn (the default when a DSN is given); embedded: the SQLite "
+        "file in --data-dir (the default without a DSN; refused beside one)",
     )
     audit.add_argument(
         "--not-drained",

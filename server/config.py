@@ -214,14 +214,23 @@ def _converted(value: Any, kind: type) -> Any:
 
 
 def load_settings(
-    config_file: Path | None = None, env: Mapping[str, str] | None = None, flags: Mapping[str, Any] | None = None
+    config_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    *,
+    dsn_means_production: bool = False,
 ) -> Settings:
     """Defaults <- TOML file (``config_file``, else ./hongbao.toml when present) <- HONGBAO_* env <- flags.
 
+    With ``dsn_means_production`` (``hongbao audit``, ``hongbao storm``), a mysql_dsn from any
+    source selects the production backend when no source sets ``backend``.
+
     Raises FileNotFoundError for a named config file that is missing, ConfigError (a ValueError)
     for an unknown setting, a value of the wrong type or out of its range (the message names the
-    setting, the value and, for a range, the allowed values)."""
+    setting, the value and, for a range, the allowed values), and with ``dsn_means_production``
+    for a mysql_dsn beside a backend set to embedded (the message names where each was set)."""
     settings = Settings()
+    given: dict[str, str] = {}  # backend, mysql_dsn -> where it was last set
     path = config_file or (Path(DEFAULT_CONFIG_FILE) if Path(DEFAULT_CONFIG_FILE).exists() else None)
     if path is not None:
         with open(path, "rb") as handle:
@@ -236,15 +245,42 @@ def load_settings(
             else:
                 flat[key] = value
         settings = _overridden(settings, flat, f"config file {path}")
+        given.update(_sources(flat, "toml", path))
     env = os.environ if env is None else env
     for key, value in sorted(env.items()):
         if key.startswith("HONGBAO_"):
-            settings = _overridden(
-                settings, {key[len("HONGBAO_") :].lower(): value}, f"environment variable {key}={value!r}"
-            )
+            name = key[len("HONGBAO_") :].lower()
+            settings = _overridden(settings, {name: value}, f"environment variable {key}={value!r}")
+            given.update(_sources({name: value}, "env"))
     if flags:
-        settings = _overridden(settings, {k: v for k, v in flags.items() if v is not None}, "command line")
+        values = {k: v for k, v in flags.items() if v is not None}
+        settings = _overridden(settings, values, "command line")
+        given.update(_sources(values, "flag"))
+    if dsn_means_production and settings.mysql_dsn:
+        if "backend" not in given:
+            settings = dataclasses.replace(settings, backend="production")
+        elif settings.backend == "embedded":
+            raise ConfigError(
+                f"{given['mysql_dsn']} means the production backend, but {given['backend']} was given: drop one of them"
+            )
     return settings.checked()
+
+
+def _sources(values: Mapping[str, Any], kind: str, path: Path | None = None) -> dict[str, str]:
+    """Where ``backend`` and ``mysql_dsn`` of ``values`` were set, as the user wrote it (``kind``:
+    flag, env, or toml with its ``path``): ``--backend embedded``, ``HONGBAO_MYSQL_DSN``,
+    ``backend = "embedded" in FILE``... Never a DSN's value: it holds the password."""
+    out: dict[str, str] = {}
+    if "backend" in values:
+        backend = values["backend"]
+        out["backend"] = {
+            "flag": f"--backend {backend}",
+            "env": f"HONGBAO_BACKEND={backend}",
+            "toml": f'backend = "{backend}" in {path}',
+        }[kind]
+    if "mysql_dsn" in values:
+        out["mysql_dsn"] = {"flag": "--mysql-dsn", "env": "HONGBAO_MYSQL_DSN", "toml": f"mysql_dsn in {path}"}[kind]
+    return out
 
 
 def _overridden(settings: Settings, values: Mapping[str, Any], source: str) -> Settings:

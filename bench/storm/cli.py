@@ -1,14 +1,23 @@
 """``hongbao storm``: flags, and the whole run (load, drain, audit, report).
 
 ``hongbao storm --target URL --data-dir DIR`` plays the ``smoke`` scenario against the server
-at URL whose data directory is DIR (its ``jwt.key`` mints the users' tokens, its database is
-audited afterwards; DIR defaults to the configuration's, ./var, as for ``hongbao token``).
-``--jwt-secret`` mints without DIR (a server elsewhere; no audit then). With ``--config`` naming
-a production server's TOML (backend, mysql_dsn, shards, jwt_secret), its shards are audited, as
-``hongbao audit`` does.
-Exit status: 0 the audit is clean (or could not run) and every expected push arrived, 1 a money
-violation or a repeated open answered with another amount, 2 the storm could not run (bad
-scenario, setup refused, a load process died), 3 the money is clean but a push did not arrive.
+at URL whose data directory is DIR (its ``jwt.key`` mints the users' tokens; DIR defaults to the
+configuration's, ./var, as for ``hongbao token``). The storm audits the database the target
+runs, named as for ``hongbao audit``: the embedded one in DIR, or with a MySQL DSN (``--mysql-dsn``,
+HONGBAO_MYSQL_DSN or mysql_dsn in ``--config FILE``, e.g. the server's own hongbao.toml, which
+also gives the shard layout) the production shards. ``--jwt-secret`` mints without DIR (a server
+elsewhere; no audit then, unless a DSN names its shards).
+
+Before the load it checks that DIR is plausibly the target's: the target must accept a token
+minted with the key (one GET /v1/balance), and an embedded audit needs DIR/hongbao.db. After the
+load, an audit that finds no packets (or nothing at all) although the storm paid some read
+another database than the target's: an error, not "0 violations".
+
+Exit status: 0 the audit is clean (or was not asked for) and every expected push arrived; 1 a
+money violation, a repeated open answered with another amount, or fewer packets in the audit
+than the storm paid; 2 the storm could not run (bad flags or scenario, no database in DIR, the
+target refused the key, setup refused, a load process died) or its audit found no packets after
+the storm paid some (not the target's database); 3 the money is clean but a push did not arrive.
 """
 
 from __future__ import annotations
@@ -42,7 +51,18 @@ SHORTCUTS = {
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     """Add the ``storm`` subcommand to the ``hongbao`` command's subparsers."""
-    storm = sub.add_parser("storm", parents=parents, help="play a red-packet storm against a server, audit, report")
+    storm = sub.add_parser(
+        "storm",
+        parents=parents,
+        help="play a red-packet storm against a server, audit, report",
+        description="Play a red-packet storm against the server at --target, wait for its credits to drain, audit "
+        "the database it runs (its --data-dir's hongbao.db, or with --mysql-dsn / a --config naming a DSN, such as "
+        "the server's hongbao.toml, its MySQL shards) and report. Exit status: 0 the audit is clean and every "
+        "expected push arrived; 1 a money violation, a repeated open answered with another amount, or fewer packets "
+        "in the audit than the storm paid; 2 the storm could not run (bad flags or scenario, no database to audit, "
+        "the target refused the key, setup refused) or the audit found no packets after the storm paid some (not "
+        "the target's database); 3 the money is clean but a push did not arrive.",
+    )
     storm.add_argument("--target", required=True, help="the server's base URL, e.g. http://127.0.0.1:8080")
     storm.add_argument("--scenario", choices=sorted(NAMED), help="named scenario (default: smoke, or the file's base)")
     storm.add_argument("--scenario-file", type=Path, help="TOML scenario: base = NAME, then any field to override")
@@ -53,8 +73,28 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         storm.add_argument(
             f"--{flag}", type=float if name.endswith(("_s", "_rate")) else int, help=f"scenario field {name}"
         )
-    storm.add_argument("--data-dir", dest="data_dir", type=Path, help="the target's data directory (key and audit)")
-    storm.add_argument("--jwt-secret", help="the target's HS256 secret (instead of --data-dir; no audit)")
+    storm.add_argument(
+        "--data-dir",
+        dest="data_dir",
+        type=Path,
+        help="the target's data directory: its jwt.key mints the tokens; an embedded target's hongbao.db there is "
+        "audited (default: ./var)",
+    )
+    storm.add_argument(
+        "--backend",
+        choices=["embedded", "production"],
+        help="the target's backend, whose database is audited: production, the MySQL shards of --mysql-dsn (the "
+        "default when a DSN is given); embedded, the SQLite file in --data-dir (refused beside a DSN)",
+    )
+    storm.add_argument(
+        "--mysql-dsn",
+        dest="mysql_dsn",
+        help="mysql://user:pass@host:port of a production target: its shards are audited (the layout from --config; "
+        "also HONGBAO_MYSQL_DSN)",
+    )
+    storm.add_argument(
+        "--jwt-secret", help="the target's HS256 secret (instead of --data-dir; no audit unless a DSN names its shards)"
+    )
     storm.add_argument(
         "--out",
         type=Path,
@@ -108,11 +148,12 @@ def storm(opts: StormOptions, auditor: Auditor | None, out: Path, drain_timeout_
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``hongbao storm`` from parsed flags; returns the exit status."""
+    """Run ``hongbao storm`` from parsed flags; returns the exit status (see the module's docstring)."""
     from hongbao.bench.storm import report
     from hongbao.bench.storm.runner import StormError, StormOptions
-    from hongbao.bench.storm.settle import auditor_for
+    from hongbao.bench.storm.settle import auditor_for, check_audit_target
     from hongbao.bench.storm.wire import storm_secret
+    from hongbao.server.auth import KEY_FILE
     from hongbao.server.config import load_settings
     from rich.console import Console
 
@@ -120,22 +161,29 @@ def main(args: argparse.Namespace) -> int:
     if args.out is None:  # a replay keeps the recorded run's report
         args.out = Path("bench-results/storm-replay" if args.replay else "bench-results/storm")
     try:
-        settings = load_settings(args.config, flags={"data_dir": args.data_dir})
-        auditor = (
-            auditor_for(settings) if args.data_dir or settings.backend == "production" or not args.jwt_secret else None
-        )
+        flags = {"data_dir": args.data_dir, "backend": args.backend, "mysql_dsn": args.mysql_dsn}
+        settings = load_settings(args.config, flags=flags, dsn_means_production=True)
+        audited = args.data_dir or settings.backend == "production" or not args.jwt_secret
+        auditor = auditor_for(settings) if audited else None
         scenario = scenario_from(args)
         secret = storm_secret(settings.data_dir, args.jwt_secret or settings.jwt_secret)
+        if audited:
+            check_audit_target(settings)  # before the load: the database to audit is there
     except (ScenarioError, ValueError, FileNotFoundError) as exc:
         print(f"hongbao storm: {exc}", file=sys.stderr)
         return 2
-    opts = StormOptions(args.target, scenario, secret, args.out / "work", args.record, args.replay, console)
+    key = "--jwt-secret" if args.jwt_secret else "jwt_secret" if settings.jwt_secret else settings.data_dir / KEY_FILE
+    opts = StormOptions(
+        args.target, scenario, secret, args.out / "work", args.record, args.replay, console, key_origin=str(key)
+    )
     try:
         summary = storm(opts, auditor, args.out, args.drain_timeout)
     except StormError as exc:
         print(f"hongbao storm: {exc}", file=sys.stderr)
         return 2
     console.print(f"report: {args.out / 'report.json'} and {args.out / 'report.png'}")
+    if report.audit_blind(summary):
+        return 2
     if not report.money_ok(summary):
         return 1
     return 0 if report.push_ok(summary) else 3

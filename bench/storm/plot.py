@@ -34,7 +34,11 @@ def _summary(report: dict[str, Any]) -> str:
             f"{c.get('packets', 0)} packets, {c.get('receipts', 0)} receipts, "
             f"{c.get('ledger credit', 0)} credits, {c.get('ledger refund', 0)} refunds"
         )
-        lines.append(f"audit: {len(audit['violations'])} violations")
+        paid = report["clients"].get("packets_paid", 0)
+        if audit.get("error"):  # the wrong database: not "0 violations"
+            lines.append(f"audit FAILED: it found {c.get('packets', 0)} packets, the storm paid {paid}")
+        else:
+            lines.append(f"audit: {len(audit['violations'])} violations")
     push = report["push"]
     if push is None:
         lines.append("push: nobody online")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from hongbao.bench.audit import AuditReport
 from hongbao.bench.storm.delivery import push_report
 from hongbao.bench.storm.load import Sample
 from hongbao.bench.storm.runner import LoadResult
@@ -23,6 +24,7 @@ from hongbao.bench.storm.scenario import Scenario
 from hongbao.bench.storm.settle import Settlement
 from hongbao.bench.storm.stats import percentile
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 OPS = ("topup", "group", "send", "pay", "grab", "open")
@@ -78,6 +80,7 @@ def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: s
     lags = sorted(lag * 1000.0 for *_, lag in load)
     span = max((t + latency for _, t, latency, _, _, _ in load), default=0.0)  # start to the last answer
     audit = settlement.audit
+    paid = sum(1 for *_, paid_at in result.packets.values() if paid_at is not None)
     return {
         "target": url,
         "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -99,6 +102,7 @@ def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: s
             "receipts_seen": len(result.receipts),
             "fen_seen": sum(r[2] for r in result.receipts),
             "disagreements": result.disagreements,
+            "packets_paid": paid,
         },
         "settlement": {
             "drained": settlement.drained,
@@ -108,15 +112,49 @@ def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: s
         },
         "audit": None
         if audit is None
-        else {"ok": audit.ok, "violations": audit.violations, "counts": dict(audit.counts)},
+        else {
+            "ok": audit.ok,
+            "violations": audit.violations,
+            "counts": dict(audit.counts),
+            "source": audit.source,
+            "error": audit_error(audit, paid, result.counts["topup ok"]),
+        },
         "push": push_report(result),
     }
 
 
-def money_ok(report: dict[str, Any]) -> bool:
-    """True when the audit ran clean (or could not run) and no repeated open disagreed."""
+def audit_error(audit: AuditReport, paid: int, topped_up: int) -> str:
+    """What is wrong with an audit that missed what the storm did ("" when nothing is): it found
+    no packets, or fewer than the ``paid`` packets the storm saw paid, or nothing at all (no
+    packets, no ledger entries) after ``topped_up`` top-ups. Every packet paid in the storm is in
+    the target's database, so each of these means another database was audited (or packets were lost)."""
+    found = audit.counts["packets"]
+    question = f"is --data-dir/--mysql-dsn the target's database? (audited: {audit.source or 'not said'})"
+    if paid and not found:
+        return f"the audit found no packets but the storm paid {paid}: {question}"
+    if found < paid:
+        return f"the audit found {found} packets but the storm paid {paid}: {question}"
+    if audit.empty and topped_up:
+        return (
+            f"the audit found nothing (no packets, no ledger entries) after the storm topped up {topped_up} users: "
+            f"{question}"
+        )
+    return ""
+
+
+def audit_blind(report: dict[str, Any]) -> bool:
+    """True when the audit ran but found no packets where the storm made some (or nothing at all):
+    it read another database than the target's, so nothing was checked (``hongbao storm`` exits 2)."""
     audit = report["audit"]
-    return (audit is None or bool(audit["ok"])) and report["clients"]["disagreements"] == 0
+    return audit is not None and bool(audit["error"]) and not audit["counts"].get("packets", 0)
+
+
+def money_ok(report: dict[str, Any]) -> bool:
+    """True when the audit ran clean (or was not asked for), found what the storm paid (no
+    ``error``), and no repeated open disagreed."""
+    audit = report["audit"]
+    clean = audit is None or (bool(audit["ok"]) and not audit.get("error"))
+    return clean and report["clients"]["disagreements"] == 0
 
 
 def push_ok(report: dict[str, Any]) -> bool:
@@ -155,7 +193,8 @@ def print_table(report: dict[str, Any], console: Console) -> None:
     console.print(f"errors: {errors or 'none'}; admission rejections (429): {report['admission_rejections']}")
     clients = report["clients"]
     console.print(
-        f"clients: {clients['receipts_seen']} receipts seen, {clients['fen_seen']} fen, "
+        f"clients: {clients['packets_paid']} packets paid, {clients['receipts_seen']} receipts seen, "
+        f"{clients['fen_seen']} fen, "
         f"{clients['disagreements']} repeated opens disagreeing; generator lag p99 {load['lag_p99_ms']} ms"
     )
     push = report["push"]
@@ -181,8 +220,12 @@ def print_table(report: dict[str, Any], console: Console) -> None:
     console.print(
         f"money: {counts.get('packets', 0)} packets, {counts.get('receipts', 0)} receipts, "
         f"{counts.get('ledger credit', 0)} credits, {counts.get('ledger refund', 0)} refunds, "
-        f"{counts.get('top-ups fen', 0)} fen topped up"
+        f"{counts.get('top-ups fen', 0)} fen topped up, in {audit.get('source') or 'the audited database'}",
+        markup=False,
     )
     for violation in audit["violations"]:
         console.print(f"[red]VIOLATION[/red] {violation}")
+    if audit.get("error"):
+        console.print(f"audit: [red]failed[/red]: {escape(audit['error'])}")
+        return
     console.print(f"audit: {len(audit['violations'])} violations")

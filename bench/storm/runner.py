@@ -13,6 +13,7 @@ import multiprocessing
 import queue as queue_module
 import secrets
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
@@ -48,7 +49,8 @@ class StormError(RuntimeError):
 @dataclass(frozen=True)
 class StormOptions:
     """One storm: ``url`` of the target, the ``scenario``, the HS256 ``secret`` to mint tokens,
-    ``work_dir`` for per-process files, optional ``record`` / ``replay`` JSONL files."""
+    ``work_dir`` for per-process files, optional ``record`` / ``replay`` JSONL files; ``key_origin``
+    names where the secret came from (``var/jwt.key``...) in the message of a refused token."""
 
     url: str
     scenario: Scenario
@@ -57,6 +59,7 @@ class StormOptions:
     record: Path | None = None
     replay: Path | None = None
     console: Console | None = None
+    key_origin: str = "the storm's secret"
 
 
 @dataclass
@@ -116,14 +119,37 @@ def probe(url: str) -> None:
     raise StormError(f"the target {url} answers /healthz with {response.status}")
 
 
+def check_key(url: str, secret: str, origin: str) -> None:
+    """Raise StormError when the target refuses (401 or 403) a user token minted with ``secret``
+    (from ``origin``) on ``GET /v1/balance``, a read without effects; any other answer passes (a
+    target without the route, such as the baseline, is not judged here). Raises StormError too
+    when it does not answer within 5 s."""
+    request = urllib.request.Request(
+        url.rstrip("/") + "/v1/balance", headers={"Authorization": Tokens(secret).bearer("storm-key-check")}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5):
+            return
+    except urllib.error.HTTPError as exc:
+        if exc.code not in (401, 403):
+            return
+        raise StormError(
+            f"the target {url} refused a token signed with {origin} (GET /v1/balance answered {exc.code}): "
+            "is --data-dir the target's data directory (or --jwt-secret its secret)?"
+        ) from None
+    except OSError as exc:
+        raise StormError(f"the target {url} does not answer GET /v1/balance: {exc}") from None
+
+
 def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T]:
-    """Check the target answers, set up the population, then play the load in
+    """Check the target answers and accepts the key, set up the population, then play the load in
     ``scenario.processes`` processes with a progress display; once every process has played its
     calls, run ``settle()`` (drain, audit) while their push clients stay connected, so a push
     that arrives during the settlement is counted with its real latency. Returns the result and
-    what ``settle`` returned; raises StormError when the target does not answer, the setup
-    fails or a process dies."""
+    what ``settle`` returned; raises StormError when the target does not answer, refuses the
+    key, the setup fails or a process dies."""
     probe(opts.url)
+    check_key(opts.url, opts.secret, opts.key_origin)
     opts.work_dir.mkdir(parents=True, exist_ok=True)
     run = secrets.token_hex(3)
     result = LoadResult()

@@ -3,7 +3,8 @@
 Draining: ``/metrics`` exports ``hongbao_credits_pending`` (queued credit messages); the storm
 polls it until it reads 0 twice in a row, bounded by ``timeout_s``. The audit
 (``hongbao.bench.audit``) reads the target's database, so it runs only when the storm knows it
-(the data directory of an embedded server, or the shards of a production one); it runs with ``drained``
+(the data directory of an embedded server, or the shards of a production one), and
+``check_audit_target`` makes sure before the load that it can be named; it runs with ``drained``
 when the queue drained, and is repeated while a violation remains and time is left, since
 a credit's two steps (ledger, then the receipt's mark) may straddle the first look.
 """
@@ -18,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hongbao.bench.audit import AuditReport, audit_mysql, audit_sqlite
+from hongbao.core.adapters.mysql_db import parse_dsn
+from hongbao.core.embedded import DB_FILE
 from hongbao.server.config import Settings
 
 Auditor = Callable[[bool], AuditReport]  # drained -> the report
@@ -74,6 +77,24 @@ def wait_drained(url: str, timeout_s: float) -> tuple[bool, int | None, float]:
             return True, pending, time.monotonic() - started
         time.sleep(POLL_S)
     return False, pending, time.monotonic() - started
+
+
+def check_audit_target(settings: Settings) -> None:
+    """Raise ValueError unless the database ``auditor_for(settings)`` would read can be named
+    before the load: a production target's DSN (well formed), an embedded target's
+    ``data_dir/hongbao.db`` (present). The messages say which flags name the target's database."""
+    if settings.backend == "production":
+        if not settings.mysql_dsn:
+            raise ValueError(
+                "a production target's audit needs its MySQL DSN: --mysql-dsn mysql://user:pass@host:port (or "
+                "HONGBAO_MYSQL_DSN, or the server's hongbao.toml with --config)"
+            )
+        parse_dsn(settings.mysql_dsn)
+    elif not (settings.data_dir / DB_FILE).is_file():
+        raise ValueError(
+            f"no database at {settings.data_dir / DB_FILE} to audit: is --data-dir the target's data directory? "
+            "(a production target: give its --mysql-dsn, or its hongbao.toml with --config)"
+        )
 
 
 def auditor_for(settings: Settings) -> Auditor:

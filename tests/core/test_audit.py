@@ -124,9 +124,36 @@ async def test_a_credit_between_its_two_steps_is_counted_once(backend: Embedded,
     assert await svc.ports.ledger.balance("B") == 100
 
 
-def test_cli_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`hongbao audit` on an empty data directory prints 0 violations and exits 0."""
+def test_cli_on_an_empty_database_has_nothing_to_audit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`hongbao audit` on a database with no packets and no ledger entries does not print "0
+    violations": it names the file it looked at, says there was nothing to audit, and exits 2."""
     data = tmp_path / "var"
     SqliteDb(data / DB_FILE).close()
-    assert cli_main(["audit", "--data-dir", str(data)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "audit: 0 violations"
+    assert cli_main(["audit", "--data-dir", str(data)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "violations" not in err
+    assert err.splitlines() == [
+        f"hongbao audit: nothing to audit in SQLite {data / DB_FILE}: no packets, no ledger entries"
+    ]
+
+
+def test_cli_on_a_file_without_the_schema_has_nothing_to_audit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A zero-byte hongbao.db (no tables at all): nothing to audit, exit 2, no traceback."""
+    data = tmp_path / "var"
+    data.mkdir()
+    (data / DB_FILE).touch()
+    assert cli_main(["audit", "--data-dir", str(data), "--not-drained"]) == 2
+    assert "nothing to audit in SQLite" in capsys.readouterr().err
+
+
+async def test_cli_names_the_database_it_audited(
+    backend: Embedded, clock: ManualClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On books with money in them: the database first, the counts, `audit: 0 violations` last, exit 0."""
+    await _world(backend, clock)
+    assert cli_main(["audit", "--data-dir", str(backend.db.path.parent)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"audited: SQLite {backend.db.path}" and "packets: 2" in lines
+    assert lines[-1] == "audit: 0 violations"

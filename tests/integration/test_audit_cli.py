@@ -1,15 +1,24 @@
-"""`hongbao audit --backend production` when it cannot read the shards: one line naming the MySQL
-server (user, host, port, never the password) and the server's error, exit 2 (1 means violations)."""
+"""`hongbao audit` of the MySQL shards: a DSN alone selects them (no --backend needed); shards with
+no packets and no ledger entries are named and exit 2, "nothing to audit"; when it cannot read the
+shards, one line naming the MySQL server (user, host, port, never the password) and the server's
+error, exit 2 (1 means violations)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
 
 from hongbao.bench.http.run import free_port
+from hongbao.core.adapters.mysql_db import Layout, MysqlShards
+from hongbao.core.adapters.mysql_ledger import MysqlLedgerStore
+from hongbao.core.ports import LedgerEntry
 
-from tests.integration.mariadb import USER, MariaDb
+from tests.integration.mariadb import PASSWORD, USER, MariaDb, migrated
+
+AUDIT_LAYOUT = Layout(2, 2, prefix="aud_")
+LAYOUT_TOML = 'mysql_prefix = "aud_"\nmysql_dbs = 2\nmysql_tables = 2\n'  # AUDIT_LAYOUT; no backend
 
 
 def _audit(cwd: Path, dsn: str) -> subprocess.CompletedProcess[str]:
@@ -41,3 +50,42 @@ def test_audit_of_an_unreachable_mysql_says_so(tmp_path: Path) -> None:
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"hongbao audit: MySQL at mysql://{USER}@127.0.0.1:{port}: (2003, ")
     assert "Can't connect" in line and "secret-pw" not in line
+
+
+def _audit_dsn_only(cwd: Path, dsn: str) -> subprocess.CompletedProcess[str]:
+    """``hongbao audit --mysql-dsn DSN`` with AUDIT_LAYOUT in ``cwd/hongbao.toml``, no --backend
+    anywhere, in a directory with no embedded database (./var does not exist)."""
+    (cwd / "hongbao.toml").write_text(LAYOUT_TOML)
+    return subprocess.run(
+        [sys.executable, "-m", "hongbao.server.cli", "audit", "--mysql-dsn", dsn],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+
+
+async def _topup(dsn: str, layout: Layout) -> None:
+    shards = MysqlShards(dsn, layout, pool_size=1)
+    try:
+        await MysqlLedgerStore(shards).post(LedgerEntry("alice", "topup", "alice:t1", 500, 0))
+    finally:
+        await shards.close()
+
+
+def test_a_dsn_alone_audits_the_shards(tmp_path: Path, mariadb: MariaDb) -> None:
+    """Empty shards: exit 2, one line naming the servers (password masked) and the databases, with
+    "nothing to audit"; after a top-up, the same command audits them: the top-up counted, exit 0."""
+    migrated(mariadb, AUDIT_LAYOUT)
+    where = f"MySQL mysql://{USER}:***@127.0.0.1:{mariadb.port}, databases aud_db_00..aud_db_01 x 2 tables"
+    empty = _audit_dsn_only(tmp_path, mariadb.dsn)
+    assert (empty.returncode, empty.stdout) == (2, ""), empty.stdout + empty.stderr
+    assert empty.stderr.splitlines() == [f"hongbao audit: nothing to audit in {where}: no packets, no ledger entries"]
+    assert PASSWORD not in empty.stderr
+    asyncio.run(_topup(mariadb.dsn, AUDIT_LAYOUT))
+    done = _audit_dsn_only(tmp_path, mariadb.dsn)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"audited: {where}" and "ledger topup: 1" in lines and "top-ups fen: 500" in lines
+    assert lines[-1] == "audit: 0 violations" and PASSWORD not in done.stdout

@@ -147,6 +147,29 @@ def test_settings_precedence(tmp_path: Path) -> None:
         load_settings(None, env={"HONGBAO_NO_SUCH_THING": "1"})
 
 
+def test_a_mysql_dsn_means_production_for_the_audit_and_the_storm(tmp_path: Path) -> None:
+    """With ``dsn_means_production`` (hongbao audit, hongbao storm) a DSN from any source selects the
+    production backend unless a backend is set; an embedded one set with a DSN is refused, naming
+    both sources. Without it (hongbao serve) nothing changes."""
+    dsn = "mysql://u:secret@h:1"
+    config = tmp_path / "hongbao.toml"
+    config.write_text(f'mysql_dsn = "{dsn}"\n')
+    assert load_settings(None, env={"HONGBAO_MYSQL_DSN": dsn}, dsn_means_production=True).backend == "production"
+    assert load_settings(config, env={}, dsn_means_production=True).backend == "production"
+    assert load_settings(None, env={}, flags={"mysql_dsn": dsn}, dsn_means_production=True).backend == "production"
+    assert load_settings(None, env={}, dsn_means_production=True).backend == "embedded"
+    assert load_settings(config, env={}).backend == "embedded"
+    both = {"backend": "production", "mysql_dsn": dsn}
+    assert load_settings(None, env={}, flags=both, dsn_means_production=True).backend == "production"
+    config.write_text('backend = "embedded"\n')
+    with pytest.raises(ValueError) as refused:
+        load_settings(config, env={"HONGBAO_MYSQL_DSN": dsn}, dsn_means_production=True)
+    assert str(refused.value) == (
+        f'HONGBAO_MYSQL_DSN means the production backend, but backend = "embedded" in {config} was given: '
+        "drop one of them"
+    )
+
+
 def test_workers_default_to_one_per_core_on_production() -> None:
     """No --workers: one worker per core on the production backend, one on the embedded one; a number given wins."""
     cores = os.cpu_count() or 1
@@ -237,11 +260,20 @@ def test_workers_get_the_hard_open_files_limit(make_server: Callable[..., Server
         (["migrate", "--mysql-dsn", "mysql://u:secret@h:badport"], "got 'mysql://u:***@h:badport'"),
         (["--config", "/nonexistent/hongbao.toml", "audit"], "/nonexistent/hongbao.toml: No such file or directory"),
         (["serve", "--backend", "production", "--mysql-dsn", "mysql://u:p@h:1"], "needs --redis-url redis://host:port"),
+        (
+            ["audit", "--backend", "embedded", "--mysql-dsn", "mysql://u:secret@h:1"],
+            "--mysql-dsn means the production backend, but --backend embedded was given: drop one of them",
+        ),
+        (
+            ["storm", "--target", "http://127.0.0.1:9", "--backend", "embedded", "--mysql-dsn", "mysql://u:secret@h:1"],
+            "hongbao storm: --mysql-dsn means the production backend, but --backend embedded was given",
+        ),
     ],
 )
 def test_a_command_that_cannot_run_exits_2_with_one_line(tmp_path: Path, argv: list[str], says: str) -> None:
     """Misconfigured commands (no or a malformed DSN, a missing --config file, a half-given production
-    backend) print one line naming the problem, never a password, and exit 2 (1 is the audit's violation)."""
+    backend, a DSN with an explicit embedded backend) print one line naming the problem, never a
+    password, and exit 2 (1 is the audit's violation)."""
     result = subprocess.run(
         [sys.executable, "-m", "hongbao.server.cli", *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path
     )
