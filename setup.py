@@ -16,6 +16,8 @@ PACKAGES = {
     "hongbao.bench.push": "bench/push",
     "hongbao.bench.storm": "bench/storm",
     "hongbao.bench.baselines": "bench/baselines",
+    "hongbao.bench.services": "bench/services",
+    "hongbao.bench.chaos": "bench/chaos",
 }
 
 setup(

@@ -33,7 +33,7 @@ import redis.asyncio as aioredis
 from hongbao.bench.audit import AuditReport, audit_sqlite
 from hongbao.bench.baselines.app import DATABASE, mysql_pool
 from hongbao.bench.baselines.audit import audit_baseline
-from hongbao.bench.http.run import BenchError, Process, free_port, start_hongbao
+from hongbao.bench.services.process import BenchError, Process, free_port, start_hongbao
 from hongbao.bench.storm.cli import SHORTCUTS, scenario_from, storm
 from hongbao.bench.storm.runner import StormError, StormOptions
 from hongbao.bench.storm.scenario import NAMED, Scenario

@@ -50,8 +50,6 @@ import json
 import math
 import os
 import shutil
-import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -64,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from hongbao.bench.services.process import BenchError, Process, clean_env, free_port, start_hongbao
 from hongbao.core.adapters.sqlite_push_db import PUSH_DB_FILE
 from hongbao.server.auth import embedded_secret, mint
 from hongbao.server.push_fanout import GROUP_STREAM
@@ -233,84 +232,6 @@ class Run:
         }
 
 
-class BenchError(RuntimeError):
-    """The benchmark could not run (a server did not start, wrk failed)."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def terminate(popen: subprocess.Popen[bytes], timeout_s: float = 30.0) -> int:
-    """SIGTERM ``popen``, wait up to ``timeout_s`` seconds for a graceful exit (SIGKILL after
-    that), and return its exit status."""
-    if popen.poll() is None:
-        popen.send_signal(signal.SIGTERM)
-        try:
-            popen.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait()
-    return int(popen.returncode)
-
-
-@dataclass
-class Process:
-    """A server subprocess listening on ``url``; its stderr goes to ``log``."""
-
-    name: str
-    url: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def wait_ready(self, path: str, timeout_s: float = 30.0) -> None:
-        """Poll ``path`` until it answers 200; BenchError (with the log) if the process dies or
-        ``timeout_s`` seconds pass."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise BenchError(
-                    f"{self.name} exited with {self.popen.returncode}:\n{self.log.read_text(errors='replace')}"
-                )
-            try:
-                if httpx.get(self.url + path, timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.05)
-        self.stop()
-        raise BenchError(f"{self.name} did not become ready:\n{self.log.read_text(errors='replace')}")
-
-    def children(self) -> list[int]:
-        """The pids of the worker processes (the direct children), or the process itself."""
-        try:
-            text = Path(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children").read_text()
-        except OSError:
-            text = ""
-        return [int(p) for p in text.split()] or [self.popen.pid]
-
-    def cpu_seconds(self) -> float:
-        """CPU time (user + system, every thread) of the process and its workers so far."""
-        total = 0
-        for pid in {self.popen.pid, *self.children()}:
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-        return total / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> int:
-        """SIGTERM and wait (see ``terminate``); the exit status."""
-        return terminate(self.popen)
-
-
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("HONGBAO_")}
-
-
 def start_ceiling(workdir: Path, workers: int, redis_url: str = "") -> Process:
     """Start the uvloop ceiling server with ``workers`` processes on a free port (each answer after
     one redis-py round trip to ``redis_url`` when given); wait until ready."""
@@ -331,45 +252,10 @@ def start_ceiling(workdir: Path, workers: int, redis_url: str = "") -> Process:
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             cwd=workdir,
-            env=_clean_env(),
+            env=clean_env(),
         )
     proc = Process(name, f"http://127.0.0.1:{port}", popen, log)
     proc.wait_ready("/")
-    return proc
-
-
-def start_hongbao(data_dir: Path, workers: int, config: str = "") -> Process:
-    """Start ``hongbao serve`` (``workers`` workers, data in ``data_dir``; embedded unless the TOML
-    ``config`` says otherwise) on a free port; wait until /healthz answers."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    log = data_dir / "server.log"
-    options = []
-    if config:
-        (data_dir / "hongbao.toml").write_text(config)
-        options = ["--config", str(data_dir / "hongbao.toml")]
-    with open(log, "wb") as stderr:
-        popen = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hongbao.server.cli",
-                *options,
-                "serve",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data_dir),
-                "--workers",
-                str(workers),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            cwd=data_dir,
-            env=_clean_env(),
-        )
-    proc = Process("hongbao", f"http://127.0.0.1:{port}", popen, log)
-    proc.wait_ready("/healthz")
     return proc
 
 

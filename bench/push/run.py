@@ -57,10 +57,11 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from hongbao.bench.http.run import BenchError, Process, report
+from hongbao.bench.http.run import report
 from hongbao.bench.push import latency, redis_memory, servers
 from hongbao.bench.push.fleet import Fleet, FleetError, raise_nofile
 from hongbao.bench.push.sides import HongbaoSide, Measured, PlainSide, Side, fanout, idle_memory
+from hongbao.bench.services.process import BenchError, Process
 
 #: hongbao / websockets, measured in the same run, may not exceed these.
 FLOORS = {"fanout_cpu_per_message": 1 / 3, "memory_per_idle_connection": 1 / 2}

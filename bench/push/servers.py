@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import redis
-from hongbao.bench.http.run import BenchError, Process, _clean_env, free_port, start_hongbao
+from hongbao.bench.services.process import BenchError, Process, clean_env, free_port, start_hongbao
 from hongbao.server.auth import embedded_secret
 
 BASELINE = Path(__file__).with_name("baseline_server.py")
@@ -47,7 +47,7 @@ def plain(workdir: Path, name: str, script: Path) -> Process:
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             cwd=workdir,
-            env=_clean_env(),
+            env=clean_env(),
         )
     proc = Process(name, f"http://127.0.0.1:{port}", popen, log)
     proc.wait_ready("/healthz")

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
-from hongbao.bench.http.run import Process
 from hongbao.bench.push.client import Target
 from hongbao.bench.push.fleet import Fleet
 from hongbao.bench.push.servers import rss_bytes, wait_quiet, write_calls
+from hongbao.bench.services.process import Process
 from hongbao.server.auth import mint
 from hongbao.server.push_messages import EventBody
 

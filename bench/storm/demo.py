@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from hongbao.bench.audit import audit_sqlite
-from hongbao.bench.http.run import BenchError, start_hongbao
+from hongbao.bench.services.process import BenchError, start_hongbao
 from hongbao.bench.storm import report
 from hongbao.bench.storm.cli import storm
 from hongbao.bench.storm.runner import StormError, StormOptions

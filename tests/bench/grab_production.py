@@ -29,16 +29,16 @@ import time
 from pathlib import Path
 
 import hongbao_native
-from hongbao.bench.http.run import BenchError, Options, report, run, table
+from hongbao.bench.http.run import Options, report, run, table
+from hongbao.bench.services.mariadb import MariaDb
+from hongbao.bench.services.process import BenchError
+from hongbao.bench.services.redis_servers import standalone
 from hongbao.core.adapters.redis_client import Pipelines, redis_client
 from hongbao.core.adapters.redis_grab import RedisGrabState, key
 from hongbao.core.adapters.redis_money import redis_breaker
 from hongbao.core.packet import Kind, Packet, Receipt, Status
 from hongbao.core.ports import OpenResult
 from hongbao.core.times import business_yymmdd
-
-from tests.integration.mariadb import MariaDb
-from tests.integration.redis_servers import standalone
 
 SHARES = 100
 FLOORS = {"healthz": 0.70, "grab": 0.40}

@@ -37,16 +37,15 @@ from typing import Any
 
 import orjson
 from hongbao.bench.baselines.compare import baseline_storm, comparison, print_comparison
-from hongbao.bench.http.run import BenchError, Process, free_port
+from hongbao.bench.services.mariadb import MariaDb
+from hongbao.bench.services.process import BenchError, Process, free_port
+from hongbao.bench.services.redis_servers import standalone
 from hongbao.bench.storm.cli import SHORTCUTS, scenario_from, storm
 from hongbao.bench.storm.runner import StormError, StormOptions
 from hongbao.bench.storm.scenario import NAMED
 from hongbao.bench.storm.settle import auditor_for
 from hongbao.server.config import load_settings
 from rich.console import Console
-
-from tests.integration.mariadb import MariaDb
-from tests.integration.redis_servers import standalone
 
 
 def serve_production(work: Path, mysql_dsn: str, redis_url: str, workers: int) -> tuple[Process, Path]:

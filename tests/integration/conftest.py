@@ -1,6 +1,6 @@
 """Fixtures of the integration tests: real servers started here, once per session on first use,
 on loopback with throwaway directories, and stopped at the end -- a standalone redis-server and a
-3-master Redis Cluster (tests/integration/redis_servers.py), MariaDB (tests/integration/mariadb.py)
+3-master Redis Cluster and MariaDB (hongbao.bench.services: redis_servers, mariadb)
 -- and push nodes on Redis (tests/integration/redis_nodes.py).
 
 ``redis_target`` parametrizes a test over both Redis modes and empties the data before each test.
@@ -12,13 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.integration import redis_servers
-from tests.integration.mariadb import mariadb  # noqa: F401  (the MariaDB server fixture)
-from tests.integration.redis_nodes import RedisNodes
-from tests.integration.redis_servers import (
+from hongbao.bench.services import redis_servers
+from hongbao.bench.services.redis_servers import (
     RedisTarget as RedisTarget,
 )  # re-exported: some test modules import it from here
+
+from tests.integration.mariadb import mariadb  # noqa: F401  (the MariaDB server fixture)
+from tests.integration.redis_nodes import RedisNodes
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-
-from tests.integration import redis_servers
+from hongbao.bench.services import redis_servers
 
 
 class PrivateRedis:

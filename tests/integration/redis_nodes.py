@@ -18,10 +18,10 @@ from urllib.parse import urlencode
 import httpx
 import orjson
 import websockets
+from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.server.auth import mint
 from websockets.asyncio.client import ClientConnection
 
-from tests.integration.redis_servers import RedisTarget
 from tests.server.conftest import Server, finish_server, start_server
 
 JWT_SECRET = "redis-e2e-jwt-secret-0123456789abcdef"

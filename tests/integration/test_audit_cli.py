@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hongbao.bench.http.run import free_port
+from hongbao.bench.services.process import free_port
 from hongbao.core.adapters.mysql_db import Layout, MysqlShards
 from hongbao.core.adapters.mysql_ledger import MysqlLedgerStore
 from hongbao.core.ports import LedgerEntry

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from hongbao.bench.services.redis_servers import RedisTarget
 
 from tests.integration.mariadb import MariaDb
-from tests.integration.redis_servers import RedisTarget
 from tests.storm.test_storm_live import SHRUNK
 
 

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core import errors
 from hongbao.core.clock import ManualClock
 from hongbao.core.packet import Status
@@ -19,7 +20,6 @@ from tests.core import test_half_done_pay as half_done
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
 from tests.integration.mariadb import backend, make_backend  # noqa: F401  (fixtures)
-from tests.integration.redis_servers import RedisTarget
 
 # On Redis a lapsed pre-order is dropped by its key's TTL, not by the next send: that case is
 # test_lapsed_pre_order_key_expires in tests/integration/test_redis_money.py.

@@ -24,10 +24,10 @@ import orjson
 import pytest
 import uvloop
 from hongbao.bench.audit import audit_mysql
+from hongbao.bench.services.redis_servers import RedisTarget
 
 from tests.integration.mariadb import MariaDb, migrated
 from tests.integration.production import SERVE_LAYOUT, production_config
-from tests.integration.redis_servers import RedisTarget
 from tests.server import flows, test_money_cases, test_story
 from tests.server.conftest import Server, start_server, stop_server
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 import redis
+from hongbao.bench.services import redis_servers
 
-from tests.integration import redis_servers
 from tests.integration.redis_nodes import RedisNodes, admin, connect, push, receive, token
 from tests.integration.test_redis_push_down import PrivateRedis, private_redis  # noqa: F401  (fixture)
 from tests.server.conftest import Server

@@ -7,12 +7,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core.adapters.redis_client import Build, Pipelines
 from redis._parsers.hiredis import _AsyncHiredisParser
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
-
-from tests.integration.redis_servers import RedisTarget
 
 
 async def test_client_parses_with_hiredis(redis_target: RedisTarget) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import orjson
 import pytest
+from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core.clock import ManualClock
 from hongbao.core.ports import LedgerEntry
 from hongbao.core.production import Production
@@ -18,7 +19,6 @@ from hongbao.core.service import CREDIT_STREAM, CreditingMode
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.integration.mariadb import make_backend  # noqa: F401  (fixture)
-from tests.integration.redis_servers import RedisTarget
 
 LEASE_MS = 200
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hongbao.bench.services import redis_servers
+from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core import errors
 from hongbao.core.adapters.redis_client import Pipelines
 from hongbao.core.adapters.redis_grab import RedisGrabState, key
@@ -29,10 +31,8 @@ from redis.exceptions import ConnectionError
 
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
-from tests.integration import redis_servers
 from tests.integration.mariadb import MariaDb, make_backend  # noqa: F401  (fixture)
 from tests.integration.production import start_production
-from tests.integration.redis_servers import RedisTarget
 from tests.server.conftest import stop_server
 from tests.server.crowd import eventually_async
 from tests.server.flows import eventually, group, ok, paid_packet

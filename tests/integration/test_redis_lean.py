@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import redis.connection
 import redis.crc
+from hongbao.bench.services import redis_servers
+from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core.adapters.redis_client import LuaScript, Pipelines, redis_client
 from hongbao.core.adapters.redis_lean import LeanRedis, encode, key_slot, lean_for
 from hypothesis import given
@@ -20,9 +22,6 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError, MovedError, ResponseError, TimeoutError
-
-from tests.integration import redis_servers
-from tests.integration.redis_servers import RedisTarget
 
 ARGS = st.lists(st.one_of(st.binary(max_size=300), st.text(max_size=100), st.integers(-(2**63), 2**64)), max_size=8)
 

@@ -7,12 +7,11 @@ import asyncio
 import time
 
 import orjson
+from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core.adapters.redis_client import Pipelines
 from hongbao.core.adapters.redis_push_logs import RedisMessageLog, RedisTopicLog, mlog_key, mstream_key
 from hongbao.core.adapters.redis_push_lua import USER_PEEK, USER_PUT
 from hongbao.core.push_ports import BodyMaker, Stored
-
-from tests.integration.redis_servers import RedisTarget
 
 T0 = 1_700_000_000_000
 
@@ -175,8 +174,8 @@ async def test_retried_append_writes_once(redis_target: RedisTarget) -> None:
     """The same write sent twice (a retry after a lost reply) stores its messages once."""
     async with redis_target.connect() as client:
         keys = [mlog_key("u1"), mstream_key("u1")]
-        offset, epoch, _ = await Pipelines(client).script(USER_PEEK, keys, ["e0"])
-        args = [int(offset), epoch.decode(), "nonce1", T0, 100, 0, 60_000, "e1", b"m1", b"m2"]
+        offset, epoch, _ = await Pipelines(client).script(USER_PEEK, keys, ["e0", "0"])
+        args = [int(offset), epoch.decode(), "nonce1", T0, 100, 0, 60_000, "e1", "0", b"m1", b"m2"]
         assert await Pipelines(client).script(USER_PUT, keys, args) == [1]
         assert await Pipelines(client).script(USER_PUT, keys, args) == [1]
         assert await client.xlen(mstream_key("u1")) == 2

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hongbao.bench.services import redis_servers
+from hongbao.bench.services.redis_servers import RedisTarget
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.integration import redis_servers
 from tests.integration.redis_nodes import RedisNodes, admin, connect, eventually, push, receive
-from tests.integration.redis_servers import RedisTarget
 from tests.server.conftest import Server
 
 PUSHES = 20

@@ -10,12 +10,12 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from hongbao.bench.services import redis_servers
 from hongbao.core.clock import ManualClock
 from hongbao.core.service import CREDIT_STREAM, CreditingMode
 
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
-from tests.integration import redis_servers
 from tests.integration.test_redis_money import Open, open_on  # noqa: F401  (fixture)
 
 OPENS = 20

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import redis
+from hongbao.bench.services import redis_servers
 
-from tests.integration import redis_servers
 from tests.integration.mariadb import MariaDb
 from tests.integration.production import audit_cli, start_production
 from tests.server.conftest import Server, stop_server

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core.adapters.sqlite_db import SqliteDb
 from hongbao.core.embedded import DB_FILE
 from hongbao.server.auth import KEY_FILE
 
 from tests.integration.mariadb import PASSWORD, MariaDb
 from tests.integration.production import SERVE_LAYOUT, start_production
-from tests.integration.redis_servers import RedisTarget
 from tests.server.conftest import stop_server
 
 # a storm of a few seconds, nobody online (the push channel is not what this checks)

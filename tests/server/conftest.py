@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from hongbao.bench.audit import audit_sqlite
-from hongbao.bench.http.run import free_port, terminate
+from hongbao.bench.services.process import free_port, terminate
 from hongbao.server.auth import embedded_secret, mint
 
 TEST_CONFIG = """

@@ -1,0 +1,133 @@
+"""Processes of the benchmarks, the chaos run and the tests: free ports, a server subprocess with
+its readiness probe and CPU time, a graceful stop, and ``hongbao serve`` started on a free port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+class ServiceError(RuntimeError):
+    """A service (MariaDB, Redis) could not be installed or started; the message holds its log."""
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not run (a server did not start, wrk failed)."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def terminate(popen: subprocess.Popen[bytes], timeout_s: float = 30.0) -> int:
+    """SIGTERM ``popen``, wait up to ``timeout_s`` seconds for a graceful exit (SIGKILL after
+    that), and return its exit status."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGTERM)
+        try:
+            popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
+    return int(popen.returncode)
+
+
+@dataclass
+class Process:
+    """A server subprocess listening on ``url``; its stderr goes to ``log``."""
+
+    name: str
+    url: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def wait_ready(self, path: str, timeout_s: float = 30.0) -> None:
+        """Poll ``path`` until it answers 200; BenchError (with the log) if the process dies or
+        ``timeout_s`` seconds pass."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise BenchError(
+                    f"{self.name} exited with {self.popen.returncode}:\n{self.log.read_text(errors='replace')}"
+                )
+            try:
+                if httpx.get(self.url + path, timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.05)
+        self.stop()
+        raise BenchError(f"{self.name} did not become ready:\n{self.log.read_text(errors='replace')}")
+
+    def children(self) -> list[int]:
+        """The pids of the worker processes (the direct children), or the process itself."""
+        try:
+            text = Path(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children").read_text()
+        except OSError:
+            text = ""
+        return [int(p) for p in text.split()] or [self.popen.pid]
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system, every thread) of the process and its workers so far."""
+        total = 0
+        for pid in {self.popen.pid, *self.children()}:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> int:
+        """SIGTERM and wait (see ``terminate``); the exit status."""
+        return terminate(self.popen)
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without HONGBAO_* variables: a server configured by its TOML alone."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("HONGBAO_")}
+
+
+def start_hongbao(data_dir: Path, workers: int, config: str = "") -> Process:
+    """Start ``hongbao serve`` (``workers`` workers, data in ``data_dir``; embedded unless the TOML
+    ``config`` says otherwise) on a free port; wait until /healthz answers."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = data_dir / "server.log"
+    options = []
+    if config:
+        (data_dir / "hongbao.toml").write_text(config)
+        options = ["--config", str(data_dir / "hongbao.toml")]
+    with open(log, "wb") as stderr:
+        popen = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hongbao.server.cli",
+                *options,
+                "serve",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data_dir),
+                "--workers",
+                str(workers),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd=data_dir,
+            env=clean_env(),
+        )
+    proc = Process("hongbao", f"http://127.0.0.1:{port}", popen, log)
+    proc.wait_ready("/healthz")
+    return proc
