@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from hongbao.core.adapters.mysql_db import MysqlShards
-from hongbao.core.adapters.redis_client import LuaScript, Pipelines, RedisPipeline
+from hongbao.core.adapters.redis_client import LuaScript, Pipelines
 from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.ports import PreOrderStore, SequenceSource
 from redis.exceptions import ClusterError, ConnectionError, RedisClusterException, TimeoutError
@@ -50,13 +50,32 @@ class _RedisFirst:
             raise
 
 
-_NEXT = LuaScript("if redis.call('EXISTS', KEYS[1]) == 0 then return false end\nreturn redis.call('INCR', KEYS[1])")
+# KEYS the sequence, its run marker (same slot). The sequence counts only on the Redis process that
+# was seeded (the marker holds its run_id, INFO server): on another process -- a restart, maybe from
+# an older dump that brought the sequence back behind ids already handed out -- it answers nil and
+# the caller seeds it again from the database's mark.
+_NEXT = LuaScript("""
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+if redis.call('GET', KEYS[2]) ~= run or redis.call('EXISTS', KEYS[1]) == 0 then return false end
+return redis.call('INCR', KEYS[1])
+""")
+# KEYS the sequence, its run marker. ARGV the seed: the sequence goes to at least the seed (never
+# back), and the marker names this process.
+_SEED = LuaScript("""
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+local v = tonumber(redis.call('GET', KEYS[1]) or '')
+if not v or v < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+redis.call('SET', KEYS[2], run)
+return 1
+""")
 
 
 class RedisSequenceSource(_RedisFirst):
     """SequenceSource: (0, INCR of ``seq:{region:yymmdd}``), every number below a high-water mark
-    already stored in db_00.t_meta (moved ahead by HIGH_WATER_STEP before ids past it go out), a
-    missing key re-seeded from that mark with SET NX: a Redis restart never reissues an id.
+    already stored in db_00.t_meta (moved ahead by HIGH_WATER_STEP before ids past it go out). The
+    key counts only on the Redis process that seeded it (``seq:{region:yymmdd}:run`` holds its
+    run_id); a missing key, or one on another process (a restart, from an older dump or none), is
+    seeded again from that mark, never lowered: a Redis restart never reissues an id.
     While Redis is down: ``fallback`` (the DB block allocator, source 1; the spaces never collide)."""
 
     __slots__ = ("_shards", "_fallback", "_reserved", "_lock")
@@ -83,13 +102,10 @@ class RedisSequenceSource(_RedisFirst):
         return REDIS_SOURCE, sequence
 
     async def _incr(self, key: str) -> int:
-        while (sequence := await self._pipes.script(_NEXT, [key], [])) is None:
+        keys = [key, f"{key}:run"]
+        while (sequence := await self._pipes.script(_NEXT, keys, [])) is None:
             seed = await self._move_high_water(key, 0)  # fresh from the DB: every id handed out is below it
-
-            def plant(pipe: RedisPipeline, seed: int = seed) -> None:
-                pipe.set(key, seed, nx=True)
-
-            await self._pipes.one(plant)
+            await self._pipes.script(_SEED, keys, [seed])
         return int(sequence)
 
     async def _move_high_water(self, key: str, at_least: int) -> int:
