@@ -6,7 +6,9 @@ Expected (events of ``core/events.py``, for users online during the storm):
 - ``opened`` for every receipt a client was answered, to its online opener, caused by the open;
 - ``finished`` for every packet whose every share a client saw opened, to each online member of
   its group or to the exclusive packet's sender, caused by the last open.
-Other events delivered (``credited``...) are counted, not expected. Latency is the time from the
+Other events delivered (``credited``...) are counted, not expected. A missing event whose user was
+told ``reset`` after its cause is ``told`` (the client reloads over HTTP, DESIGN.md section 7);
+``untold`` counts the others, which fail the storm. Latency is the time from the
 start of the causing request to the message's arrival at the client (wall clock, one machine),
 in ms. DESIGN.md section 11: every expected event must arrive (counted after dedupe).
 """
@@ -64,6 +66,11 @@ def push_report(result: LoadResult) -> dict[str, Any] | None:
         for event, order, user, wall in summary["deliveries"]:
             delivered.setdefault((event, order, user), wall)
     missing = [key for key in expected if key not in delivered]
+    resets: dict[str, list[float]] = defaultdict(list)
+    for summary in result.push:
+        for user, wall in summary.get("reset_times", []):
+            resets[user].append(wall)
+    untold = [key for key in missing if not any(wall >= expected[key] for wall in resets[key[2]])]
     by_event: dict[str, Any] = {}
     everything: list[float] = []
     for event in EVENTS:
@@ -81,7 +88,8 @@ def push_report(result: LoadResult) -> dict[str, Any] | None:
         "expected": len(expected),
         "delivered": len(expected) - len(missing),
         "missing": len(missing),
-        "missing_examples": [list(key) for key in missing[:10]],
+        "untold": len(untold),
+        "missing_examples": [list(key) for key in (untold or missing)[:10]],
         **_latency(everything),
         "by_event": by_event,
         "also_delivered": dict(Counter(event for event, _, _ in delivered if event not in EVENTS)),

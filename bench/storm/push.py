@@ -71,6 +71,7 @@ class PushUsers:
         self.deliveries: list[Delivery] = []
         self.duplicates = self.reconnects = self.failures = 0
         self.errors: list[str] = []  # the first words of what went wrong in drops and closes
+        self.resets: list[tuple[str, float]] = []  # (user, wall time) of every reset a client was told
         self._seen: set[tuple[str, str, str]] = set()
         self._last = time.monotonic()
         self._drops: list[asyncio.Task[None]] = []
@@ -87,10 +88,14 @@ class PushUsers:
             self._seen.add(key)
             self.deliveries.append((*key, time.time()))
 
+        def on_reset() -> None:
+            self.resets.append((user, time.time()))
+
         return PushClient(
             self.url,
             lambda: self.tokens.jwt(user),
             on_event=on_event,
+            on_reset=on_reset,
             offset=offset,
             epoch=epoch,
             rng=random.Random(user),
@@ -154,5 +159,6 @@ class PushUsers:
             "errors": self.errors[:5],
             "duplicates": self.duplicates + sum(s.duplicates for s in stats),
             "resets": sum(s.resets for s in stats),
+            "reset_times": self.resets,
             "deliveries": self.deliveries,
         }

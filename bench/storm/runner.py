@@ -81,6 +81,7 @@ class LoadResult:
     load_s: float = 0.0
     setup_s: float = 0.0
     calls: int = 0
+    started_at: float = 0.0  # wall time (s) of the load's start: every sample's t counts from it
 
 
 async def _setup(opts: StormOptions, calls: list[Call], recorder: Recorder | None) -> dict[str, str]:
@@ -215,7 +216,7 @@ def _spawn_and_watch(jobs: list[LoadJob], result: LoadResult, console: Console, 
             if message[0] == "ready":
                 sizes[message[1]] = message[2]
         result.calls = sum(sizes.values())
-        start.value = time.time() + START_MARGIN_S
+        start.value = result.started_at = time.time() + START_MARGIN_S
         go.set()
         began = time.monotonic()
         _watch(messages, processes, result.calls, console)
