@@ -238,6 +238,28 @@ async def test_401_stops_after_a_few_attempts(push_server: Server, event_loop_ki
     assert asyncio.get_running_loop().time() - started < 5
 
 
+async def test_wait_connected_raises_only_the_final_error(push_server: Server, event_loop_kind: str) -> None:
+    """wait_connected on a client whose token is refused, its run() started directly (no async with):
+    the 401s in between are retried quietly, then wait_connected raises the client's own
+    AuthenticationFailed, long before its deadline."""
+    retries: list[object] = []
+    client = PushClient(
+        ws_url(push_server),
+        lambda: "not-a-jwt",
+        on_event=lambda _e: None,
+        on_retry=lambda *a: retries.append(a),
+        backoff_base_s=0.05,
+        backoff_cap_s=0.4,
+        max_auth_failures=4,
+    )
+    run = asyncio.create_task(client.run())
+    with pytest.raises(AuthenticationFailed):
+        await client.wait_connected(10)
+    assert len(retries) == 3 and run.done()
+    with pytest.raises(AuthenticationFailed):
+        await run
+
+
 async def test_a_newer_connection_replaces_the_older(push_server: Server, event_loop_kind: str) -> None:
     """A second client of the same user takes over: the first is closed 4001 and stops with Replaced
     (it does not fight back); pushes reach the second."""
