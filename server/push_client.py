@@ -28,8 +28,8 @@ share its bugs. What it adds is the push protocol:
   connection resets the retry count);
 * final outcomes (PushClientError, raised by ``run``, ``wait_connected`` and ``close``):
   ``max_auth_failures`` handshakes answered 401 with no connection opened in between
-  (AuthenticationFailed: the token is refused), a 403 (Refused), close 4001: a newer session of
-  the same user took over (Replaced);
+  (AuthenticationFailed: the token is refused, its message says why and what to do), a 403
+  (Refused), close 4001: a newer session of the same user took over (Replaced);
 * topics: ``subscribe``/``unsubscribe``, sent again after every reconnect; ``subscribed`` holds the
   topics the server confirmed on the current connection.
 """
@@ -64,7 +64,7 @@ class PushClientError(Exception):
 
 class AuthenticationFailed(PushClientError):
     """``max_auth_failures`` handshakes in a row (no connection opened in between) were answered
-    401: the token provider's tokens are refused."""
+    401: the token provider's tokens are refused (expired, or signed with another key)."""
 
 
 class Refused(PushClientError):
@@ -109,6 +109,16 @@ def backoff_delay(attempt: int, base_s: float, cap_s: float, rng: random.Random)
     """Full-jitter backoff (AWS Architecture Blog, "Exponential Backoff And Jitter"): seconds to
     wait before retry number ``attempt`` (0-based), uniform in [0, min(cap_s, base_s * 2**attempt)]."""
     return rng.uniform(0.0, min(cap_s, base_s * 2.0 ** min(attempt, 62)))
+
+
+def _server_says(response: Response) -> str:
+    """The message of a refused handshake's JSON error body (``{"error": {"message": ...}}``),
+    in parentheses with a leading space, or "" when it has none."""
+    try:
+        message = orjson.loads(response.body)["error"]["message"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return ""
+    return f" ({message})" if isinstance(message, str) and message else ""
 
 
 def _retry_after_s(response: Response) -> float:
@@ -264,11 +274,15 @@ class PushClient:
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 if status == 403:
-                    raise Refused("handshake answered 403") from None
+                    raise Refused(f"handshake answered 403{_server_says(exc.response)}") from None
                 if status == 401:
                     auth_failures += 1
                     if auth_failures >= self.max_auth_failures:
-                        raise AuthenticationFailed(f"{auth_failures} handshakes answered 401") from None
+                        raise AuthenticationFailed(
+                            f"{auth_failures} handshakes answered 401{_server_says(exc.response)}: "
+                            "the server refuses the token; mint a fresh one, signed with the server's key "
+                            "(hongbao token --user ID, with the server's --data-dir)"
+                        ) from None
                 reason, wait_s = f"handshake {status}", _retry_after_s(exc.response)
             except (OSError, TimeoutError, WebSocketException) as exc:
                 # nothing listening, a link reset or closed before the 101 (ConnectionClosedError

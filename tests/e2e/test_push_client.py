@@ -223,7 +223,8 @@ def test_backoff_delay_is_full_jitter() -> None:
 
 async def test_401_stops_after_a_few_attempts(push_server: Server, event_loop_kind: str) -> None:
     """An expired token is refused (401) at each handshake: the client asks its provider for a fresh
-    token each time, gives up after three, and raises AuthenticationFailed."""
+    token each time, gives up after three, and raises AuthenticationFailed saying why (the server's
+    reason) and what to do (mint a fresh token with the server's key)."""
     asked: list[int] = []
 
     def expired() -> str:
@@ -232,8 +233,12 @@ async def test_401_stops_after_a_few_attempts(push_server: Server, event_loop_ki
 
     client = PushClient(ws_url(push_server), expired, on_event=lambda _e: None, backoff_base_s=0.05, backoff_cap_s=0.4)
     started = asyncio.get_running_loop().time()
-    with pytest.raises(AuthenticationFailed):
+    with pytest.raises(AuthenticationFailed) as failed:
         await client.run()
+    assert str(failed.value) == (
+        "3 handshakes answered 401 (invalid token: Signature has expired): the server refuses the token; "
+        "mint a fresh one, signed with the server's key (hongbao token --user ID, with the server's --data-dir)"
+    )
     assert len(asked) == 3 and client.stats.connects == 0
     assert asyncio.get_running_loop().time() - started < 5
 
