@@ -31,7 +31,7 @@ share its bugs. What it adds is the push protocol:
   (AuthenticationFailed: the token is refused, its message says why and what to do), a 403
   (Refused), close 4001: a newer session of the same user took over (Replaced);
 * topics: ``subscribe``/``unsubscribe``, sent again after every reconnect; ``subscribed`` holds the
-  topics the server confirmed on the current connection.
+  topics the server confirmed on the current connection (none while there is no connection).
 """
 
 from __future__ import annotations
@@ -332,6 +332,7 @@ class PushClient:
             keepalive.cancel()
             self._ws = None
             self._connected.clear()
+            self.subscribed.clear()  # there is no current connection to have confirmed them
         return ws.close_code
 
     async def _keepalive(self, ws: ClientConnection) -> None:

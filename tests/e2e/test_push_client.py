@@ -129,8 +129,8 @@ async def test_half_open_link_is_noticed_by_the_app_ping(push_server: Server, ev
 
 async def test_topics_are_subscribed_again_after_a_reconnect(push_server: Server, event_loop_kind: str) -> None:
     """Broadcasts on a subscribed topic arrive with the topic and its own offsets, unacked, leaving the
-    user's cursor alone; after a dropped link the client subscribes again by itself and gets the next
-    broadcast."""
+    user's cursor alone; while the link is down ``subscribed`` is empty (nothing confirms it), and
+    after the reconnect the client subscribes again by itself and gets the next broadcast."""
     topic, got = f"news-{event_loop_kind}", list[PushEvent]()
     proxy = Proxy(int(push_server.url.rsplit(":", 1)[1]))
     port = await proxy.start()
@@ -141,7 +141,10 @@ async def test_topics_are_subscribed_again_after_a_reconnect(push_server: Server
             await until(lambda: topic in client.subscribed)
             await apush(push_server, topic, "notice", {"n": 1}, to="topic")
             await until(lambda: len(got) == 1)
+            proxy.refusing = True
             proxy.drop()
+            await until(lambda: not client.subscribed)
+            proxy.refusing = False
             await until(lambda: client.stats.connects == 2 and topic in client.subscribed)
             await apush(push_server, topic, "notice", {"n": 2}, to="topic")
             await until(lambda: len(got) == 2)
