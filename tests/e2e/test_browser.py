@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hongbao.server.auth import mint
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.e2e.conftest import push, wait_until
@@ -261,3 +262,16 @@ def test_js_client_gives_up_a_handshake_that_gets_no_answer(
     page.wait_for_function("c.stats.connects === 1", timeout=10_000)
     retries = page.evaluate("retries")
     assert {r[2] for r in retries} == {"connect failed"} and _within_full_jitter(retries[:4])
+
+
+def test_demo_page_says_the_token_is_refused(push_server: Server, page: Page) -> None:
+    """The demo page opened with a token signed with another key: its handshakes fail, the preflights
+    after them answer 401, the client stops, and the page says the token is refused and what to do."""
+    token = mint("a-key-that-is-not-the-servers-own-key", "browser-badkey")
+    page.goto(f"{push_server.url}/v1/ws/demo#token={token}")
+    page.wait_for_function("document.getElementById('state').textContent === 'stopped'", timeout=20_000)
+    assert page.locator("#detail").text_content() == (
+        "authentication failed: the server refuses this token (401); mint a fresh one "
+        "(hongbao token --user ID) and open this page again with #token=<jwt>"
+    )
+    assert page.evaluate("[hongbaoPush.stats.connects, hongbaoPush.stats.preflights]") == [0, 3]
