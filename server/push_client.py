@@ -19,13 +19,19 @@ share its bugs. What it adds is the push protocol:
   of a ping aborts the connection and reconnects (a half-open link is noticed);
 * reconnect with exponential backoff and full jitter (AWS Architecture Blog, "Exponential Backoff
   And Jitter", 2015): the n-th retry waits uniform(0, min(cap, base * 2**n)) seconds, at least a
-  503's Retry-After; close 4003 (token expired) of a connection that was up for ``stable_after_s``
-  reconnects at once with a fresh token (so does any close after a stable connection reset the
-  retry count);
-  ``max_auth_failures`` handshakes answered 401 in a row end the client (AuthenticationFailed),
-  a 403 ends it (Refused), and close 4001 (replaced by a newer session of the same user) ends it too (Replaced);
+  503's Retry-After. A failed connect is retried like a dropped connection, whether or not the
+  client was ever connected: nothing listening, a link reset or closed before the 101 (a worker
+  killed mid-handshake; the ``websockets`` library may raise ConnectionClosedError then), no 101
+  within ``open_timeout_s``, or any answer other than 101 (a 401 too, up to the
+  ``max_auth_failures``-th; never a 403). Close 4003 (token expired) of a connection that was up
+  for ``stable_after_s`` reconnects at once with a fresh token (any close of such a stable
+  connection resets the retry count);
+* final outcomes (PushClientError, raised by ``run``, ``wait_connected`` and ``close``):
+  ``max_auth_failures`` handshakes answered 401 with no connection opened in between
+  (AuthenticationFailed: the token is refused, its message says why and what to do), a 403
+  (Refused), close 4001: a newer session of the same user took over (Replaced);
 * topics: ``subscribe``/``unsubscribe``, sent again after every reconnect; ``subscribed`` holds the
-  topics the server confirmed on the current connection.
+  topics the server confirmed on the current connection (none while there is no connection).
 """
 
 from __future__ import annotations
@@ -42,8 +48,10 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
+from websockets.http11 import Response
 from websockets.typing import Subprotocol
+from websockets.uri import parse_uri
 
 log = logging.getLogger("hongbao.push_client")
 _WIRE_LOG = logging.getLogger("hongbao.push_client.wire")  # the websockets library's own debug lines
@@ -55,7 +63,8 @@ class PushClientError(Exception):
 
 
 class AuthenticationFailed(PushClientError):
-    """``max_auth_failures`` handshakes in a row were answered 401: the token provider's tokens are refused."""
+    """``max_auth_failures`` handshakes in a row (no connection opened in between) were answered
+    401: the token provider's tokens are refused (expired, or signed with another key)."""
 
 
 class Refused(PushClientError):
@@ -102,6 +111,22 @@ def backoff_delay(attempt: int, base_s: float, cap_s: float, rng: random.Random)
     return rng.uniform(0.0, min(cap_s, base_s * 2.0 ** min(attempt, 62)))
 
 
+def _server_says(response: Response) -> str:
+    """The message of a refused handshake's JSON error body (``{"error": {"message": ...}}``),
+    in parentheses with a leading space, or "" when it has none."""
+    try:
+        message = orjson.loads(response.body)["error"]["message"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return ""
+    return f" ({message})" if isinstance(message, str) and message else ""
+
+
+def _retry_after_s(response: Response) -> float:
+    """A refused handshake's Retry-After in seconds (the delay-seconds form; 0 without one)."""
+    value = response.headers.get("Retry-After", "")
+    return float(value) if value.isdigit() else 0.0
+
+
 async def _call(callback: Callable[..., Any], *args: Any) -> Any:
     """Call a sync or async callback and return its result."""
     result = callback(*args)
@@ -111,11 +136,14 @@ async def _call(callback: Callable[..., Any], *args: Any) -> Any:
 class PushClient:
     """One user's push connection, kept up until ``close()`` (or a PushClientError).
 
-    ``url``: ``ws://host:port/v1/ws``. ``token_provider()``: a JWT (sync or async), called before
-    every connect. ``on_event(PushEvent)``: each message once, in order (sync or async; an exception
-    it raises ends the client). ``on_reset()``: the history was lost, reload over HTTP.
-    ``on_retry(attempt, delay_s, reason)``: told before each backoff sleep. ``offset``/``epoch``:
-    a cursor the app kept from an earlier client (e.g. across restarts), else None. Times in seconds.
+    ``url``: ``ws://host:port/v1/ws`` (``wss://`` too; anything else raises InvalidURI here).
+    ``token_provider()``: a JWT (sync or async), called before every connect. ``on_event(PushEvent)``:
+    each message once, in order (sync or async). ``on_reset()``: the history was lost, reload over
+    HTTP. An exception raised by one of these three ends the client (``run`` raises it), but for an
+    OSError or TimeoutError of ``token_provider`` (a token fetched over the network), which is retried.
+    ``on_retry(attempt, delay_s, reason)``: told before each backoff sleep (``reason``: the
+    exception's class name, ``handshake <status>`` or ``closed <code>``). ``offset``/``epoch``: a
+    cursor the app kept from an earlier client (e.g. across restarts), else None. Times in seconds.
     """
 
     def __init__(
@@ -138,6 +166,7 @@ class PushClient:
         offset: int | None = None,
         epoch: str | None = None,
     ) -> None:
+        parse_uri(url)  # InvalidURI now rather than a retry loop that cannot succeed
         self.url, self._token_provider = url, token_provider
         self._on_event, self._on_reset, self._on_retry = on_event, on_reset, on_retry
         self.topics: set[str] = set(topics)
@@ -154,7 +183,8 @@ class PushClient:
         if offset is not None:
             self._marks[None] = (epoch, offset)
         self._ws: ClientConnection | None = None
-        self._connected, self._stop = asyncio.Event(), asyncio.Event()
+        self._connected, self._stop, self._ended = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self._error: Exception | None = None  # what ended run(), if it raised
         self._last_rx = 0.0  # loop time of the last inbound message
         self._task: asyncio.Task[None] | None = None
 
@@ -183,15 +213,16 @@ class PushClient:
         await self.close()
 
     async def wait_connected(self, timeout_s: float = 10.0) -> None:
-        """Wait until a connection is open (raises TimeoutError, or the client's own error)."""
-        waiter = asyncio.ensure_future(self._connected.wait())
-        watched = {waiter} | ({self._task} if self._task else set())
-        done, _ = await asyncio.wait(watched, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        if self._task in done:
-            self._task.result()  # raises the client's error
-            raise PushClientError("the client stopped")
-        if waiter not in done:
+        """Wait until a connection is open, through any number of failed connects and retries.
+        Raises the client's final error if it ends first (a PushClientError, or what a callback
+        raised), PushClientError if it was closed first, TimeoutError after ``timeout_s`` seconds."""
+        waiters = [asyncio.ensure_future(event.wait()) for event in (self._connected, self._ended)]
+        done, _ = await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+        if waiters[1] in done:
+            raise self._error or PushClientError("the client was closed")
+        if waiters[0] not in done:
             raise TimeoutError(f"not connected within {timeout_s} s")
 
     async def close(self) -> None:
@@ -214,14 +245,24 @@ class PushClient:
         await self._send_if_open({"type": "unsubscribe", "topic": topic})
 
     async def run(self) -> None:
-        """Connect, receive, reconnect, until ``close()``; raises AuthenticationFailed, Refused or Replaced."""
+        """Connect, receive, reconnect, until ``close()``. Every failed connect or dropped
+        connection is retried with backoff (module docstring); raises AuthenticationFailed,
+        Refused or Replaced, or what a callback raised."""
+        try:
+            await self._run()
+        except Exception as exc:
+            self._error = exc
+            raise
+        finally:
+            self._ended.set()
+
+    async def _run(self) -> None:
         attempt = auth_failures = 0
         loop = asyncio.get_running_loop()
         while not self._stop.is_set():
-            wait_s, reason = 0.0, ""
             try:
                 token = await _call(self._token_provider)
-                async with connect(
+                ws = await connect(
                     self.resume_url(),
                     subprotocols=[Subprotocol("bearer"), Subprotocol(token)],
                     compression=None,
@@ -229,8 +270,28 @@ class PushClient:
                     open_timeout=self.open_timeout_s,
                     close_timeout=2.0,
                     logger=_WIRE_LOG,
-                ) as ws:
-                    opened, auth_failures = loop.time(), 0
+                )
+            except InvalidStatus as exc:
+                status = exc.response.status_code
+                if status == 403:
+                    raise Refused(f"handshake answered 403{_server_says(exc.response)}") from None
+                if status == 401:
+                    auth_failures += 1
+                    if auth_failures >= self.max_auth_failures:
+                        raise AuthenticationFailed(
+                            f"{auth_failures} handshakes answered 401{_server_says(exc.response)}: "
+                            "the server refuses the token; mint a fresh one, signed with the server's key "
+                            "(hongbao token --user ID, with the server's --data-dir)"
+                        ) from None
+                reason, wait_s = f"handshake {status}", _retry_after_s(exc.response)
+            except (OSError, TimeoutError, WebSocketException) as exc:
+                # nothing listening, a link reset or closed before the 101 (ConnectionClosedError
+                # when that happened before the request was written), no answer within open_timeout_s;
+                # or the token provider's own fetch failed
+                reason, wait_s = type(exc).__name__, 0.0
+            else:
+                opened, auth_failures = loop.time(), 0
+                async with ws:
                     code = await self._session(ws)
                 if code == CLOSE_REPLACED:
                     raise Replaced("closed 4001: a newer connection of this user took over")
@@ -238,26 +299,13 @@ class PushClient:
                     attempt = 0
                     if code == CLOSE_TOKEN_EXPIRED:
                         continue  # at once, with a fresh token
-                reason = f"closed {code}"
-            except InvalidStatus as exc:
-                status = exc.response.status_code
-                reason = f"handshake {status}"
-                if status == 403:
-                    raise Refused("handshake answered 403") from None
-                if status == 401:
-                    auth_failures += 1
-                    if auth_failures >= self.max_auth_failures:
-                        raise AuthenticationFailed(f"{auth_failures} handshakes answered 401") from None
-                retry_after = exc.response.headers.get("Retry-After", "")
-                wait_s = float(retry_after) if retry_after.isdigit() else 0.0
-            except (OSError, TimeoutError, InvalidHandshake) as exc:
-                reason = type(exc).__name__
+                reason, wait_s = f"closed {code}", 0.0
             if self._stop.is_set():
                 break
             delay = max(wait_s, backoff_delay(attempt, self.backoff_base_s, self.backoff_cap_s, self._rng))
             if self._on_retry is not None:
                 self._on_retry(attempt, delay, reason)
-            log.info("push connection lost (%s); retry %d in %.2f s", reason, attempt, delay)
+            log.info("push connection failed or lost (%s); retry %d in %.2f s", reason, attempt, delay)
             attempt += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), delay)
@@ -284,6 +332,7 @@ class PushClient:
             keepalive.cancel()
             self._ws = None
             self._connected.clear()
+            self.subscribed.clear()  # there is no current connection to have confirmed them
         return ws.close_code
 
     async def _keepalive(self, ws: ClientConnection) -> None:

@@ -10,7 +10,8 @@
  *   });
  *   push.start();  push.subscribe("news");  push.close();
  *
- * Options `offset` and `epoch` resume from a cursor the page kept (e.g. in sessionStorage).
+ * Options `offset` and `epoch` resume from a cursor the page kept (e.g. in sessionStorage); the
+ * others (pingIntervalMs, backoffBaseMs, openTimeoutMs, maxAuthFailures...) default as in the constructor.
  *
  * What it does (times are in milliseconds, as everywhere in JavaScript):
  * - token: new WebSocket(url, ["bearer", jwt]); the server echoes only "bearer".
@@ -21,17 +22,26 @@
  * - app ping {"type":"ping"} every pingIntervalMs; no message within pongTimeoutMs of a ping drops
  *   the socket and reconnects.
  * - reconnect with exponential backoff and full jitter (AWS Architecture Blog, "Exponential Backoff
- *   And Jitter"): retry n waits random(0, min(backoffCapMs, backoffBaseMs * 2^n)).
- * - a browser cannot read a failed handshake's status (it sees 1006), so after preflightAfter
- *   failed connects in a row each further failure asks GET /v1/ws/preflight (same token, as an
- *   Authorization header): 401 counts as an auth failure (maxAuthFailures of them stop the client,
- *   onStopped("unauthorized")), 403 stops it (onStopped("forbidden"): this Origin is refused),
- *   503 waits at least its Retry-After.
+ *   And Jitter", 2015): retry n waits random(0, min(backoffCapMs, backoffBaseMs * 2^n)). A failed
+ *   connect (the socket errors or closes before it opens, or is not open within openTimeoutMs) is
+ *   retried the same way as a dropped connection, whether or not the client was ever connected:
+ *   a server that is down, restarting or busy is waited out.
+ * - a browser cannot read a failed handshake's status (it sees 1006), so from the preflightAfter-th
+ *   failed connect in a row on, each failure asks GET /v1/ws/preflight (same token, as an
+ *   Authorization header; given up after openTimeoutMs): 401 counts as an auth failure, and
+ *   maxAuthFailures of them with no connection opened in between stop the client
+ *   (onStopped("unauthorized"): the token is refused); 403 stops it (onStopped("forbidden"): this
+ *   Origin is refused); 503 waits at least its Retry-After; no answer (server down) just retries.
+ *   The preflight is a fetch to the url's origin: from a page of another origin it needs CORS there,
+ *   which the server does not send, so it counts as no answer and a refused token is retried.
  * - topics: subscribe()/unsubscribe(), sent again after every reconnect; `subscribed` holds the topics
- *   the server confirmed on the current connection.
+ *   the server confirmed on the current connection (none while there is no connection).
  * - close 4001 (a newer connection of this user took over) stops the client (onStopped("replaced"));
  *   close 4003 (token expired) reconnects at once with a fresh token.
- * - onState(state, detail): "connecting", "open", "retrying", "stopped", for a UI.
+ * - onState(state, detail): "connecting", "open", "retrying" (detail: the reason), "stopped"
+ *   (detail: as onStopped), for a UI. onStopped(reason): "unauthorized", "forbidden", "replaced",
+ *   "closed" (close() was called), "cannot connect: <error name>" (a malformed url, or a token that
+ *   is no subprotocol token), "onEvent failed: <error>"; nothing else stops the client.
  */
 (function (global) {
   "use strict";
@@ -52,7 +62,7 @@
     constructor(options) {
       const o = Object.assign({
         url: null, offset: null, epoch: null, topics: [], pingIntervalMs: 30000, pongTimeoutMs: 10000,
-        backoffBaseMs: 500, backoffCapMs: 30000, stableAfterMs: 10000,
+        backoffBaseMs: 500, backoffCapMs: 30000, stableAfterMs: 10000, openTimeoutMs: 10000,
         maxAuthFailures: 3, preflightAfter: 3, random: Math.random,
         onEvent: () => {}, onReset: () => {}, onRetry: () => {}, onState: () => {}, onStopped: () => {},
       }, options);
@@ -121,7 +131,13 @@
       }
       const conn = { ws, token, openedAt: null, lastRx: 0, chain: Promise.resolve() };
       this._conn = conn;
+      conn.openTimer = setTimeout(() => {  // no 101 in time (a server that hangs): a failed connect
+        if (conn.openedAt !== null || conn !== this._conn) return;
+        conn.ws.close();
+        this._onClose(conn, 1006);
+      }, this.options.openTimeoutMs);
       conn.ws.onopen = () => {
+        clearTimeout(conn.openTimer);
         conn.openedAt = Date.now();
         this._failedConnects = 0; this._authFailures = 0;
         this.stats.connects += 1;
@@ -138,9 +154,10 @@
     }
 
     async _onClose(conn, code) {
-      if (conn !== this._conn) return;  // dropped already (ping timeout)
+      if (conn !== this._conn) return;  // given up already (ping or open timeout)
       this._conn = null;
-      clearTimeout(this._pingTimer);
+      clearTimeout(this._pingTimer); clearTimeout(conn.openTimer);
+      this.subscribed.clear();
       if (this._stopped) return;
       if (code === CLOSE_REPLACED) return this._stop("replaced");
       if (conn.openedAt !== null) {
@@ -162,16 +179,23 @@
       this._retry("connect failed", waitMs);
     }
 
-    /** GET /v1/ws/preflight with the token: {status, retryAfterMs} (status 0 if unreachable). */
+    /** GET /v1/ws/preflight with the token: {status, retryAfterMs}; status 0 without an answer
+     *  (unreachable, none within openTimeoutMs, or one that CORS hides from another origin). */
     async _preflight(token) {
       this.stats.preflights += 1;
       const base = this.url.replace(/^ws/, "http").split("?")[0];
+      const abort = new AbortController();
+      const timer = setTimeout(() => abort.abort(), this.options.openTimeoutMs);
       try {
-        const res = await fetch(base + "/preflight", { headers: { Authorization: "Bearer " + token } });
+        const res = await fetch(base + "/preflight", {
+          headers: { Authorization: "Bearer " + token }, signal: abort.signal,
+        });
         const after = Number(res.headers.get("Retry-After"));
         return { status: res.status, retryAfterMs: Number.isFinite(after) ? after * 1000 : 0 };
       } catch (err) {
         return { status: 0, retryAfterMs: 0 };
+      } finally {
+        clearTimeout(timer);
       }
     }
 
@@ -189,7 +213,7 @@
       if (this._stopped) return;
       this._stopped = true;
       clearTimeout(this._timer); clearTimeout(this._pingTimer);
-      if (this._conn) this._conn.ws.close(1000);
+      if (this._conn) { clearTimeout(this._conn.openTimer); this._conn.ws.close(1000); }
       this._conn = null;
       this.options.onState("stopped", reason);
       this.options.onStopped(reason);

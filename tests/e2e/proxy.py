@@ -3,16 +3,21 @@ tests/test_adversity.py and redis-py's test_cwe_404.py do): ``drop()`` resets ev
 once (a lost connection), ``freeze()`` stops forwarding in both directions without closing (a
 half-open link), ``thaw()`` resumes, ``delay_s`` holds every chunk that long before forwarding it
 (a slow link), and while ``refusing`` is set new links are reset at once (the server is
-unreachable). :class:`ProxyThread` runs one on a loop of its own, for tests that drive a server
-subprocess from synchronous code (a proxy in front of its Redis or its MariaDB)."""
+unreachable). ``ThreadProxy`` runs one on a loop of its own thread, for sync code (the browser
+tests; a proxy in front of a server subprocess's Redis or MariaDB); ``Slammer`` accepts and closes every connection from a process of its own (a
+worker that dies right after accept())."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class Proxy:
@@ -28,9 +33,9 @@ class Proxy:
         self._flowing.set()
         self._server: asyncio.Server | None = None
 
-    async def start(self) -> int:
-        """Listen on a free loopback port and return it."""
-        self._server = await asyncio.start_server(self._link, "127.0.0.1", 0)
+    async def start(self, port: int = 0) -> int:
+        """Listen on loopback ``port`` (0: a free one) and return it."""
+        self._server = await asyncio.start_server(self._link, "127.0.0.1", port)
         return int(self._server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
@@ -82,42 +87,89 @@ class Proxy:
         writer.transport.abort()
 
 
-class ProxyThread:
-    """A :class:`Proxy` to ``target_port`` on an event loop in a thread of its own: ``port`` is
-    where to connect; ``call(method, *args)`` runs one of the proxy's methods (drop, freeze,
-    thaw) on that loop and waits for it; ``set(name, value)`` sets ``refusing`` or ``delay_s``.
-    A context manager: stopped (every link reset) on exit."""
+class ThreadProxy:
+    """A ``Proxy`` on an event loop of its own daemon thread, driven from sync code; each method
+    runs on that loop and returns once it has (at most 10 s)."""
 
     def __init__(self, target_port: int) -> None:
-        self.proxy = Proxy(target_port)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="proxy", daemon=True)
         self._thread.start()
-        self.port: int = self._run(self.proxy.start)
+        self.proxy = self._run(self._make(target_port))
+        self.url = ""
 
-    def _run(self, make: Callable[[], Any]) -> Any:
-        async def call() -> Any:
-            result = make()
-            return await result if asyncio.iscoroutine(result) else result
+    @staticmethod
+    async def _make(target_port: int) -> Proxy:
+        return Proxy(target_port)  # made on its own loop (its Event belongs there)
 
-        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout=10)
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
 
-    def call(self, method: str, *args: Any) -> Any:
-        """Run ``self.proxy.<method>(*args)`` on the proxy's loop; its result."""
-        return self._run(lambda: getattr(self.proxy, method)(*args))
+    async def _call(self, name: str, *args: Any) -> Any:
+        return getattr(self.proxy, name)(*args)
 
-    def set(self, name: str, value: object) -> None:
-        """Set attribute ``name`` (``refusing``, ``delay_s``) of the proxy, on its loop."""
-        self._run(lambda: setattr(self.proxy, name, value))
+    def start(self, port: int = 0) -> int:
+        """Listen on loopback ``port`` (0: a free one) and return it; ``url`` is then its http:// base."""
+        port = self._run(self.proxy.start(port))
+        self.url = f"http://127.0.0.1:{port}"
+        return port
+
+    def refuse(self, refusing: bool) -> None:
+        """Reset new links at once (True), or forward them again (False)."""
+        self.proxy.refusing = refusing  # read by each new link, on the proxy's loop
+
+    def slow(self, delay_s: float) -> None:
+        """Hold every chunk ``delay_s`` seconds before forwarding it (0: at once again)."""
+        self.proxy.delay_s = delay_s  # read by each chunk, on the proxy's loop
+
+    def drop(self) -> None:
+        """Reset every open link."""
+        self._run(self._call("drop"))
+
+    def freeze(self) -> None:
+        """Stop forwarding bytes, links open (new ones too)."""
+        self._run(self._call("freeze"))
+
+    def thaw(self) -> None:
+        """Forward again."""
+        self._run(self._call("thaw"))
 
     def close(self) -> None:
-        """Reset every link, stop listening, stop the loop."""
-        self._run(self.proxy.close)
+        """Stop listening, reset every link, end the thread."""
+        self._run(self.proxy.close())
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+        self._thread.join(10)
+        self._loop.close()
 
-    def __enter__(self) -> ProxyThread:
+    def __enter__(self) -> ThreadProxy:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+class Slammer:
+    """Listens on a loopback port and closes every connection it accepts before reading a byte
+    (FIN), in a process of its own: like a worker killed right after accept(), the close reaches
+    the client at once, while the client's event loop may not have written its request yet (a
+    thread would wait for the GIL, and close later)."""
+
+    _SCRIPT = (
+        "import socket, sys\n"
+        "sock = socket.create_server(('127.0.0.1', int(sys.argv[1])), backlog=64)\n"
+        "print(sock.getsockname()[1], flush=True)\n"
+        "while True:\n"
+        "    sock.accept()[0].close()\n"
+    )
+
+    def __init__(self, port: int = 0) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", self._SCRIPT, str(port)], stdout=subprocess.PIPE, text=True
+        )
+        assert self._process.stdout is not None
+        self.port = int(self._process.stdout.readline())
+
+    def close(self) -> None:
+        """Stop listening (the port is free again once this returns)."""
+        self._process.kill()
+        self._process.wait(10)

@@ -1,6 +1,7 @@
 """The plain JavaScript push client (server/static/hongbao-push.js) in a real headless Chromium
 (Debian's /usr/bin/chromium driven by Playwright for Python; no browser download), on the demo
-page the server serves: P-12 (token as subprotocol), delivery, resume, reset, preflight on 401."""
+page the server serves: P-12 (token as subprotocol), delivery, resume, reset, preflight on 401, and
+riding out a server that is down or does not answer (through the fault proxy, on its own thread)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hongbao.server.auth import mint
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.e2e.conftest import push, wait_until
+from tests.e2e.proxy import ThreadProxy
 from tests.server.conftest import Server
 
 CHROMIUM = "/usr/bin/chromium"
@@ -32,6 +35,15 @@ def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context()
     yield context.new_page()
     context.close()
+
+
+@pytest.fixture
+def proxy(push_server: Server) -> Iterator[ThreadProxy]:
+    """The fault proxy in front of the shared server, listening."""
+    proxy = ThreadProxy(int(push_server.url.rsplit(":", 1)[1]))
+    proxy.start()
+    yield proxy
+    proxy.close()
 
 
 def _header(headers: dict[str, str], name: str) -> str | None:
@@ -181,3 +193,85 @@ def test_js_client_stops_when_replaced(push_server: Server, page: Page) -> None:
     page.wait_for_function("newer.stats.connects === 1")
     page.wait_for_timeout(300)
     assert page.evaluate("[newer.stats.connects, newer._conn !== null]") == [1, True]
+
+
+def _within_full_jitter(retries: list[list[Any]]) -> bool:
+    return [r[0] for r in retries] == list(range(len(retries))) and all(
+        0 <= r[1] <= min(100, 20 * 2 ** r[0]) for r in retries
+    )
+
+
+def test_js_client_rides_out_a_server_that_is_down(push_server: Server, proxy: ThreadProxy, page: Page) -> None:
+    """The server is unreachable before the first connect (every link reset, the preflights too):
+    the client retries with full-jitter backoff and connects by itself once links go through; the
+    same again after its connection is dropped (the topics it had confirmed are cleared meanwhile),
+    and a pushed event arrives."""
+    uid = "browser-down"
+    page.goto(f"{proxy.url}/v1/ws/demo")
+    proxy.refuse(True)
+    proxy.drop()  # the page's keep-alive link too
+    page.evaluate(
+        f"""token => {{
+        window.retries = []; window.got = []; window.states = [];
+        window.c = new HongbaoPush({{token: () => token, preflightAfter: 2, topics: ["down-news"], {FAST},
+            onRetry: (n, delay, reason) => retries.push([n, delay, reason]),
+            onState: state => states.push(state), onEvent: ev => got.push(ev.offset)}});
+        c.start();
+    }}""",
+        push_server.token(uid),
+    )
+    wait_until(lambda: page.evaluate("retries.length") >= 5)
+    assert page.evaluate("[c.stats.connects, c.stats.preflights >= 3, c.subscribed.size]") == [0, True, 0]
+    assert {r[2] for r in page.evaluate("retries")} == {"connect failed"}
+    proxy.refuse(False)
+    page.wait_for_function("c.stats.connects === 1 && c.subscribed.has('down-news')", timeout=10_000)
+    proxy.refuse(True)
+    proxy.drop()
+    page.wait_for_function("states[states.length - 1] === 'retrying' && c.subscribed.size === 0", timeout=10_000)
+    proxy.refuse(False)
+    page.wait_for_function("c.stats.connects === 2", timeout=10_000)
+    push(push_server, uid, "credited", {"n": 1})
+    page.wait_for_function("got.length === 1", timeout=10_000)
+    retries = page.evaluate("retries")
+    first_connect = [r for r in retries if r[2] == "connect failed"]
+    assert len(first_connect) >= 5 and _within_full_jitter(first_connect)
+
+
+def test_js_client_gives_up_a_handshake_that_gets_no_answer(
+    push_server: Server, proxy: ThreadProxy, page: Page
+) -> None:
+    """Links are accepted but nothing comes back (a server that hangs): each connect is given up after
+    openTimeoutMs and retried with backoff like a failed one, the preflight is bounded the same way;
+    once the link carries bytes again the client connects by itself."""
+    page.goto(f"{proxy.url}/v1/ws/demo")
+    proxy.freeze()
+    proxy.drop()
+    page.evaluate(
+        f"""token => {{
+        window.retries = [];
+        window.c = new HongbaoPush({{token: () => token, openTimeoutMs: 300, preflightAfter: 2, {FAST},
+            onRetry: (n, delay, reason) => retries.push([n, delay, reason])}});
+        c.start();
+    }}""",
+        push_server.token("browser-hung"),
+    )
+    wait_until(lambda: page.evaluate("retries.length") >= 4)
+    assert page.evaluate("[c.stats.connects, c.stats.preflights >= 2]") == [0, True]
+    proxy.drop()  # the unanswered links, so that none delivers a stale handshake later
+    proxy.thaw()
+    page.wait_for_function("c.stats.connects === 1", timeout=10_000)
+    retries = page.evaluate("retries")
+    assert {r[2] for r in retries} == {"connect failed"} and _within_full_jitter(retries[:4])
+
+
+def test_demo_page_says_the_token_is_refused(push_server: Server, page: Page) -> None:
+    """The demo page opened with a token signed with another key: its handshakes fail, the preflights
+    after them answer 401, the client stops, and the page says the token is refused and what to do."""
+    token = mint("a-key-that-is-not-the-servers-own-key", "browser-badkey")
+    page.goto(f"{push_server.url}/v1/ws/demo#token={token}")
+    page.wait_for_function("document.getElementById('state').textContent === 'stopped'", timeout=20_000)
+    assert page.locator("#detail").text_content() == (
+        "authentication failed: the server refuses this token (401); mint a fresh one "
+        "(hongbao token --user ID) and open this page again with #token=<jwt>"
+    )
+    assert page.evaluate("[hongbaoPush.stats.connects, hongbaoPush.stats.preflights]") == [0, 3]

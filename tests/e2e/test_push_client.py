@@ -129,8 +129,8 @@ async def test_half_open_link_is_noticed_by_the_app_ping(push_server: Server, ev
 
 async def test_topics_are_subscribed_again_after_a_reconnect(push_server: Server, event_loop_kind: str) -> None:
     """Broadcasts on a subscribed topic arrive with the topic and its own offsets, unacked, leaving the
-    user's cursor alone; after a dropped link the client subscribes again by itself and gets the next
-    broadcast."""
+    user's cursor alone; while the link is down ``subscribed`` is empty (nothing confirms it), and
+    after the reconnect the client subscribes again by itself and gets the next broadcast."""
     topic, got = f"news-{event_loop_kind}", list[PushEvent]()
     proxy = Proxy(int(push_server.url.rsplit(":", 1)[1]))
     port = await proxy.start()
@@ -141,7 +141,10 @@ async def test_topics_are_subscribed_again_after_a_reconnect(push_server: Server
             await until(lambda: topic in client.subscribed)
             await apush(push_server, topic, "notice", {"n": 1}, to="topic")
             await until(lambda: len(got) == 1)
+            proxy.refusing = True
             proxy.drop()
+            await until(lambda: not client.subscribed)
+            proxy.refusing = False
             await until(lambda: client.stats.connects == 2 and topic in client.subscribed)
             await apush(push_server, topic, "notice", {"n": 2}, to="topic")
             await until(lambda: len(got) == 2)
@@ -223,7 +226,8 @@ def test_backoff_delay_is_full_jitter() -> None:
 
 async def test_401_stops_after_a_few_attempts(push_server: Server, event_loop_kind: str) -> None:
     """An expired token is refused (401) at each handshake: the client asks its provider for a fresh
-    token each time, gives up after three, and raises AuthenticationFailed."""
+    token each time, gives up after three, and raises AuthenticationFailed saying why (the server's
+    reason) and what to do (mint a fresh token with the server's key)."""
     asked: list[int] = []
 
     def expired() -> str:
@@ -232,10 +236,36 @@ async def test_401_stops_after_a_few_attempts(push_server: Server, event_loop_ki
 
     client = PushClient(ws_url(push_server), expired, on_event=lambda _e: None, backoff_base_s=0.05, backoff_cap_s=0.4)
     started = asyncio.get_running_loop().time()
-    with pytest.raises(AuthenticationFailed):
+    with pytest.raises(AuthenticationFailed) as failed:
         await client.run()
+    assert str(failed.value) == (
+        "3 handshakes answered 401 (invalid token: Signature has expired): the server refuses the token; "
+        "mint a fresh one, signed with the server's key (hongbao token --user ID, with the server's --data-dir)"
+    )
     assert len(asked) == 3 and client.stats.connects == 0
     assert asyncio.get_running_loop().time() - started < 5
+
+
+async def test_wait_connected_raises_only_the_final_error(push_server: Server, event_loop_kind: str) -> None:
+    """wait_connected on a client whose token is refused, its run() started directly (no async with):
+    the 401s in between are retried quietly, then wait_connected raises the client's own
+    AuthenticationFailed, long before its deadline."""
+    retries: list[object] = []
+    client = PushClient(
+        ws_url(push_server),
+        lambda: "not-a-jwt",
+        on_event=lambda _e: None,
+        on_retry=lambda *a: retries.append(a),
+        backoff_base_s=0.05,
+        backoff_cap_s=0.4,
+        max_auth_failures=4,
+    )
+    run = asyncio.create_task(client.run())
+    with pytest.raises(AuthenticationFailed):
+        await client.wait_connected(10)
+    assert len(retries) == 3 and run.done()
+    with pytest.raises(AuthenticationFailed):
+        await run
 
 
 async def test_a_newer_connection_replaces_the_older(push_server: Server, event_loop_kind: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.proxy import ProxyThread
+from tests.e2e.proxy import ThreadProxy
 from tests.integration.mariadb import MariaDb
 from tests.integration.production import audit_cli, start_production
 from tests.integration.test_redis_push_down import PrivateRedis, private_redis  # noqa: F401  (fixture)
@@ -32,16 +32,18 @@ def _timed(call: Callable[[], httpx.Response]) -> tuple[httpx.Response, float]:
 
 
 @pytest.fixture
-def redis_proxy(private_redis: PrivateRedis) -> Iterator[ProxyThread]:
-    """A proxy in front of the test's own redis-server."""
-    with ProxyThread(private_redis.port) as proxy:
+def redis_proxy(private_redis: PrivateRedis) -> Iterator[ThreadProxy]:
+    """A proxy in front of the test's own redis-server, listening."""
+    with ThreadProxy(private_redis.port) as proxy:
+        proxy.start()
         yield proxy
 
 
 @pytest.fixture
-def mysql_proxy(mariadb: MariaDb) -> Iterator[ProxyThread]:
-    """A proxy in front of the session's MariaDB."""
-    with ProxyThread(mariadb.port) as proxy:
+def mysql_proxy(mariadb: MariaDb) -> Iterator[ThreadProxy]:
+    """A proxy in front of the session's MariaDB, listening."""
+    with ThreadProxy(mariadb.port) as proxy:
+        proxy.start()
         yield proxy
 
 
@@ -101,17 +103,17 @@ def test_frozen_redis_costs_milliseconds(mariadb: MariaDb, private_redis: Privat
     assert audit_cli(server).endswith("audit: 0 violations\n")
 
 
-def test_slow_redis_link_costs_milliseconds(mariadb: MariaDb, redis_proxy: ProxyThread, tmp_path: Path) -> None:
+def test_slow_redis_link_costs_milliseconds(mariadb: MariaDb, redis_proxy: ThreadProxy, tmp_path: Path) -> None:
     """Every reply of Redis held 2 s by the link: the requests take their fallbacks within about a second."""
-    server = start_production(tmp_path / "srv", mariadb, f"redis://127.0.0.1:{redis_proxy.port}")
+    server = start_production(tmp_path / "srv", mariadb, redis_proxy.url.replace("http://", "redis://"))
     try:
         order_id = _prepared(server)
-        redis_proxy.set("delay_s", 2.0)
+        redis_proxy.slow(2.0)
         try:
             seen = _degraded_fast(server, order_id)
             assert seen["send"][0] == 201 and seen["received"][0] == 200, seen
         finally:
-            redis_proxy.set("delay_s", 0.0)
+            redis_proxy.slow(0.0)
     finally:
         assert stop_server(server) == 0
 
@@ -119,16 +121,18 @@ def test_slow_redis_link_costs_milliseconds(mariadb: MariaDb, redis_proxy: Proxy
 def test_frozen_mysql_link_answers_503_fast(
     mariadb: MariaDb,
     private_redis: PrivateRedis,
-    mysql_proxy: ProxyThread,
+    mysql_proxy: ThreadProxy,
     tmp_path: Path,
 ) -> None:
     """The link to MariaDB frozen (half-open: no reset, no reply): the money routes answer 503
     degraded with Retry-After within about a second, /readyz 503 (no database answers); thawed,
     they work again."""
-    server = start_production(tmp_path / "srv", mariadb, private_redis.target.url, mysql_port=mysql_proxy.port)
+    server = start_production(
+        tmp_path / "srv", mariadb, private_redis.target.url, mysql_port=int(mysql_proxy.url.rsplit(":", 1)[1])
+    )
     try:
         _prepared(server)
-        mysql_proxy.call("freeze")
+        mysql_proxy.freeze()
         try:
             with server.client("B") as client:
                 for _ in range(5):
@@ -138,8 +142,8 @@ def test_frozen_mysql_link_answers_503_fast(
             ready, took = _timed(lambda: httpx.get(f"{server.url}/readyz", timeout=5))
             assert ready.status_code == 503 and took < BOUND_S, (ready.text, took)
         finally:
-            mysql_proxy.call("thaw")
-            mysql_proxy.call("drop")  # the connections the bound gave up on
+            mysql_proxy.thaw()
+            mysql_proxy.drop()  # the connections the bound gave up on
         deadline = time.monotonic() + 10
         while httpx.get(f"{server.url}/readyz", timeout=5).status_code != 200:
             assert time.monotonic() < deadline, server.log()
@@ -152,7 +156,7 @@ def test_frozen_mysql_link_answers_503_fast(
 def test_cut_mysql_links_during_pays_and_opens_lose_no_money(
     mariadb: MariaDb,
     private_redis: PrivateRedis,
-    mysql_proxy: ProxyThread,
+    mysql_proxy: ThreadProxy,
     tmp_path: Path,
 ) -> None:
     """Every link to MariaDB reset again and again while a sender pays and members open: answers are
@@ -162,7 +166,7 @@ def test_cut_mysql_links_during_pays_and_opens_lose_no_money(
         tmp_path / "srv",
         mariadb,
         private_redis.target.url,
-        mysql_port=mysql_proxy.port,
+        mysql_port=int(mysql_proxy.url.rsplit(":", 1)[1]),
         extra_config="reconcile_window_ms = 500\n",
     )
     members = [f"m{i}" for i in range(8)]
@@ -193,7 +197,7 @@ def test_cut_mysql_links_during_pays_and_opens_lose_no_money(
         def cutter() -> None:
             for _ in range(10):
                 time.sleep(0.15)
-                mysql_proxy.call("drop")
+                mysql_proxy.drop()
 
         with ThreadPoolExecutor(len(members) + 2) as pool:
             futures: list[Any] = [pool.submit(storm, u) for u in ["S", *members]]

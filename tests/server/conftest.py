@@ -60,17 +60,19 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
-def start_server(data_dir: Path, workers: int = 1, extra_config: str = "", name: str = "") -> Server:
+def start_server(
+    data_dir: Path, workers: int = 1, extra_config: str = "", name: str = "", port: int | None = None
+) -> Server:
     """Start ``hongbao serve`` and wait until /healthz answers (or fail with its log). The keys of
     ``extra_config`` (TOML) replace those of TEST_CONFIG. A ``name`` keeps the config and log files
-    of several servers on one data directory apart."""
+    of several servers on one data directory apart. ``port``: the port to serve on (default: a free one)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     suffix = f"-{name}" if name else ""
     config = data_dir / f"hongbao{suffix}.toml"
     replaced = {line.split("=")[0].strip() for line in extra_config.splitlines() if "=" in line}
     defaults = [line for line in TEST_CONFIG.splitlines() if line.split("=")[0].strip() not in replaced]
     config.write_text("\n".join(defaults) + "\n" + extra_config)
-    port = free_port()
+    port = port or free_port()
     log_path = data_dir / f"server{suffix}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HONGBAO_")}
     process = subprocess.Popen(
@@ -146,8 +148,8 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     leaving a database that passes the money audit."""
     started: list[Server] = []
 
-    def make(workers: int = 1, extra_config: str = "", name: str = "srv") -> Server:
-        server = start_server(tmp_path / f"{name}{len(started)}", workers, extra_config)
+    def make(workers: int = 1, extra_config: str = "", name: str = "srv", port: int | None = None) -> Server:
+        server = start_server(tmp_path / f"{name}{len(started)}", workers, extra_config, port=port)
         started.append(server)
         return server
 
