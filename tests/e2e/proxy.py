@@ -4,8 +4,8 @@ once (a lost connection), ``freeze()`` stops forwarding in both directions witho
 half-open link), ``thaw()`` resumes, ``delay_s`` holds every chunk that long before forwarding it
 (a slow link), and while ``refusing`` is set new links are reset at once (the server is
 unreachable). ``ThreadProxy`` runs one on a loop of its own thread, for sync code (the browser
-tests; a proxy in front of a server subprocess's Redis or MariaDB); ``Slammer`` accepts and closes every connection from a process of its own (a
-worker that dies right after accept())."""
+tests; a proxy in front of a server subprocess's Redis or MariaDB); ``Slammer`` accepts and closes
+every connection from a process of its own (a worker that dies right after accept())."""
 
 from __future__ import annotations
 
