@@ -165,10 +165,7 @@ fn pid_alive(pid: u32) -> bool {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: ts is a valid, writable timespec; CLOCK_MONOTONIC exists on every Linux.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     if rc != 0 {
@@ -201,15 +198,8 @@ impl Segment {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         // ORDERING: Relaxed: only uniqueness of the counter value matters.
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        let file_name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("hongbao");
-        let tmp = path.with_file_name(format!(
-            ".{file_name}.{}.{seq}.{}",
-            current_pid(),
-            monotonic_ns()
-        ));
+        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("hongbao");
+        let tmp = path.with_file_name(format!(".{file_name}.{}.{seq}.{}", current_pid(), monotonic_ns()));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -227,15 +217,9 @@ impl Segment {
         built
     }
 
-    fn build(
-        file: &File,
-        path: PathBuf,
-        len: usize,
-        init: impl FnOnce(&Segment),
-    ) -> Result<Segment> {
-        let off_len = libc::off_t::try_from(len).map_err(|_| {
-            AdmissionError::InvalidArgument(format!("segment of {len} bytes is too large"))
-        })?;
+    fn build(file: &File, path: PathBuf, len: usize, init: impl FnOnce(&Segment)) -> Result<Segment> {
+        let off_len = libc::off_t::try_from(len)
+            .map_err(|_| AdmissionError::InvalidArgument(format!("segment of {len} bytes is too large")))?;
         // SAFETY: fd is an open, writable file owned by `file`; reserving the pages up front turns a
         // full /dev/shm into ENOSPC here instead of SIGBUS on first touch.
         let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, off_len) };
@@ -406,10 +390,7 @@ impl AdmissionTable {
                 "version {version}, expected {VERSION}"
             )));
         }
-        if capacity == 0
-            || capacity > MAX_CAPACITY
-            || nslots != nslots_for(capacity)
-            || seg.len() != table_len(nslots)
+        if capacity == 0 || capacity > MAX_CAPACITY || nslots != nslots_for(capacity) || seg.len() != table_len(nslots)
         {
             return Err(AdmissionError::BadSegment(format!(
                 "inconsistent header: capacity {capacity}, nslots {nslots}, {} bytes",
@@ -547,10 +528,7 @@ impl Locked<'_> {
     }
 
     fn set_live(&self, live: u32) {
-        self.table
-            .seg
-            .u32_at(OFF_LIVE)
-            .store(live, Ordering::Relaxed);
+        self.table.seg.u32_at(OFF_LIVE).store(live, Ordering::Relaxed);
     }
 
     /// Walks the key's probe chain: the key's total, this pid's slot, and the chain's end.
@@ -688,10 +666,7 @@ impl Locked<'_> {
         }
         self.set_live(live);
         // ORDERING: Release: the new array's slots are written before it becomes active.
-        table
-            .seg
-            .u32_at(OFF_ACTIVE)
-            .store(to as u32, Ordering::Release);
+        table.seg.u32_at(OFF_ACTIVE).store(to as u32, Ordering::Release);
         self.array = to;
         dropped
     }
@@ -737,12 +712,10 @@ impl RateLimiter {
             seg.u64_at(OFF_INTERVAL).store(interval, Ordering::Relaxed);
             seg.u64_at(OFF_TAU).store(tau, Ordering::Relaxed);
             seg.u64_at(OFF_BASE_NS).store(base_ns, Ordering::Relaxed);
-            seg.u64_at(OFF_RATE)
-                .store(rate_per_second.to_bits(), Ordering::Relaxed);
+            seg.u64_at(OFF_RATE).store(rate_per_second.to_bits(), Ordering::Relaxed);
             seg.u64_at(OFF_BURST).store(burst, Ordering::Relaxed);
             seg.u64_at(OFF_TAT).store(0, Ordering::Relaxed);
-            seg.u64_at(OFF_MAGIC)
-                .store(LIMITER_MAGIC, Ordering::Release);
+            seg.u64_at(OFF_MAGIC).store(LIMITER_MAGIC, Ordering::Release);
         })?;
         Ok(Self {
             seg,
@@ -759,9 +732,7 @@ impl RateLimiter {
         let seg = Segment::open(shm_path("hongbao-rl-", name)?, LIMITER_LEN)?;
         // ORDERING: Acquire pairs with create's Release store of the magic.
         if seg.u64_at(OFF_MAGIC).load(Ordering::Acquire) != LIMITER_MAGIC {
-            return Err(AdmissionError::BadSegment(
-                "wrong magic for a rate limiter".to_owned(),
-            ));
+            return Err(AdmissionError::BadSegment("wrong magic for a rate limiter".to_owned()));
         }
         // ORDERING: Relaxed: immutable after create, ordered by the magic's Acquire load.
         let version = seg.u32_at(OFF_VERSION).load(Ordering::Relaxed);
@@ -815,9 +786,7 @@ impl RateLimiter {
     }
 
     fn now_ticks(&self) -> u64 {
-        monotonic_ns()
-            .saturating_sub(self.base_ns)
-            .saturating_mul(TICKS_PER_NS)
+        monotonic_ns().saturating_sub(self.base_ns).saturating_mul(TICKS_PER_NS)
     }
 
     fn tat(&self) -> &AtomicU64 {
@@ -846,12 +815,10 @@ impl RateLimiter {
                 return false;
             }
             // ORDERING: Relaxed, as above.
-            match self.tat().compare_exchange_weak(
-                tat,
-                new_tat,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            match self
+                .tat()
+                .compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed)
+            {
                 Ok(_) => return true,
                 Err(seen) => tat = seen,
             }
@@ -869,10 +836,7 @@ impl RateLimiter {
         }
         // ORDERING: Relaxed: a snapshot of the self-contained state word.
         let tat = self.tat().load(Ordering::Relaxed);
-        let ready = tat
-            .max(now)
-            .saturating_add(self.interval * n)
-            .saturating_sub(self.tau);
+        let ready = tat.max(now).saturating_add(self.interval * n).saturating_sub(self.tau);
         ready.saturating_sub(now) as f64 / TICKS_PER_SECOND
     }
 }
@@ -886,10 +850,7 @@ struct AnyInt {
 }
 
 impl AnyInt {
-    const ONE: AnyInt = AnyInt {
-        value: 1,
-        exact: true,
-    };
+    const ONE: AnyInt = AnyInt { value: 1, exact: true };
 
     fn in_range(self, what: &str, lo: i64, hi: i64) -> Result<i64> {
         if self.exact && (lo..=hi).contains(&self.value) {
@@ -914,10 +875,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for AnyInt {
             Ok(value) => Ok(AnyInt { value, exact: true }),
             Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
                 let value = if obj.lt(0)? { i64::MIN } else { i64::MAX };
-                Ok(AnyInt {
-                    value,
-                    exact: false,
-                })
+                Ok(AnyInt { value, exact: false })
             }
             Err(e) => Err(e),
         }
@@ -1106,10 +1064,7 @@ mod tests {
                 continue;
             }
             assert!(slot.count() > 0, "live slot {i} with count 0");
-            assert!(
-                seen.insert((slot.hash(), slot.pid()), i).is_none(),
-                "duplicate at {i}"
-            );
+            assert!(seen.insert((slot.hash(), slot.pid()), i).is_none(), "duplicate at {i}");
             let mut j = locked.home(slot.hash());
             while j != i {
                 assert_ne!(locked.slot(j).pid(), 0, "slot {i} unreachable: hole at {j}");
@@ -1123,10 +1078,7 @@ mod tests {
     fn names_are_validated() {
         for bad in ["", "a/b", "..\u{e9}", "x y", &"n".repeat(101)] {
             assert!(
-                matches!(
-                    AdmissionTable::create(bad, 4),
-                    Err(AdmissionError::InvalidName(_))
-                ),
+                matches!(AdmissionTable::create(bad, 4), Err(AdmissionError::InvalidName(_))),
                 "{bad:?}"
             );
         }
@@ -1211,10 +1163,7 @@ mod tests {
             t.0.try_enter("f4", 5),
             Err(AdmissionError::TableFull { capacity: 4 })
         ));
-        assert!(
-            t.0.try_enter("f0", 5).unwrap(),
-            "an existing slot still counts up"
-        );
+        assert!(t.0.try_enter("f0", 5).unwrap(), "an existing slot still counts up");
         t.0.leave("f1").unwrap();
         assert!(t.0.try_enter("f4", 5).unwrap());
         check_structure(&t.0);
@@ -1252,18 +1201,10 @@ mod tests {
         locked.enter(2, 13, 9).unwrap();
         locked.slot(1).clear();
         let moved = locked.slot(2);
-        locked
-            .slot(1)
-            .fill(moved.hash(), moved.pid(), moved.count());
+        locked.slot(1).fill(moved.hash(), moved.pid(), moved.count());
         drop(locked);
-        t.0.seg
-            .u32_at(OFF_LOCK)
-            .store(dead_pid(), Ordering::Relaxed);
-        assert_eq!(
-            t.0.lock().probe(1, 0).total,
-            2,
-            "duplicate dropped, count kept"
-        );
+        t.0.seg.u32_at(OFF_LOCK).store(dead_pid(), Ordering::Relaxed);
+        assert_eq!(t.0.lock().probe(1, 0).total, 2, "duplicate dropped, count kept");
         let locked = t.0.lock();
         assert_eq!(locked.probe(2, 0).total, 1);
         assert_eq!(locked.live(), 2);
@@ -1278,9 +1219,7 @@ mod tests {
             .unwrap();
         locked.slot(hole).clear();
         drop(locked);
-        t.0.seg
-            .u32_at(OFF_LOCK)
-            .store(dead_pid(), Ordering::Relaxed);
+        t.0.seg.u32_at(OFF_LOCK).store(dead_pid(), Ordering::Relaxed);
         assert_eq!(t.0.in_flight("anything"), 0);
         let locked = t.0.lock();
         assert_eq!((locked.probe(2, 0).total, locked.probe(3, 0).total), (1, 1));
@@ -1412,10 +1351,7 @@ mod tests {
         assert!(rl.try_acquire_at(1, t0 + interval));
         assert!(!rl.try_acquire_at(1, t0 + interval));
         assert_eq!(rl.retry_after_at(1, t0 + 100 * interval), 0.0);
-        assert!(
-            rl.try_acquire_at(3, t0 + 100 * interval),
-            "refill caps at burst"
-        );
+        assert!(rl.try_acquire_at(3, t0 + 100 * interval), "refill caps at burst");
         assert!(!rl.try_acquire_at(1, t0 + 100 * interval));
         assert!(rl.try_acquire_at(0, t0 + 100 * interval));
         assert!(!rl.try_acquire_at(4, t0 + 10_000 * interval));
@@ -1431,10 +1367,7 @@ mod tests {
         assert!(other.try_acquire(7));
         assert!(!rl.try_acquire(1));
         rl.unlink().unwrap();
-        assert!(matches!(
-            RateLimiter::attach(rl.name()),
-            Err(AdmissionError::Io(_))
-        ));
+        assert!(matches!(RateLimiter::attach(rl.name()), Err(AdmissionError::Io(_))));
         for (rate, burst) in [
             (0.0, 1),
             (-1.0, 1),

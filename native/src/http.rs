@@ -61,7 +61,9 @@ impl fmt::Display for HttpError {
             HttpError::BodyTooLarge { limit } => write!(f, "request content larger than {limit} bytes"),
             HttpError::HeadTooLarge { limit } => write!(f, "request header section larger than {limit} bytes"),
             HttpError::TooManyHeaders { limit } => write!(f, "request has more than {limit} header fields"),
-            HttpError::UnsupportedTransferCoding => f.write_str("unsupported transfer coding (only chunked is implemented)"),
+            HttpError::UnsupportedTransferCoding => {
+                f.write_str("unsupported transfer coding (only chunked is implemented)")
+            }
             HttpError::UnsupportedVersion => f.write_str("HTTP version not supported (only HTTP/1.0 and HTTP/1.1)"),
         }
     }
@@ -96,7 +98,10 @@ impl fmt::Display for EncodeError {
             EncodeError::Status(s) => write!(f, "status {s} is outside 100..=599"),
             EncodeError::HeaderName(n) => write!(f, "header name {n:?} is not an RFC 9110 token"),
             EncodeError::HeaderValue(n) => {
-                write!(f, "value of header {n:?} has a control character (CR, LF, NUL, ...) or a character beyond latin-1")
+                write!(
+                    f,
+                    "value of header {n:?} has a control character (CR, LF, NUL, ...) or a character beyond latin-1"
+                )
             }
             EncodeError::ContentLength(why) => write!(f, "Content-Length: {why}"),
             EncodeError::BodyNotAllowed(s) => write!(f, "a {s} response has no content"),
@@ -268,7 +273,10 @@ enum Framing {
 
 fn trim_ows(s: &[u8]) -> &[u8] {
     let start = s.iter().position(|&b| b != b' ' && b != b'\t').unwrap_or(s.len());
-    let end = s.iter().rposition(|&b| b != b' ' && b != b'\t').map_or(start, |i| i + 1);
+    let end = s
+        .iter()
+        .rposition(|&b| b != b' ' && b != b'\t')
+        .map_or(start, |i| i + 1);
     s.get(start..end).unwrap_or_default()
 }
 
@@ -290,21 +298,28 @@ fn is_http_version(token: &[u8]) -> bool {
 /// (`method SP request-target SP HTTP-version`, RFC 9112 section 3: a space inside the target
 /// is a malformed line, not a version), 400 for garbage, `None` until the line is complete.
 fn version_error(window: &[u8]) -> Option<HttpError> {
-    let start = window.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(window.len());
+    let start = window
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(window.len());
     let rest = window.get(start..).unwrap_or_default();
     let line = rest.get(..rest.iter().position(|&b| b == b'\n')?).unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let token = line.rsplit(|&b| b == b' ').next().unwrap_or(line);
-    Some(if is_http_version(token) && line.iter().filter(|&&b| b == b' ').count() == 2 {
-        HttpError::UnsupportedVersion
-    } else {
-        HttpError::Malformed("bad request line")
-    })
+    Some(
+        if is_http_version(token) && line.iter().filter(|&&b| b == b' ').count() == 2 {
+            HttpError::UnsupportedVersion
+        } else {
+            HttpError::Malformed("bad request line")
+        },
+    )
 }
 
 fn map_httparse_error(e: httparse::Error, limits: &Limits) -> HttpError {
     match e {
-        httparse::Error::TooManyHeaders => HttpError::TooManyHeaders { limit: limits.max_headers },
+        httparse::Error::TooManyHeaders => HttpError::TooManyHeaders {
+            limit: limits.max_headers,
+        },
         httparse::Error::HeaderName => HttpError::Malformed("bad header name (or obs-fold)"),
         httparse::Error::HeaderValue => HttpError::Malformed("bad header value"),
         httparse::Error::NewLine => HttpError::Malformed("bad line ending"),
@@ -376,9 +391,9 @@ fn parse_head(window: &[u8], limits: &Limits) -> Result<Option<(usize, Head, Fra
                 if element.is_empty() || !element.iter().all(u8::is_ascii_digit) {
                     return Err(HttpError::Malformed("invalid Content-Length"));
                 }
-                let value = element
-                    .iter()
-                    .fold(0u64, |acc, &d| acc.saturating_mul(10).saturating_add(u64::from(d - b'0')));
+                let value = element.iter().fold(0u64, |acc, &d| {
+                    acc.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+                });
                 if content_length.is_some_and(|prev| prev != value) {
                     return Err(HttpError::Malformed("conflicting Content-Length values"));
                 }
@@ -414,7 +429,9 @@ fn parse_head(window: &[u8], limits: &Limits) -> Result<Option<(usize, Head, Fra
 
     // RFC 9112 section 3.2: exactly one Host in HTTP/1.1, at most one in HTTP/1.0.
     if hosts > 1 || (hosts == 0 && minor_version == 1) {
-        return Err(HttpError::Malformed("missing or repeated Host (HTTP/1.1 needs exactly one)"));
+        return Err(HttpError::Malformed(
+            "missing or repeated Host (HTTP/1.1 needs exactly one)",
+        ));
     }
     head.keep_alive = !close && (minor_version == 1 || keep_alive);
     // RFC 9110 section 7.8: Upgrade is ignored in HTTP/1.0.
@@ -445,7 +462,11 @@ fn parse_head(window: &[u8], limits: &Limits) -> Result<Option<(usize, Head, Fra
                     Framing::Length(len)
                 }
             }
-            _ => return Err(HttpError::BodyTooLarge { limit: limits.max_body_size }),
+            _ => {
+                return Err(HttpError::BodyTooLarge {
+                    limit: limits.max_body_size,
+                })
+            }
         }
     } else {
         Framing::None
@@ -584,7 +605,11 @@ impl Machine {
                         }
                         Framing::Chunked => {
                             self.continue_wanted = head.expect_continue;
-                            self.phase = Phase::Chunked { head, body: Vec::new(), step: ChunkStep::Size };
+                            self.phase = Phase::Chunked {
+                                head,
+                                body: Vec::new(),
+                                step: ChunkStep::Size,
+                            };
                         }
                     }
                 }
@@ -601,7 +626,11 @@ impl Machine {
                         return Ok(pos);
                     }
                 },
-                Phase::Chunked { head, mut body, mut step } => {
+                Phase::Chunked {
+                    head,
+                    mut body,
+                    mut step,
+                } => {
                     let (n, done) = self.dechunk(avail, &mut body, &mut step)?;
                     pos += n;
                     if done {
@@ -670,7 +699,11 @@ impl Machine {
                         let room = self.limits.max_body_size.saturating_sub(body.len());
                         match usize::try_from(size) {
                             Ok(size) if size <= room => *step = ChunkStep::Data(size),
-                            _ => return Err(HttpError::BodyTooLarge { limit: self.limits.max_body_size }),
+                            _ => {
+                                return Err(HttpError::BodyTooLarge {
+                                    limit: self.limits.max_body_size,
+                                })
+                            }
                         }
                     }
                 }
@@ -681,7 +714,11 @@ impl Machine {
                     let take = remaining.min(avail.len());
                     body.extend_from_slice(avail.get(..take).unwrap_or_default());
                     pos += take;
-                    *step = if take == remaining { ChunkStep::DataEnd } else { ChunkStep::Data(remaining - take) };
+                    *step = if take == remaining {
+                        ChunkStep::DataEnd
+                    } else {
+                        ChunkStep::Data(remaining - take)
+                    };
                 }
                 ChunkStep::DataEnd => match avail {
                     [b'\r', b'\n', ..] => {
@@ -715,7 +752,12 @@ pub struct Parser {
 impl Parser {
     pub fn new(limits: Limits) -> Parser {
         Parser {
-            machine: Machine { limits, phase: Phase::Head, scanned: 0, continue_wanted: false },
+            machine: Machine {
+                limits,
+                phase: Phase::Head,
+                scanned: 0,
+                continue_wanted: false,
+            },
             buf: Vec::new(),
         }
     }
@@ -758,7 +800,12 @@ impl Parser {
     /// Feed bytes and collect the complete requests.
     pub fn feed(&mut self, data: &[u8]) -> Result<Vec<Request>, HttpError> {
         let mut out = Vec::new();
-        self.feed_with(data, |head, body| out.push(Request { head, body: body.to_vec() }))?;
+        self.feed_with(data, |head, body| {
+            out.push(Request {
+                head,
+                body: body.to_vec(),
+            })
+        })?;
         Ok(out)
     }
 
@@ -928,7 +975,13 @@ impl ResponseHead {
         out.push(b' ');
         out.extend_from_slice(reason_phrase(code).as_bytes());
         out.extend_from_slice(b"\r\n");
-        Ok(ResponseHead { out, code, body_len, content_length: None, transfer_encoding: false })
+        Ok(ResponseHead {
+            out,
+            code,
+            body_len,
+            content_length: None,
+            transfer_encoding: false,
+        })
     }
 
     pub fn header(&mut self, name: &str, value: &str) -> Result<(), EncodeError> {
@@ -942,7 +995,9 @@ impl ResponseHead {
             if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(EncodeError::ContentLength("not a decimal number"));
             }
-            let parsed = value.bytes().try_fold(0usize, |acc, d| acc.checked_mul(10)?.checked_add(usize::from(d - b'0')));
+            let parsed = value
+                .bytes()
+                .try_fold(0usize, |acc, d| acc.checked_mul(10)?.checked_add(usize::from(d - b'0')));
             self.content_length = Some(parsed);
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             self.transfer_encoding = true;
@@ -963,7 +1018,9 @@ impl ResponseHead {
             return Err(EncodeError::ContentLength("not allowed in a 1xx or 204 response"));
         }
         match self.content_length {
-            Some(_) if self.transfer_encoding => return Err(EncodeError::ContentLength("not allowed with Transfer-Encoding")),
+            Some(_) if self.transfer_encoding => {
+                return Err(EncodeError::ContentLength("not allowed with Transfer-Encoding"))
+            }
             // An empty body with a Content-Length is a HEAD response (RFC 9110 section 9.3.2).
             Some(given) if self.body_len > 0 && given != Some(self.body_len) => {
                 return Err(EncodeError::ContentLength("does not match the body length"));
@@ -1102,7 +1159,11 @@ impl PyRequest {
     }
 
     fn header<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Option<Bound<'py, PyString>>> {
-        let mut found = self.head.header_bytes().filter(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes())).map(|(_, v)| v);
+        let mut found = self
+            .head
+            .header_bytes()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v);
         match (found.next(), found.next()) {
             (None, _) => Ok(None),
             (Some(only), None) => latin1_str(py, only).map(Some),
@@ -1132,13 +1193,25 @@ impl PyRequestParser {
     #[new]
     #[pyo3(signature = (max_header_size = 8192, max_headers = 64, max_body_size = 1048576))]
     fn new(max_header_size: usize, max_headers: usize, max_body_size: usize) -> Self {
-        PyRequestParser { inner: Parser::new(Limits { max_header_size, max_headers, max_body_size }) }
+        PyRequestParser {
+            inner: Parser::new(Limits {
+                max_header_size,
+                max_headers,
+                max_body_size,
+            }),
+        }
     }
 
     fn feed<'py>(&mut self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
         let mut made: Vec<PyResult<Py<PyRequest>>> = Vec::new();
         let fed = self.inner.feed_with(data, |head, body| {
-            made.push(Py::new(py, PyRequest { head, body: PyBytes::new(py, body).unbind() }));
+            made.push(Py::new(
+                py,
+                PyRequest {
+                    head,
+                    body: PyBytes::new(py, body).unbind(),
+                },
+            ));
         });
         if let Err(e) = fed {
             if made.is_empty() {
@@ -1210,7 +1283,9 @@ fn py_encode_response<'py>(
             add_header(&mut head, &item)?;
         }
     } else if headers.is_instance_of::<PyString>() {
-        return Err(pyo3::exceptions::PyTypeError::new_err("headers must be a sequence of (name, value) pairs"));
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "headers must be a sequence of (name, value) pairs",
+        ));
     } else {
         for item in headers.try_iter()? {
             add_header(&mut head, &item?)?;
@@ -1241,7 +1316,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn limits(max_header_size: usize, max_headers: usize, max_body_size: usize) -> Limits {
-        Limits { max_header_size, max_headers, max_body_size }
+        Limits {
+            max_header_size,
+            max_headers,
+            max_body_size,
+        }
     }
 
     /// Feed `chunks` in order; every emitted request and the final error status.
@@ -1249,7 +1328,12 @@ mod tests {
         let mut parser = Parser::new(limits);
         let mut out = Vec::new();
         for chunk in chunks {
-            let fed = parser.feed_with(chunk, |head, body| out.push(Request { head, body: body.to_vec() }));
+            let fed = parser.feed_with(chunk, |head, body| {
+                out.push(Request {
+                    head,
+                    body: body.to_vec(),
+                })
+            });
             if let Err(e) = fed {
                 return (out, Some(e.status()));
             }
@@ -1291,7 +1375,13 @@ mod tests {
             assert_eq!(r.head.minor_version(), 1);
             assert!(r.head.keep_alive());
             assert!(!r.head.websocket());
-            assert_eq!(headers_of(r), vec![("host".into(), "a.example".into()), ("x-custom".into(), "spaced value".into())]);
+            assert_eq!(
+                headers_of(r),
+                vec![
+                    ("host".into(), "a.example".into()),
+                    ("x-custom".into(), "spaced value".into())
+                ]
+            );
             assert_eq!(r.head.header("X-CUSTOM").as_deref(), Some("spaced value"));
             assert_eq!(r.head.header("missing"), None);
             assert!(r.body.is_empty());
@@ -1332,7 +1422,12 @@ mod tests {
         for (data, expected) in cases {
             let (reqs, err) = whole(data);
             assert_eq!(err, None);
-            assert_eq!(reqs[0].head.keep_alive(), expected, "{:?}", String::from_utf8_lossy(data));
+            assert_eq!(
+                reqs[0].head.keep_alive(),
+                expected,
+                "{:?}",
+                String::from_utf8_lossy(data)
+            );
         }
     }
 
@@ -1355,17 +1450,41 @@ mod tests {
             (b"GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\nHost : h\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400),
+            (
+                b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+                400,
+            ),
             (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: -3\r\n\r\n", 400),
             (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3x\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1;a\nb\r\nx\r\n0\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nxy", 400),
-            (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 400),
+            (
+                b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1;a\nb\r\nx\r\n0\r\n\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nxy",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+                400,
+            ),
             (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
-            (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+            (
+                b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                501,
+            ),
             (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
             (b"GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505),
             (b"GET /a b HTTP/1.1\r\nHost: h\r\n\r\n", 400),
@@ -1384,7 +1503,12 @@ mod tests {
         let mut parser = Parser::new(Limits::default());
         assert_eq!(parser.feed(b"GET / HTTP/3.0\r\n").map_err(|e| e.status()), Err(505));
         assert_eq!(parser.state(), ParserState::Failed);
-        assert_eq!(parser.feed(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n").map_err(|e| e.status()), Err(505));
+        assert_eq!(
+            parser
+                .feed(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+                .map_err(|e| e.status()),
+            Err(505)
+        );
         assert_eq!(parser.pending_bytes(), 0);
     }
 
@@ -1412,8 +1536,12 @@ mod tests {
         let fixed = b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nabcd";
         assert_eq!(run(limits(8192, 64, 4), &[fixed]).1, None);
         assert_eq!(run(limits(8192, 64, 3), &[fixed]).1, Some(413));
-        assert_eq!(run(limits(8192, 64, 3), &[fixed.split_at(fixed.len() - 4).0]).1, Some(413));
-        let chunked = b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n";
+        assert_eq!(
+            run(limits(8192, 64, 3), &[fixed.split_at(fixed.len() - 4).0]).1,
+            Some(413)
+        );
+        let chunked =
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n";
         assert_eq!(run(limits(8192, 64, 4), &[chunked]).1, None);
         assert_eq!(run(limits(8192, 64, 3), &[chunked]).1, Some(413));
         let huge = b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n";
@@ -1423,7 +1551,9 @@ mod tests {
     #[test]
     fn expect_continue_is_reported_once() {
         let mut parser = Parser::new(Limits::default());
-        let reqs = parser.feed(b"POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n").unwrap();
+        let reqs = parser
+            .feed(b"POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+            .unwrap();
         assert!(reqs.is_empty());
         assert_eq!(parser.state(), ParserState::Body);
         assert!(parser.take_continue());
@@ -1452,23 +1582,56 @@ mod tests {
     #[test]
     fn encode_exact_bytes() {
         let out = encode_response(200, &[("Content-Type", "application/json")], b"{}").unwrap();
-        assert_eq!(out, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
-        assert_eq!(encode_response(204, &[], b"").unwrap(), b"HTTP/1.1 204 No Content\r\n\r\n");
-        assert_eq!(encode_response(299, &[], b"").unwrap(), b"HTTP/1.1 299 \r\nContent-Length: 0\r\n\r\n");
-        assert_eq!(encode_response(200, &[("content-length", "10")], b"").unwrap(), b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n");
+        assert_eq!(
+            out,
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+        );
+        assert_eq!(
+            encode_response(204, &[], b"").unwrap(),
+            b"HTTP/1.1 204 No Content\r\n\r\n"
+        );
+        assert_eq!(
+            encode_response(299, &[], b"").unwrap(),
+            b"HTTP/1.1 299 \r\nContent-Length: 0\r\n\r\n"
+        );
+        assert_eq!(
+            encode_response(200, &[("content-length", "10")], b"").unwrap(),
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n"
+        );
     }
 
     #[test]
     fn encode_rejects_injection_and_bad_input() {
         assert!(matches!(encode_response(99, &[], b""), Err(EncodeError::Status(99))));
         assert!(matches!(encode_response(600, &[], b""), Err(EncodeError::Status(600))));
-        assert!(matches!(encode_response(200, &[("X", "a\r\nSet-Cookie: x")], b""), Err(EncodeError::HeaderValue(_))));
-        assert!(matches!(encode_response(200, &[("X", "a\0")], b""), Err(EncodeError::HeaderValue(_))));
-        assert!(matches!(encode_response(200, &[("X", "\u{100}")], b""), Err(EncodeError::HeaderValue(_))));
-        assert!(matches!(encode_response(200, &[("X Y", "a")], b""), Err(EncodeError::HeaderName(_))));
-        assert!(matches!(encode_response(200, &[("", "a")], b""), Err(EncodeError::HeaderName(_))));
-        assert!(matches!(encode_response(204, &[], b"x"), Err(EncodeError::BodyNotAllowed(204))));
-        assert!(matches!(encode_response(200, &[("Content-Length", "3")], b"ab"), Err(EncodeError::ContentLength(_))));
+        assert!(matches!(
+            encode_response(200, &[("X", "a\r\nSet-Cookie: x")], b""),
+            Err(EncodeError::HeaderValue(_))
+        ));
+        assert!(matches!(
+            encode_response(200, &[("X", "a\0")], b""),
+            Err(EncodeError::HeaderValue(_))
+        ));
+        assert!(matches!(
+            encode_response(200, &[("X", "\u{100}")], b""),
+            Err(EncodeError::HeaderValue(_))
+        ));
+        assert!(matches!(
+            encode_response(200, &[("X Y", "a")], b""),
+            Err(EncodeError::HeaderName(_))
+        ));
+        assert!(matches!(
+            encode_response(200, &[("", "a")], b""),
+            Err(EncodeError::HeaderName(_))
+        ));
+        assert!(matches!(
+            encode_response(204, &[], b"x"),
+            Err(EncodeError::BodyNotAllowed(204))
+        ));
+        assert!(matches!(
+            encode_response(200, &[("Content-Length", "3")], b"ab"),
+            Err(EncodeError::ContentLength(_))
+        ));
     }
 
     fn valid_request() -> impl Strategy<Value = Vec<u8>> {
@@ -1478,7 +1641,9 @@ mod tests {
             match kind {
                 0 => out.extend_from_slice(b"GET /x?q=1 HTTP/1.1\r\nHost: h\r\nAccept: */*\r\n\r\n"),
                 1 => {
-                    out.extend_from_slice(format!("POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
+                    out.extend_from_slice(
+                        format!("POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes(),
+                    );
                     out.extend_from_slice(&body);
                 }
                 _ => {

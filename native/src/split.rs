@@ -126,11 +126,7 @@ fn share_unchecked<R: DrawU64 + ?Sized>(rng: &mut R, m: u64, n: u64) -> u64 {
 }
 
 /// One lucky share by the exact double-average rule of DESIGN.md section 3.
-pub fn lucky_share<R: DrawU64 + ?Sized>(
-    rng: &mut R,
-    remaining: i64,
-    count: i64,
-) -> Result<i64, SplitError> {
+pub fn lucky_share<R: DrawU64 + ?Sized>(rng: &mut R, remaining: i64, count: i64) -> Result<i64, SplitError> {
     check_lucky(remaining, count)?;
     let share = share_unchecked(rng, remaining.unsigned_abs(), count.unsigned_abs());
     i64::try_from(share).map_err(|_| SplitError::BeyondInt64("share"))
@@ -165,11 +161,7 @@ where
 }
 
 /// Every share of a lucky packet, in opening order.
-pub fn lucky_split_all<R: DrawU64 + ?Sized>(
-    rng: &mut R,
-    total: i64,
-    count: i64,
-) -> Result<Vec<i64>, SplitError> {
+pub fn lucky_split_all<R: DrawU64 + ?Sized>(rng: &mut R, total: i64, count: i64) -> Result<Vec<i64>, SplitError> {
     check_split_all(total, count)?;
     let mut shares = Vec::with_capacity(count.unsigned_abs().try_into().unwrap_or(0));
     lucky_split_each(rng, total, count, |_, s| {
@@ -248,13 +240,9 @@ pub fn with_os_rng<T>(f: impl FnOnce(&mut OsSeeded) -> T) -> Result<T, SplitErro
     let pid = if hooked { 0 } else { std::process::id() };
     OS_RNG
         .try_with(|cell| {
-            let mut slot = cell
-                .try_borrow_mut()
-                .map_err(|_| SplitError::RngUnavailable)?;
+            let mut slot = cell.try_borrow_mut().map_err(|_| SplitError::RngUnavailable)?;
             let stale = match slot.as_ref() {
-                Some(s) => {
-                    s.generation != generation || s.pid != pid || s.draws >= RESEED_AFTER_DRAWS
-                }
+                Some(s) => s.generation != generation || s.pid != pid || s.draws >= RESEED_AFTER_DRAWS,
                 None => true,
             };
             if stale {
@@ -285,10 +273,7 @@ fn int64_arg(obj: &Bound<'_, PyAny>, name: &'static str) -> PyResult<i64> {
 
 #[pyfunction]
 #[pyo3(signature = (remaining_fen, remaining_count))]
-fn split_lucky(
-    remaining_fen: &Bound<'_, PyAny>,
-    remaining_count: &Bound<'_, PyAny>,
-) -> PyResult<i64> {
+fn split_lucky(remaining_fen: &Bound<'_, PyAny>, remaining_count: &Bound<'_, PyAny>) -> PyResult<i64> {
     let m = int64_arg(remaining_fen, "remaining_fen")?;
     let n = int64_arg(remaining_count, "remaining_count")?;
     Ok(with_os_rng(|rng| lucky_share(rng, m, n))??)
@@ -336,11 +321,7 @@ impl Splitter {
     }
 
     #[pyo3(signature = (remaining_fen, remaining_count))]
-    fn next(
-        &self,
-        remaining_fen: &Bound<'_, PyAny>,
-        remaining_count: &Bound<'_, PyAny>,
-    ) -> PyResult<i64> {
+    fn next(&self, remaining_fen: &Bound<'_, PyAny>, remaining_count: &Bound<'_, PyAny>) -> PyResult<i64> {
         let m = int64_arg(remaining_fen, "remaining_fen")?;
         let n = int64_arg(remaining_count, "remaining_count")?;
         Ok(match &self.seeded {
@@ -350,11 +331,7 @@ impl Splitter {
     }
 
     #[pyo3(signature = (total_fen, count))]
-    fn split_all<'py>(
-        &self,
-        total_fen: &Bound<'py, PyAny>,
-        count: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyList>> {
+    fn split_all<'py>(&self, total_fen: &Bound<'py, PyAny>, count: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let t = int64_arg(total_fen, "total_fen")?;
         let n = int64_arg(count, "count")?;
         check_split_all(t, n)?;
@@ -374,9 +351,7 @@ impl Splitter {
             // SAFETY: position < len (lucky_split_each yields exactly `count` shares), the list is
             // new and not yet shared, and SET_ITEM steals `item`. A list left partly filled by an
             // error holds NULLs, which list deallocation skips.
-            unsafe {
-                pyo3::ffi::PyList_SET_ITEM(list.as_ptr(), position as pyo3::ffi::Py_ssize_t, item)
-            };
+            unsafe { pyo3::ffi::PyList_SET_ITEM(list.as_ptr(), position as pyo3::ffi::Py_ssize_t, item) };
             Ok(())
         };
         match &self.seeded {
@@ -450,20 +425,11 @@ mod tests {
     #[test]
     fn invalid_inputs_name_the_reason() {
         let mut rng = seeded_rng(1);
-        assert_eq!(
-            lucky_share(&mut rng, 10, 0),
-            Err(SplitError::CountBelowOne(0))
-        );
-        assert_eq!(
-            lucky_share(&mut rng, -1, 1),
-            Err(SplitError::NegativeTotal(-1))
-        );
+        assert_eq!(lucky_share(&mut rng, 10, 0), Err(SplitError::CountBelowOne(0)));
+        assert_eq!(lucky_share(&mut rng, -1, 1), Err(SplitError::NegativeTotal(-1)));
         assert_eq!(
             lucky_share(&mut rng, 10, 15),
-            Err(SplitError::TotalBelowCount {
-                total: 10,
-                count: 15
-            })
+            Err(SplitError::TotalBelowCount { total: 10, count: 15 })
         );
         assert_eq!(
             lucky_split_all(&mut rng, i64::MAX, MAX_SPLIT_ALL_COUNT + 1),
@@ -471,35 +437,23 @@ mod tests {
         );
         assert_eq!(
             equal_share(100, 18),
-            Err(SplitError::Remainder {
-                total: 100,
-                count: 18
-            })
+            Err(SplitError::Remainder { total: 100, count: 18 })
         );
         assert_eq!(
             equal_share(5, 10),
-            Err(SplitError::TotalBelowCount {
-                total: 5,
-                count: 10
-            })
+            Err(SplitError::TotalBelowCount { total: 5, count: 10 })
         );
         assert_eq!(equal_share(90, 18), Ok(5));
-        assert!(SplitError::Remainder {
-            total: 100,
-            count: 18
-        }
-        .to_string()
-        .contains("never round"));
+        assert!(SplitError::Remainder { total: 100, count: 18 }
+            .to_string()
+            .contains("never round"));
     }
 
     #[test]
     fn extreme_totals_do_not_overflow() {
         let mut rng = seeded_rng(7);
         let shares = lucky_split_all(&mut rng, i64::MAX, 3).unwrap();
-        assert_eq!(
-            shares.iter().map(|&s| s as i128).sum::<i128>(),
-            i64::MAX as i128
-        );
+        assert_eq!(shares.iter().map(|&s| s as i128).sum::<i128>(), i64::MAX as i128);
         assert_eq!(lucky_share(&mut rng, i64::MAX, 1), Ok(i64::MAX));
         assert!(lucky_share(&mut rng, i64::MAX, 2).unwrap() >= 1);
     }
@@ -543,10 +497,7 @@ mod tests {
             Ok(())
         });
         assert_eq!(done, Ok(()));
-        assert_eq!(
-            seen.iter().map(|&(p, _)| p).collect::<Vec<_>>(),
-            vec![0, 1, 2, 3, 4]
-        );
+        assert_eq!(seen.iter().map(|&(p, _)| p).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
         let shares: Vec<i64> = seen.iter().map(|&(_, s)| s).collect();
         assert_eq!(shares, lucky_split_all(&mut seeded_rng(3), 50, 5).unwrap());
         let mut calls = 0;
