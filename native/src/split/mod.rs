@@ -1,0 +1,12 @@
+//! Lucky and equal split of a packet, DESIGN.md section 3: the rule (rule), its generators (rng),
+//! then the PyO3 layer (py). Docs live in the stub.
+
+mod py;
+mod rng;
+mod rule;
+
+pub use py::{init_pymodule, Splitter};
+pub use rng::{seeded_rng, with_os_rng, OsSeeded, RESEED_AFTER_DRAWS};
+pub use rule::{
+    below, equal_share, lucky_share, lucky_split_all, lucky_split_each, DrawU64, SplitError, MAX_SPLIT_ALL_COUNT,
+};
