@@ -195,7 +195,7 @@ impl AdmissionTable {
                     }
                     waits = waits.saturating_add(1);
                     wait_a_little(waits);
-                    if waits % LIVENESS_CHECK_EVERY == 0 && !pid_alive(owner) {
+                    if waits.is_multiple_of(LIVENESS_CHECK_EVERY) && !pid_alive(owner) {
                         // ORDERING: Acquire as above; the dead owner never released, so repair
                         // reads its slots with Acquire loads of each pid.
                         if word

@@ -5,10 +5,10 @@ use std::sync::Mutex;
 use pyo3::exceptions::{PyOSError, PyOverflowError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
-use rand_chacha::ChaCha20Rng;
 
 use super::rng::{atfork_registered, seeded_rng, with_os_rng};
 use super::rule::{check_split_all, equal_share, lucky_share, lucky_split_each, SplitError};
+use crate::chacha::ChaCha20;
 
 impl From<SplitError> for PyErr {
     fn from(e: SplitError) -> PyErr {
@@ -48,11 +48,11 @@ fn split_equal(total_fen: &Bound<'_, PyAny>, count: &Bound<'_, PyAny>) -> PyResu
 
 #[pyclass(frozen, module = "hongbao_native")]
 pub struct Splitter {
-    seeded: Option<Mutex<ChaCha20Rng>>,
+    seeded: Option<Mutex<ChaCha20>>,
 }
 
 impl Splitter {
-    fn seeded_rng(lock: &Mutex<ChaCha20Rng>) -> std::sync::MutexGuard<'_, ChaCha20Rng> {
+    fn seeded_rng(lock: &Mutex<ChaCha20>) -> std::sync::MutexGuard<'_, ChaCha20> {
         lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

@@ -5,27 +5,26 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use rand_chacha::ChaCha20Rng;
-use rand_core::{RngCore, SeedableRng};
-
 use super::rule::{DrawU64, SplitError};
+use crate::chacha::ChaCha20;
 
 /// The OS-seeded generator takes a fresh 32-byte key from the OS after this many u64 draws.
 pub const RESEED_AFTER_DRAWS: u64 = 1 << 16;
 
-impl DrawU64 for ChaCha20Rng {
+impl DrawU64 for ChaCha20 {
+    #[inline(always)]
     fn next_u64(&mut self) -> u64 {
-        RngCore::next_u64(self)
+        ChaCha20::next_u64(self)
     }
 }
 
 /// The seeded generator: ChaCha20, key = seed's 8 little-endian bytes then 24 zero bytes, stream 0.
-pub fn seeded_rng(seed: u64) -> ChaCha20Rng {
+pub fn seeded_rng(seed: u64) -> ChaCha20 {
     let mut key = [0u8; 32];
     for (dst, src) in key.iter_mut().zip(seed.to_le_bytes()) {
         *dst = src;
     }
-    ChaCha20Rng::from_seed(key)
+    ChaCha20::from_seed(key)
 }
 
 static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -47,7 +46,7 @@ pub(super) fn atfork_registered() -> bool {
 
 /// This thread's OS-keyed generator (see `with_os_rng`).
 pub struct OsSeeded {
-    rng: ChaCha20Rng,
+    rng: ChaCha20,
     generation: u64,
     pid: u32,
     draws: u64,
@@ -56,7 +55,7 @@ pub struct OsSeeded {
 impl DrawU64 for OsSeeded {
     fn next_u64(&mut self) -> u64 {
         self.draws = self.draws.wrapping_add(1);
-        RngCore::next_u64(&mut self.rng)
+        self.rng.next_u64()
     }
 }
 
@@ -86,7 +85,7 @@ pub fn with_os_rng<T>(f: impl FnOnce(&mut OsSeeded) -> T) -> Result<T, SplitErro
             };
             if stale {
                 *slot = Some(OsSeeded {
-                    rng: ChaCha20Rng::from_seed(os_key()?),
+                    rng: ChaCha20::from_seed(os_key()?),
                     generation,
                     pid,
                     draws: 0,
