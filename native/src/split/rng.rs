@@ -16,6 +16,16 @@ impl DrawU64 for ChaCha20 {
     fn next_u64(&mut self) -> u64 {
         ChaCha20::next_u64(self)
     }
+
+    #[inline(always)]
+    fn buffered(&self) -> &[u64] {
+        ChaCha20::buffered(self)
+    }
+
+    #[inline(always)]
+    fn skip(&mut self, n: usize) {
+        ChaCha20::skip(self, n)
+    }
 }
 
 /// The seeded generator: ChaCha20, key = seed's 8 little-endian bytes then 24 zero bytes, stream 0.
@@ -53,9 +63,21 @@ pub struct OsSeeded {
 }
 
 impl DrawU64 for OsSeeded {
+    #[inline(always)]
     fn next_u64(&mut self) -> u64 {
         self.draws = self.draws.wrapping_add(1);
         self.rng.next_u64()
+    }
+
+    #[inline(always)]
+    fn buffered(&self) -> &[u64] {
+        self.rng.buffered()
+    }
+
+    #[inline(always)]
+    fn skip(&mut self, n: usize) {
+        self.draws = self.draws.wrapping_add(n as u64);
+        self.rng.skip(n);
     }
 }
 

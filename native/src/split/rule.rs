@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use super::fast;
+
 /// `split_all` refuses more shares than this: the list is built in memory (DESIGN.md caps packets at 100).
 pub const MAX_SPLIT_ALL_COUNT: i64 = 1_000_000;
 
@@ -52,6 +54,17 @@ impl std::error::Error for SplitError {}
 /// A source of uniform u64 words; the split's only contact with randomness.
 pub trait DrawU64 {
     fn next_u64(&mut self) -> u64;
+
+    /// The draws the source has made and not yet given out, in order, if it buffers them (a
+    /// keystream); none (the default) takes every share down the general path.
+    #[inline(always)]
+    fn buffered(&self) -> &[u64] {
+        &[]
+    }
+
+    /// Takes `n` of the `buffered` draws.
+    #[inline(always)]
+    fn skip(&mut self, _n: usize) {}
 }
 
 /// An integer uniform on [0, k) by our own rejection rule: draw v, reject while
@@ -115,22 +128,78 @@ pub(super) fn check_split_all(total: i64, count: i64) -> Result<(), SplitError> 
     Ok(())
 }
 
+/// Shares below this may come through `Shares::put_small`.
+pub const SMALL_SHARE: u16 = 1024;
+
+/// Where the shares of a packet go, in opening order.
+pub trait Shares {
+    type Error: From<SplitError>;
+
+    /// Share `position`.
+    fn put(&mut self, position: usize, share: i64) -> Result<(), Self::Error>;
+
+    /// Share `position`, below SMALL_SHARE (every share of the division-free path).
+    #[inline(always)]
+    fn put_small(&mut self, position: usize, share: u16) -> Result<(), Self::Error> {
+        self.put(position, i64::from(share))
+    }
+}
+
+impl Shares for Vec<i64> {
+    type Error = SplitError;
+
+    fn put(&mut self, _position: usize, share: i64) -> Result<(), SplitError> {
+        self.push(share);
+        Ok(())
+    }
+}
+
+/// A closure as `Shares`.
+struct Sink<F>(F);
+
+impl<E: From<SplitError>, F: FnMut(usize, i64) -> Result<(), E>> Shares for Sink<F> {
+    type Error = E;
+
+    #[inline(always)]
+    fn put(&mut self, position: usize, share: i64) -> Result<(), E> {
+        (self.0)(position, share)
+    }
+}
+
 /// Every share of a lucky packet in opening order, each handed to `sink(position, share)`.
-pub fn lucky_split_each<R, E, F>(rng: &mut R, total: i64, count: i64, mut sink: F) -> Result<(), E>
+pub fn lucky_split_each<R, E, F>(rng: &mut R, total: i64, count: i64, sink: F) -> Result<(), E>
 where
     R: DrawU64 + ?Sized,
     E: From<SplitError>,
     F: FnMut(usize, i64) -> Result<(), E>,
 {
+    lucky_split_into(rng, total, count, &mut Sink(sink))
+}
+
+/// Every share of a lucky packet in opening order, into `shares`: runs of shares from the buffered
+/// draws by the division-free path (fast.rs), and every share that path cannot make by the
+/// general one.
+pub fn lucky_split_into<R, S>(rng: &mut R, total: i64, count: i64, shares: &mut S) -> Result<(), S::Error>
+where
+    R: DrawU64 + ?Sized,
+    S: Shares + ?Sized,
+{
     check_split_all(total, count)?;
-    let mut m = total.unsigned_abs();
-    for (position, left) in (1..=count.unsigned_abs()).rev().enumerate() {
+    let (mut m, mut left, mut position) = (total.unsigned_abs(), count.unsigned_abs(), 0);
+    while left > 0 {
+        if fast::in_range(m, left) && rng.buffered().len() >= 2 {
+            let (run, stopped) = fast::run(rng.buffered(), m, left, position, shares);
+            rng.skip(run.draws);
+            (m, left, position) = (run.fen_left, left - run.shares as u64, position + run.shares);
+            stopped?;
+        }
         let s = share_unchecked(rng, m, left);
-        m -= s;
-        sink(
+        (m, left) = (m - s, left - 1);
+        shares.put(
             position,
             i64::try_from(s).map_err(|_| SplitError::BeyondInt64("share"))?,
         )?;
+        position += 1;
     }
     Ok(())
 }
@@ -139,10 +208,7 @@ where
 pub fn lucky_split_all<R: DrawU64 + ?Sized>(rng: &mut R, total: i64, count: i64) -> Result<Vec<i64>, SplitError> {
     check_split_all(total, count)?;
     let mut shares = Vec::with_capacity(count.unsigned_abs().try_into().unwrap_or(0));
-    lucky_split_each(rng, total, count, |_, s| {
-        shares.push(s);
-        Ok::<(), SplitError>(())
-    })?;
+    lucky_split_into(rng, total, count, &mut shares)?;
     Ok(shares)
 }
 
