@@ -74,11 +74,12 @@ pub(super) struct Run {
     pub fen_left: u64,
 }
 
-/// Whether this path can share `m` fen over `n` shares. F and n only shrink as shares are
-/// drawn, so numbers in range at the start of a run stay in range.
+/// Whether this path can share `m` fen over `n` shares: n and 2F + n below the reciprocals'
+/// ranges (F and n only shrink as shares are drawn, so they stay in range for the whole run), and
+/// the share's U + 1 <= 2m / n below TABLE (checked again for every share, as m / n moves).
 #[inline(always)]
 pub(super) fn in_range(m: u64, n: u64) -> bool {
-    2 <= n && n < TABLE as u64 && n <= m && 2 * (m - n) + n <= u64::from(u32::MAX)
+    2 <= n && n < TABLE as u64 && n <= m && 2 * (m - n) + n <= u64::from(u32::MAX) && 2 * m < TABLE as u64 * n
 }
 
 /// Shares of `m` fen over `n` shares from the buffered `draws`, each handed to
