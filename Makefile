@@ -5,12 +5,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CARGO  := cargo
 NATIVE := native/Cargo.toml
-NATIVE_SRC := $(wildcard native/src/*.rs) native/Cargo.toml native/Cargo.lock native/pyproject.toml native/hongbao_native.pyi
+NATIVE_SRC := $(shell find native/src -name '*.rs') native/Cargo.toml native/rustfmt.toml native/Cargo.lock native/pyproject.toml native/hongbao_native.pyi
 STAMP_NATIVE := $(VENV)/.native-built
 STAMP_DEPS   := $(VENV)/.deps-installed
 BENCH_JSON   := bench-results/native.json
 
-.PHONY: demo install test lint format test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-grab bench-push clean
+.PHONY: demo install test lint lint-rust format test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-grab bench-push clean
 
 install: $(STAMP_NATIVE) $(STAMP_DEPS)
 
@@ -42,7 +42,13 @@ format: install
 	$(BIN)/ruff check --fix .
 
 test-rust:
+	$(CARGO) fmt --manifest-path $(NATIVE) --check
 	$(CARGO) test --manifest-path $(NATIVE) --quiet
+	$(CARGO) clippy --manifest-path $(NATIVE) --tests --quiet -- -D warnings
+
+# Formatting (native/rustfmt.toml) and lints only, without running the tests.
+lint-rust:
+	$(CARGO) fmt --manifest-path $(NATIVE) --check
 	$(CARGO) clippy --manifest-path $(NATIVE) --tests --quiet -- -D warnings
 
 stubtest: install

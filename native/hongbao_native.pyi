@@ -84,7 +84,7 @@ def split_lucky(remaining_fen: int, remaining_count: int) -> int:
     remaining average is a martingale, and every position's expected share is exactly m/n."
     No clamp is needed (x <= F always), so the caller can always pay the rest at least 1 fen each.
 
-    Randomness: a ChaCha20 generator per OS thread (rand_chacha's ChaCha20Rng), keyed with 32
+    Randomness: a ChaCha20 generator per OS thread (the stream of `Splitter` below), keyed with 32
     bytes from the OS (getrandom) on first use, rekeyed from the OS every 65 536 u64 draws, and
     rekeyed in any child after fork() (a pthread_atfork child handler bumps a generation counter),
     so a forked worker never replays its master's stream. Draw order and integer rule are those of
@@ -111,10 +111,11 @@ class Splitter:
     """A lucky-split generator: the OS-seeded CSPRNG (`seed=None`), or a deterministic ChaCha20
     stream for tests and replays (an int seed).
 
-    `Splitter(seed)` with 0 <= seed < 2**64 is rand_chacha's ChaCha20Rng (RFC 8439 section 2.3 block
-    function, 20 rounds) keyed by the seed's 8 little-endian bytes followed by 24 zero bytes, block
-    counter from 0, stream (nonce) 0. A u64 draw is rand_core's `next_u64`: the next 8 keystream
-    bytes read little-endian. An integer uniform on [0, k) is our own rejection rule (DESIGN.md
+    `Splitter(seed)` with 0 <= seed < 2**64 is ChaCha20 (RFC 8439 section 2.3 block function, 20
+    rounds) keyed by the seed's 8 little-endian bytes followed by 24 zero bytes, 64-bit block
+    counter from 0, stream (nonce) 0: the stream of rand_chacha's ChaCha20Rng (native/src/chacha.rs
+    makes it, and its tests compare the two). A u64 draw is the next 8 keystream bytes read
+    little-endian, as rand_core's `next_u64`. An integer uniform on [0, k) is our own rejection rule (DESIGN.md
     section 3): draw a u64 v, reject while v >= 2**64 - (2**64 mod k), return v mod k; k == 1 takes
     no draw. So seeded outputs never change with a crate upgrade, and golden vectors stay valid:
     `Splitter(0).split_all(100, 10) == [4, 21, 5, 18, 4, 15, 4, 8, 14, 7]` and

@@ -7,9 +7,24 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-create_exception!(hongbao_native, ProtocolError, PyValueError, "A WebSocket protocol violation; `.close_code` is the RFC 6455 close code.");
-create_exception!(hongbao_native, HttpParseError, PyValueError, "A malformed or oversized HTTP request; `.status` is the HTTP status to answer with.");
-create_exception!(hongbao_native, AdmissionTableFull, PyValueError, "The shared admission table has no free slot for a new key.");
+create_exception!(
+    hongbao_native,
+    ProtocolError,
+    PyValueError,
+    "A WebSocket protocol violation; `.close_code` is the RFC 6455 close code."
+);
+create_exception!(
+    hongbao_native,
+    HttpParseError,
+    PyValueError,
+    "A malformed or oversized HTTP request; `.status` is the HTTP status to answer with."
+);
+create_exception!(
+    hongbao_native,
+    AdmissionTableFull,
+    PyValueError,
+    "The shared admission table has no free slot for a new key."
+);
 
 pub fn init_pymodule(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();

@@ -2,6 +2,7 @@
 //! thin PyO3 layer. This file only registers the Python module.
 
 pub mod admission;
+pub mod chacha;
 pub mod errors;
 pub mod http;
 pub mod order_id;

@@ -86,10 +86,7 @@ pub enum OrderIdError {
 impl fmt::Display for OrderIdError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            OrderIdError::Length(n) => write!(
-                f,
-                "order id length: expected {ORDER_ID_LEN} characters, got {n}"
-            ),
+            OrderIdError::Length(n) => write!(f, "order id length: expected {ORDER_ID_LEN} characters, got {n}"),
             OrderIdError::Digit(i) => {
                 write!(f, "order id digits: character {i} is not an ASCII digit")
             }
@@ -222,12 +219,7 @@ fn digits_value(ascii: &[u8]) -> u64 {
 }
 
 /// Validates and renders an id.
-pub fn encode(
-    region: i64,
-    yymmdd: i64,
-    source: i64,
-    sequence: i64,
-) -> Result<String, OrderIdError> {
+pub fn encode(region: i64, yymmdd: i64, source: i64, sequence: i64) -> Result<String, OrderIdError> {
     OrderIdParts::new(region, yymmdd, source, sequence).map(|p| p.to_string())
 }
 
@@ -265,9 +257,7 @@ pub fn is_valid(s: &str) -> bool {
 pub(crate) fn int_arg(obj: &Bound<'_, PyAny>) -> PyResult<Result<i64, String>> {
     match obj.extract::<i64>() {
         Ok(v) => Ok(Ok(v)),
-        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
-            Ok(Err(obj.str()?.to_cow()?.into_owned()))
-        }
+        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => Ok(Err(obj.str()?.to_cow()?.into_owned())),
         Err(e) => Err(e),
     }
 }
@@ -429,18 +419,9 @@ mod tests {
 
     #[test]
     fn encode_errors_name_the_field() {
-        assert_eq!(
-            encode(3, 240101, 0, 0),
-            Err(OrderIdError::Invalid(Field::Region, 3))
-        );
-        assert_eq!(
-            encode(1, 240230, 0, 0),
-            Err(OrderIdError::Invalid(Field::Date, 240230))
-        );
-        assert_eq!(
-            encode(1, 240101, 2, 0),
-            Err(OrderIdError::Invalid(Field::Source, 2))
-        );
+        assert_eq!(encode(3, 240101, 0, 0), Err(OrderIdError::Invalid(Field::Region, 3)));
+        assert_eq!(encode(1, 240230, 0, 0), Err(OrderIdError::Invalid(Field::Date, 240230)));
+        assert_eq!(encode(1, 240101, 2, 0), Err(OrderIdError::Invalid(Field::Source, 2)));
         assert_eq!(
             encode(1, 240101, 0, -1),
             Err(OrderIdError::Invalid(Field::Sequence, -1))
@@ -459,10 +440,7 @@ mod tests {
         assert_eq!(decode("124022900000000004é"), Err(OrderIdError::Length(19)));
         assert_eq!(
             decode("12402290000000000423"),
-            Err(OrderIdError::CheckDigit {
-                expected: 1,
-                found: 3
-            })
+            Err(OrderIdError::CheckDigit { expected: 1, found: 3 })
         );
         let with_check = |body: &str| format!("{body}{}", damm(body.as_bytes()).unwrap());
         assert_eq!(

@@ -185,14 +185,7 @@ mod tests {
             ("22508150001234567899", (3, 3, 15), (15, 28, 15)),
         ];
         for (id, (d4, t8, day), (d16, t32, _)) in shards {
-            assert_eq!(
-                shard_of(id, 4, 8).unwrap(),
-                Shard {
-                    db: d4,
-                    table: t8,
-                    day
-                }
-            );
+            assert_eq!(shard_of(id, 4, 8).unwrap(), Shard { db: d4, table: t8, day });
             assert_eq!(
                 shard_of(id, 16, 32).unwrap(),
                 Shard {
@@ -232,13 +225,7 @@ mod tests {
     #[test]
     fn counts_are_validated() {
         let id = "12402290000000000421";
-        assert_eq!(
-            shard_of(id, 0, 2),
-            Err(RoutingError::Count {
-                name: "n_db",
-                value: 0
-            })
-        );
+        assert_eq!(shard_of(id, 0, 2), Err(RoutingError::Count { name: "n_db", value: 0 }));
         assert_eq!(
             shard_of(id, 2, -1),
             Err(RoutingError::Count {
