@@ -10,7 +10,9 @@ STAMP_NATIVE := $(VENV)/.native-built
 STAMP_DEPS   := $(VENV)/.deps-installed
 BENCH_JSON   := bench-results/native.json
 
-.PHONY: demo install test lint lint-rust format test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-grab bench-push clean
+CHAOS_DURATION ?= 600
+
+.PHONY: chaos demo install test lint lint-rust format test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-grab bench-push clean
 
 install: $(STAMP_NATIVE) $(STAMP_DEPS)
 
@@ -105,3 +107,9 @@ bench-push: install
 # An embedded server on a free port, a 30-second smoke storm, the audit, the report (bench/storm/demo.py).
 demo: install
 	$(BIN)/python -m hongbao.bench.storm.demo --out bench-results/demo
+
+# The storm for CHAOS_DURATION seconds (default 10 minutes) while workers are killed and Redis and
+# MariaDB fail (bench/chaos): the money audit, the node's health, pushes, latency around each fault.
+# Its report: bench-results/chaos/chaos.json. A bounded run is in `make test` (tests/integration/test_chaos.py).
+chaos: install
+	$(BIN)/python -m hongbao.bench.chaos --duration $(CHAOS_DURATION) --out bench-results/chaos
