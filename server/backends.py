@@ -98,6 +98,7 @@ async def open_backend(
             settings.mysql_layout(),
             pool_size=settings.mysql_pool_size,
             timeout_s=settings.mysql_timeout_ms / 1000,
+            transaction_timeout_s=settings.mysql_transaction_timeout_ms / 1000,
         )
         client = redis_client(
             settings.redis_url, cluster=settings.redis_cluster, socket_timeout_s=settings.redis_timeout_ms / 1000

@@ -35,6 +35,7 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "mysql_tables": (1, 100, ""),
     "mysql_pool_size": (1, 1000, ""),
     "mysql_timeout_ms": (1, 600_000, ""),
+    "mysql_transaction_timeout_ms": (1, 600_000, ""),
     "redis_timeout_ms": (1, 600_000, ""),
     "mysql_hot_days": (1, 365, ""),
     "region": (1, 2, " (1: north, 2: south)"),
@@ -82,7 +83,8 @@ class Settings:
     mysql_tables: int = 4  # M tables per database and day
     mysql_prefix: str = ""  # database names are {prefix}db_{i:02}
     mysql_pool_size: int = 10  # connections per database per worker
-    mysql_timeout_ms: int = 500  # bound of one MySQL call on the request path (the wait for a connection included)
+    mysql_timeout_ms: int = 300  # bound of one MySQL statement on the request path (the wait for a connection included)
+    mysql_transaction_timeout_ms: int = 5000  # ... of one transaction (a batched open of hundreds of receipts)
     mysql_hot_days: int = 3  # `hongbao migrate --cold` moves closed packets older than this
     region: int = 1
     jwt_secret: str = ""  # HS256 secret; empty -> the embedded key file data_dir/jwt.key

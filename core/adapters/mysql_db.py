@@ -40,7 +40,8 @@ Row = tuple[Any, ...]
 CONNECTION_LOST = frozenset({2002, 2003, 2006, 2013, 2055})
 DEADLOCK, DEADLOCK_RETRIES = 1213, 3
 BREAKER_S = 0.5  # after a connection failure, requests to that database fail at once for this long
-TIMEOUT_S = 0.5  # the default bound of one call (statement or transaction, the wait for a connection included)
+TIMEOUT_S = 0.3  # the default bound of one statement (the wait for a connection included)
+TRANSACTION_TIMEOUT_S = 5.0  # ... and of one transaction (a batched open of hundreds of receipts, its lock wait)
 SCAN_TIMEOUT_S = 10.0  # the bound of a background job's scan over every day table
 TIMEOUTS_TO_TRIP = 3  # consecutive calls past their bound that open the breaker (a frozen server)
 STATEMENT_CACHE = 64  # prepared statements kept per connection
@@ -118,17 +119,38 @@ def connect_args(server: dict[str, Any], *, connect_timeout_s: float = 2.0) -> d
 class MysqlShards:
     """The pools of every database of ``layout`` on the servers of ``dsn`` (database i on the
     i-th DSN, cyclically), ``pool_size`` connections each. Pools open on first use, on the
-    running event loop; ``connect()`` opens them all at once. Every call is bounded by
-    ``timeout_s`` seconds (the wait for a pooled connection included; a scan may ask for more):
-    past it the call raises Degraded, and ``TIMEOUTS_TO_TRIP`` such calls in a row open the
-    database's breaker as a lost connection does, so a frozen server costs each request at most
-    ``timeout_s``, then microseconds. Raises ValueError for a bad DSN."""
+    running event loop; ``connect()`` opens them all at once. Every statement is bounded by
+    ``timeout_s`` seconds and every transaction by ``transaction_timeout_s`` (the wait for a
+    pooled connection included; a scan may ask for more): past it the call raises Degraded, and
+    ``TIMEOUTS_TO_TRIP`` such calls in a row open the database's breaker as a lost connection
+    does, so a frozen server costs a request at most about a second (its point reads), then
+    microseconds. Raises ValueError for a bad DSN."""
 
-    __slots__ = ("layout", "timeout_s", "_servers", "_pool_size", "_pools", "_lock", "_down_until", "_timeouts")
+    __slots__ = (
+        "layout",
+        "timeout_s",
+        "transaction_timeout_s",
+        "_servers",
+        "_pool_size",
+        "_pools",
+        "_lock",
+        "_down_until",
+        "_timeouts",
+        "_clearing",
+    )
 
-    def __init__(self, dsn: str, layout: Layout, *, pool_size: int = 10, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        layout: Layout,
+        *,
+        pool_size: int = 10,
+        timeout_s: float = TIMEOUT_S,
+        transaction_timeout_s: float = TRANSACTION_TIMEOUT_S,
+    ) -> None:
         self.layout, self._servers, self._pool_size = layout, parse_dsn(dsn), pool_size
-        self.timeout_s = timeout_s
+        self.timeout_s, self.transaction_timeout_s = timeout_s, transaction_timeout_s
+        self._clearing: set[asyncio.Task[None]] = set()
         self._pools: list[Pool | None] = [None] * layout.n_dbs
         self._lock = asyncio.Lock()
         self._down_until = [0.0] * layout.n_dbs
@@ -156,7 +178,9 @@ class MysqlShards:
         return {self.layout.db_name(db): up for db, up in enumerate(answers)}
 
     async def close(self) -> None:
-        """Close every pool and wait for its connections."""
+        """Close every pool and wait for its connections (a background clear is cancelled)."""
+        for task in list(self._clearing):
+            task.cancel()
         pools = [pool for pool in self._pools if pool is not None]
         self._pools = [None] * self.layout.n_dbs
         for pool in pools:
@@ -184,14 +208,14 @@ class MysqlShards:
             pool = await self._pool(db)
             conn = await pool.acquire()
         except (MySQLError, OSError, RuntimeError) as exc:  # RuntimeError: asyncmy on uvloop, socket gone mid-handshake
-            await self._trip(db, exc)
+            self._trip(db, exc)
             raise Degraded(f"database {self.layout.db_name(db)} is unavailable") from exc
         try:
             yield conn
         except OperationalError as exc:
             if _lost(exc):
                 conn.close()
-                await self._trip(db, exc)
+                self._trip(db, exc)
                 raise Degraded(f"database {self.layout.db_name(db)} is unavailable") from exc
             raise
         except Exception:
@@ -202,8 +226,10 @@ class MysqlShards:
         finally:
             pool.release(conn)
 
-    async def _trip(self, db: int, exc: BaseException) -> None:
-        """Open the breaker of ``db`` and drop its idle connections (after a restart they are all dead)."""
+    def _trip(self, db: int, exc: BaseException) -> None:
+        """Open the breaker of ``db`` and drop its idle connections (after a restart they are all
+        dead) in the background: the pool's lock may be held by a connect to a frozen server,
+        and the caller answers now."""
         if time.monotonic() >= self._down_until[db]:
             log.warning(
                 "database %s unavailable (%s); failing fast for %.1f s", self.layout.db_name(db), exc, BREAKER_S
@@ -211,7 +237,9 @@ class MysqlShards:
         self._down_until[db] = time.monotonic() + BREAKER_S
         pool = self._pools[db]
         if pool is not None:
-            await pool.clear()
+            task = asyncio.get_running_loop().create_task(pool.clear())
+            self._clearing.add(task)
+            task.add_done_callback(self._clearing.discard)
 
     async def _bounded(self, db: int, op: Callable[[], Awaitable[T]], timeout_s: float | None) -> T:
         """``await op()`` within ``timeout_s`` (None: ``self.timeout_s``); past it, Degraded (the
@@ -224,7 +252,7 @@ class MysqlShards:
             self._timeouts[db] += 1
             if self._timeouts[db] >= TIMEOUTS_TO_TRIP:
                 self._timeouts[db] = 0
-                await self._trip(db, TimeoutError(f"{TIMEOUTS_TO_TRIP} calls in a row past {limit * 1000:.0f} ms"))
+                self._trip(db, TimeoutError(f"{TIMEOUTS_TO_TRIP} calls in a row past {limit * 1000:.0f} ms"))
             raise Degraded(f"database {self.layout.db_name(db)} did not answer within {limit * 1000:.0f} ms") from None
         self._timeouts[db] = 0
         return result
@@ -234,7 +262,7 @@ class MysqlShards:
     ) -> T:
         """Run ``body(cursor)`` in one transaction on database ``db``: commit on return, roll back
         on any exception; a deadlock reruns the whole body (up to 3 times); the whole within
-        ``timeout_s`` (None: the shards' bound). Raises Degraded when the database is unreachable,
+        ``timeout_s`` (None: ``transaction_timeout_s``). Raises Degraded when the database is unreachable,
         the connection is lost or the bound passes (nothing is committed then, or, when the
         bound passed during the COMMIT, maybe everything: every transaction here is idempotent)."""
 
@@ -252,7 +280,8 @@ class MysqlShards:
                             await conn.rollback()
                     raise
 
-        return await self._bounded(db, lambda: self._retrying(db, attempt), timeout_s)
+        limit = self.transaction_timeout_s if timeout_s is None else timeout_s
+        return await self._bounded(db, lambda: self._retrying(db, attempt), limit)
 
     async def _retrying(self, db: int, attempt: Callable[[], Awaitable[T]]) -> T:
         """``attempt()``, again after a deadlock (the server rolled the loser back), 3 times at most."""
