@@ -9,6 +9,7 @@ under 1 us; past CACHE_SIZE tokens the oldest cached one goes first). No token i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
@@ -33,15 +34,24 @@ class Identity:
 
 
 def embedded_secret(data_dir: Path) -> str:
-    """The HS256 secret of the embedded default: ``data_dir/jwt.key`` (mode 0600), created on first use."""
+    """The HS256 secret of the embedded default: ``data_dir/jwt.key`` (mode 0600), created on first
+    use. Processes that create it at the same instant all read the one key that won: it is written
+    whole to a file of its own, then linked into place (link(2) fails when the name exists), so no
+    reader ever sees it half-written."""
     path = data_dir / KEY_FILE
     data_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_hex(32) + "\n")
+    if not path.exists():
+        draft = data_dir / f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_hex(32) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            with contextlib.suppress(FileExistsError):  # another process's key won
+                os.link(draft, path)
+        finally:
+            draft.unlink()
     return path.read_text().strip()
 
 

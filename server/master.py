@@ -17,7 +17,7 @@ import shutil
 import signal
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import hongbao_native
 from hongbao.core.adapters.sqlite_db import SqliteDb
@@ -32,7 +32,7 @@ CRASH_WINDOW_S = 2.0  # a worker that dies this soon after its start, before any
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 MAX_QUICK_CRASHES = 5
 RESTART_BASE_S, RESTART_CAP_S = 0.1, 30.0  # a dead worker's restart delay doubles from BASE to CAP...
-RESET_AFTER_S = 60.0  # ... and starts over once a worker has run this long
+RESET_AFTER_S = 60.0  # ... counting the deaths of this last span only
 #: Descriptors a worker needs besides its connections: databases, Redis, logs, listeners (a margin).
 FD_RESERVE = 256
 
@@ -84,8 +84,8 @@ def _raise_open_files(settings: Settings) -> None:
 def _prepare(settings: Settings) -> None:
     """Before any fork: data directory, key file, schemas (money and push files), a fresh metrics directory."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    if not settings.jwt_secret and not settings.jwt_public_key_file:
-        embedded_secret(settings.data_dir)
+    if not (settings.jwt_secret or settings.jwt_public_key_file) or not settings.internal_secret:
+        embedded_secret(settings.data_dir)  # the token key, or the internal forwards' key derived from it
     SqliteDb(settings.data_dir / DB_FILE).close()
     open_push_db(settings.data_dir).close()
     shutil.rmtree(settings.data_dir / METRICS_DIR, ignore_errors=True)
@@ -93,20 +93,29 @@ def _prepare(settings: Settings) -> None:
 
 @dataclass(slots=True)
 class _Slot:
-    """One worker place: its process (None while waiting to restart), when it started, how many
-    quick deaths in a row it had, and when its next start is due (monotonic seconds)."""
+    """One worker place: its process (None while waiting to restart), when it started, the times
+    its workers died within the last RESET_AFTER_S, whether one ever died, and when its next start
+    is due (monotonic seconds)."""
 
     pid: int | None = None
     started: float = 0.0
-    deaths: int = 0
+    deaths: list[float] = field(default_factory=list)
+    crashed: bool = False
     due: float = 0.0
+
+    def died(self, now: float) -> int:
+        """Record a death at ``now``; how many there were in the last RESET_AFTER_S."""
+        self.crashed = True
+        self.deaths = [t for t in self.deaths if now - t < RESET_AFTER_S] + [now]
+        return len(self.deaths)
 
 
 def restart_delay(deaths: int, rng: random.Random) -> float:
-    """Seconds before restarting a worker after its ``deaths``-th quick death in a row (1-based):
-    RESTART_BASE_S doubling up to RESTART_CAP_S, with "equal jitter" (half fixed, half uniform;
-    AWS Architecture Blog, "Exponential Backoff And Jitter", 2015), so workers that died together
-    do not come back together."""
+    """Seconds before restarting a worker whose place saw ``deaths`` deaths in the last
+    RESET_AFTER_S (1-based): RESTART_BASE_S doubling up to RESTART_CAP_S, with "equal jitter" (half
+    fixed, half uniform; AWS Architecture Blog, "Exponential Backoff And Jitter", 2015), so workers
+    that died together do not come back together. A crash loop reaches the cap within seconds; a
+    worker killed now and then is back in a fraction of a second."""
     ceiling = min(RESTART_CAP_S, RESTART_BASE_S * 2.0 ** min(deaths - 1, 30))
     return ceiling / 2 + rng.uniform(0.0, ceiling / 2)
 
@@ -129,8 +138,8 @@ def serve(settings: Settings) -> int:
     """Run the master until SIGTERM/SIGINT; returns the process exit status (0 after a graceful
     stop, 1 when the workers died before any of them served, MAX_QUICK_CRASHES times in a row).
 
-    A worker that dies is restarted after ``restart_delay`` (its death count resets once it has
-    run RESET_AFTER_S), however often: once a worker has served, the master never gives up on
+    A worker that dies is restarted after ``restart_delay`` (of its place's deaths in the last
+    RESET_AFTER_S), however often: once a worker has served, the master never gives up on
     the node, and the other workers keep serving meanwhile. ``serving http://host:port`` is
     logged when the first worker listens (``port = 0``: a free port, the same for every worker)."""
     settings, reserved = _reserve_port(settings)
@@ -157,7 +166,7 @@ def serve(settings: Settings) -> int:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 os.close(ready_r)
                 _die_with_parent(master)
-                run_worker(settings, admission.name, ws_limiter.name, ready_w)
+                run_worker(settings, admission.name, ws_limiter.name, ready_w, after_crash=slot.crashed)
             except BaseException:
                 log.exception("worker failed")
                 code = 1
@@ -223,8 +232,7 @@ def serve(settings: Settings) -> int:
             if stopping:
                 continue
             now = time.monotonic()
-            dead.deaths = 1 if now - dead.started >= RESET_AFTER_S else dead.deaths + 1
-            delay = restart_delay(dead.deaths, rng)
+            delay = restart_delay(dead.died(now), rng)
             dead.due = now + delay
             log.error(
                 "worker %d exited (status %d); %d admission slot(s) reclaimed; restarting in %.2f s",
