@@ -324,7 +324,7 @@ class HttpProtocol(asyncio.Protocol):
             accepted.sid,
             self.app.push,
             self.conns.ws,
-            (accepted.offset, accepted.epoch),
+            accepted.cursor,
             self.parser.take_buffered(),
         )
         if self.paused:

@@ -12,9 +12,12 @@ share its bugs. What it adds is the push protocol:
   ``on_event`` callback has returned;
 * dedupe by offset: the server sends a stream in offset order (at-least-once), so a high-water mark
   per stream (the user's, and one per topic) drops what was already delivered;
-* resume: a reconnect carries ``?offset=<last>&epoch=<epoch>``; a ``{"type":"reset"}`` message, or
-  a message of another epoch, means the history is incomplete: ``on_reset`` runs so the app
-  reloads its state over HTTP, and the marks start over in the new epoch;
+* resume: every connect asks for the hello frame (``?hello=1``: the server's first frame,
+  ``{"type":"hello","epoch"}``, names the stream's epoch); a reconnect carries
+  ``?offset=<last>&epoch=<epoch>`` (only ``?epoch=`` before the first message); a
+  ``{"type":"reset"}`` message, a hello or a message of another epoch means the history is
+  incomplete: ``on_reset`` runs so the app reloads its state over HTTP, and the marks start over
+  in the new epoch;
 * app ping ``{"type":"ping"}`` every ``ping_interval_s``; no inbound frame within ``pong_timeout_s``
   of a ping aborts the connection and reconnects (a half-open link is noticed);
 * reconnect with exponential backoff and full jitter (AWS Architecture Blog, "Exponential Backoff
@@ -195,12 +198,11 @@ class PushClient:
         return mark[1] if mark else None
 
     def resume_url(self) -> str:
-        """``url`` with ``offset`` and ``epoch`` of the last delivered message, when there is one."""
-        params = (
-            {"offset": str(self.last_offset), "epoch": self.epoch}
-            if self.last_offset is not None and self.epoch
-            else {}
-        )
+        """``url`` asking for the hello frame (``hello=1``), with ``offset`` and ``epoch`` of the last
+        delivered message, or only ``epoch`` (from the server's hello) while no message has come yet."""
+        params = {"hello": "1", **({"epoch": self.epoch} if self.epoch else {})}
+        if self.last_offset is not None and self.epoch:
+            params["offset"] = str(self.last_offset)
         scheme, netloc, path, query, _ = urlsplit(self.url)
         query = "&".join(q for q in (query, urlencode(params)) if q)
         return urlunsplit((scheme, netloc, path, query, ""))
@@ -362,6 +364,8 @@ class PushClient:
         kind = message.get("type")
         if kind == "reset":
             await self._reset(message.get("epoch"))
+        elif kind == "hello" and isinstance(message.get("epoch"), str):
+            await self._hello(message["epoch"])
         elif isinstance(message.get("offset"), int) and isinstance(message.get("event"), str):
             await self._deliver(ws, message)
         elif kind in ("subscribed", "unsubscribed") and isinstance(message.get("topic"), str):
@@ -370,6 +374,13 @@ class PushClient:
             log.warning("the server refused a message: %s", message.get("message"))
         elif kind != "pong":
             log.debug("ignored a push message of type %r", kind)
+
+    async def _hello(self, epoch: str) -> None:
+        """The connection's first frame names the stream's epoch: kept, so a reconnect before any
+        message still names it; another epoch than the one known means the history was lost."""
+        if self.epoch is not None and epoch != self.epoch:
+            await self._reset(epoch)
+        self.epoch = epoch
 
     async def _reset(self, epoch: str | None) -> None:
         """The server lost part of the user's history: start over in ``epoch`` and tell the app."""

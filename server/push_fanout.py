@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hongbao.push.fanout")
 GROUP_STREAM = "push_group"
 GROUP_BATCH = 50  # group messages claimed at once
-GROUP_LEASE_MS = 30_000
+GROUP_LEASE_MS = 5_000  # a batch takes milliseconds; a dead worker's batch comes back this soon (at least once)
 GROUP_POLL_S = 0.05  # how often a worker looks for group messages published by other workers
 BROADCAST_WAIT_S = 1.0
 BROADCAST_CHUNK = 200  # subscribers written to between two turns of the event loop (~2 ms here)

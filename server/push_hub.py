@@ -118,14 +118,17 @@ class PushHub:
         self._listener: asyncio.AbstractServer | None = None
         self._lost = 0  # events this worker could not log since the store last took ``lost``
 
-    async def start(self) -> None:
+    async def start(self, *, after_crash: bool = False) -> None:
         """Before the worker accepts connections: open the internal listener, join as a live
         node at its address, take the broadcast cursor. A store that is down does not stop it:
         the node joins with its first heartbeat that reaches the store (logins are refused until
-        then: the store's breaker is open), and broadcasts are read from the log's end from then on."""
+        then: the store's breaker is open), and broadcasts are read from the log's end from then on.
+        ``after_crash``: this worker replaces one that died (its events in flight died with it, and
+        so did its knowledge of them), so every stream starts a new epoch (``MessageLog.lost``) and
+        each client is told; so does a start while the store is down."""
         self._listener, address = await listen(self, self.settings)
-        if not await self.node.join(address):
-            self._lost += 1  # started while the store was down: a predecessor may have lost events
+        if not await self.node.join(address) or after_crash:
+            self._lost += 1
         await self.fanout.start()
 
     def jobs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
@@ -145,9 +148,11 @@ class PushHub:
 
     # --- connections (the WsConnection interface) -------------------------------------------------
 
-    async def attach(self, conn: Conn, offset: int | None, epoch: str | None) -> None:
+    async def attach(self, conn: Conn, offset: int | None, epoch: str | None, *, hello: bool = False) -> None:
         """Log the session in (replacing an older one: closed with 4001 here or on its node),
-        register it, and replay the stream after (``offset``, ``epoch``); raises on store failure."""
+        register it, and replay the stream after (``offset``, ``epoch``), first with the hello
+        frame (the stream's epoch) when ``hello`` and the replay is whole (an incomplete one starts
+        with its reset, which names the epoch); raises on store failure."""
         old = await self.stores.sessions.login(conn.uid, conn.sid, self.node.id, now_ms())
         session = _Session(conn)
         previous = self.sessions.get(conn.uid)
@@ -156,7 +161,10 @@ class PushHub:
             previous.conn.close(4001, "replaced by a newer session")
         if old is not None and old.node != self.node.id:
             self.spawn(self._kick(old, conn.uid))
-        self._replay(session, await self.stores.log.replay(conn.uid, offset, epoch, now_ms()), offset)
+        replay = await self.stores.log.replay(conn.uid, offset, epoch, now_ms())
+        if hello and replay.complete:
+            conn.send_text(push_messages.hello(replay.epoch))
+        self._replay(session, replay, offset)
 
     def on_message(self, conn: Conn, message: dict[str, Any]) -> None:
         """A client message: ack (coalesced per tick), subscribe / unsubscribe (answered)."""
@@ -423,6 +431,13 @@ class PushHub:
             if not isinstance(exc, BreakerOpen):
                 log.warning("push gap bookkeeping failed: %s", exc)
             return
+        if moved and self.sessions:  # the store's process changed: its routes to the sessions here may be gone
+            held = [(uid, session.conn.sid) for uid, session in self.sessions.items()]
+            try:
+                await self.stores.sessions.restore(held, self.node.id, now_ms())
+            except Exception as exc:  # the next tick's touches write back what they find lost
+                if not isinstance(exc, BreakerOpen):
+                    log.warning("push sessions could not be written back: %s", exc)
         if lost or moved:
             self._recheck_sessions()
 
@@ -445,7 +460,8 @@ class PushHub:
         out meanwhile is not. Then the gaps: when events could not be logged since the last tick
         that reached the store, every stream starts a new epoch (``MessageLog.lost``: clients are
         told), and what other nodes decided so is picked up (``MessageLog.sync``); either way the
-        sessions held here look at their streams at once."""
+        sessions held here look at their streams at once, and when the store's process changed
+        (a restart, a failover) they are written back to it first (their routes may be gone)."""
         await self._tell_gaps()
         touched, self._touched = self._touched, set()
         acks, self._acks = self._acks, {}

@@ -31,6 +31,13 @@ class EventBody:
         return place(self.head, offset, epoch)
 
 
+def hello(epoch: str) -> bytes:
+    """The first frame of a connection whose replay is whole: the epoch of the user's stream, which
+    a client that has no message yet resumes in (``?epoch=``), so a stream that starts a new epoch
+    while it is away is told to it (``reset``) like to a client with an offset."""
+    return orjson.dumps({"type": "hello", "epoch": epoch})
+
+
 def reset(epoch: str) -> bytes:
     """The history after the client's cursor is incomplete; the stream goes on in ``epoch``."""
     return orjson.dumps({"type": "reset", "epoch": epoch})

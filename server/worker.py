@@ -41,7 +41,9 @@ def verifier_for(settings: Settings) -> TokenVerifier:
     return TokenVerifier(secret, ["HS256"], settings.jwt_leeway_s)
 
 
-async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str, ready_fd: int) -> None:
+async def _serve(
+    settings: Settings, admission_name: str, ws_limiter_name: str, ready_fd: int, after_crash: bool
+) -> None:
     loop = asyncio.get_running_loop()
     admission = hongbao_native.AdmissionTable.attach(admission_name)
     ws_limiter = hongbao_native.RateLimiter.attach(ws_limiter_name)
@@ -51,7 +53,7 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str, 
     backend = await open_backend(settings, admission, clock, metrics.events, faults)  # connects on first use
     app = App(settings, backend, verifier_for(settings), metrics, ws_limiter)
     conns = Connections(settings.max_connections, WsRegistry(settings))
-    await app.push.start()  # the internal listener; joins as a live node now, or once its store is back
+    await app.push.start(after_crash=after_crash)  # the internal listener; joins as a live node (now or later)
     server = await loop.create_server(
         lambda: HttpProtocol(app, conns), settings.host, settings.port, reuse_port=True, backlog=4096
     )
@@ -82,10 +84,13 @@ async def _serve(settings: Settings, admission_name: str, ws_limiter_name: str, 
     await close_backend(backend)
 
 
-def run_worker(settings: Settings, admission_name: str, ws_limiter_name: str, ready_fd: int) -> None:
+def run_worker(
+    settings: Settings, admission_name: str, ws_limiter_name: str, ready_fd: int, *, after_crash: bool = False
+) -> None:
     """Run one worker until SIGTERM/SIGINT (called in the forked child), attached to the host's
     admission table and WebSocket admission rate limiter (both created by the master); it writes
     LISTENING to ``ready_fd`` once it accepts connections. A dependency that is down at start
     does not stop it: it serves degraded (503 where the dependency is needed, the fallbacks of
-    docs/operations.md elsewhere) and connects once the dependency is back."""
-    uvloop.run(_serve(settings, admission_name, ws_limiter_name, ready_fd))
+    docs/operations.md elsewhere) and connects once the dependency is back. ``after_crash``: it
+    replaces a worker that died (see PushHub.start)."""
+    uvloop.run(_serve(settings, admission_name, ws_limiter_name, ready_fd, after_crash))

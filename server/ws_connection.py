@@ -47,6 +47,7 @@ from typing import Any, Protocol, cast
 import orjson
 from hongbao.server.auth import Identity
 from hongbao.server.config import Settings
+from hongbao.server.ws_handshake import Cursor
 from hongbao_native import (
     OP_BINARY,
     OP_CLOSE,
@@ -72,8 +73,9 @@ MAX_REASON_BYTES = 123  # a close reason fits a 125-byte control frame with its 
 class Hub(Protocol):
     """What a connection needs of the push hub (server/push_hub.py's PushHub; /tmp/common.md)."""
 
-    async def attach(self, conn: WsConnection, offset: int | None, epoch: str | None) -> None:
-        """Log the session in, register it locally, replay from (offset, epoch); raises on store failure."""
+    async def attach(self, conn: WsConnection, offset: int | None, epoch: str | None, *, hello: bool = False) -> None:
+        """Log the session in, register it locally, replay from (offset, epoch) (``hello``: the
+        stream's epoch first); raises on store failure."""
         ...
 
     def on_message(self, conn: WsConnection, message: dict[str, Any]) -> None:
@@ -166,7 +168,7 @@ class WsConnection(asyncio.Protocol):
         self.held: list[dict[str, Any]] | None = []  # messages that came during attach; None once attached
         self.attaching = True
 
-    def start(self, offset: int | None, epoch: str | None, buffered: bytes) -> None:
+    def start(self, cursor: Cursor, buffered: bytes) -> None:
         """Take over (the transport already points here): register, attach to the hub with the
         reconnect cursor, and decode ``buffered``, the bytes that followed the request head."""
         self.transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
@@ -174,13 +176,13 @@ class WsConnection(asyncio.Protocol):
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
         self.registry.open.add(self)
-        self.loop.create_task(self._attach(offset, epoch))
+        self.loop.create_task(self._attach(cursor))
         if buffered:
             self.data_received(buffered)
 
-    async def _attach(self, offset: int | None, epoch: str | None) -> None:
+    async def _attach(self, cursor: Cursor) -> None:
         try:
-            await self.hub.attach(self, offset, epoch)
+            await self.hub.attach(self, cursor.offset, cursor.epoch, hello=cursor.hello)
         except Exception as exc:
             log.warning("push hub attach failed, closing sid=%s: %r", self.sid, exc)
             self.close(1011, "session store unavailable")
@@ -370,12 +372,12 @@ def take_over(
     sid: str,
     hub: Hub,
     registry: WsRegistry,
-    cursor: tuple[int | None, str | None],
+    cursor: Cursor,
     buffered: bytes,
 ) -> WsConnection:
     """Make the WsConnection of an upgraded ``transport`` (its 101 already written), point the
-    transport at it and start it (``cursor``: the reconnect offset and epoch)."""
+    transport at it and start it (``cursor``: where its stream resumes)."""
     conn = WsConnection(cast(asyncio.Transport, transport), identity, sid, hub, registry)
     transport.set_protocol(conn)
-    conn.start(*cursor, buffered)
+    conn.start(cursor, buffered)
     return conn

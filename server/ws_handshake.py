@@ -57,15 +57,23 @@ _STORE_DOWN = error_response(503, "degraded", "the session store is unreachable;
 
 
 @dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a connection's stream resumes: after ``offset`` in ``epoch`` (None when not given),
+    and whether the client asked for the ``hello`` frame (``?hello=1``: the stream's epoch first)."""
+
+    offset: int | None = None
+    epoch: str | None = None
+    hello: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Accepted:
     """A handshake that passed: who (``identity``), the new session id ``sid`` (16 url-safe
-    characters), the reconnect cursor (``offset``, ``epoch``; None when not given), and the
-    encoded 101 answer to write before the first frame."""
+    characters), the reconnect ``cursor``, and the encoded 101 answer to write before the first frame."""
 
     identity: Identity
     sid: str
-    offset: int | None
-    epoch: str | None
+    cursor: Cursor
     response: bytes
 
 
@@ -117,7 +125,7 @@ class Gate:
                 "Sec-WebSocket-Key must be base64 of 16 bytes (RFC 6455 section 4.2.1)"
             ) from None
         query = parse_qs(request.query, keep_blank_values=True)
-        offset, epoch = _cursor(query)
+        cursor = _cursor(query)
         offered, token = _subprotocol_token(request.header("sec-websocket-protocol"))
         token = token or _last(query, "token")
         if not token:
@@ -126,9 +134,7 @@ class Gate:
         headers = [("upgrade", "websocket"), ("connection", "Upgrade"), ("sec-websocket-accept", accept)]
         if offered:
             headers.append(("sec-websocket-protocol", PROTOCOL))
-        return Accepted(
-            identity, secrets.token_urlsafe(12), offset, epoch, hongbao_native.encode_response(101, headers, b"")
-        )
+        return Accepted(identity, secrets.token_urlsafe(12), cursor, hongbao_native.encode_response(101, headers, b""))
 
     async def preflight(self, ctx: Context) -> Response:
         """GET /v1/ws/preflight: what a handshake would meet now, for a browser that cannot read a
@@ -183,11 +189,14 @@ def _last(query: dict[str, list[str]], name: str) -> str | None:
     return values[-1] if values else None
 
 
-def _cursor(query: dict[str, list[str]]) -> tuple[int | None, str | None]:
-    """The reconnect cursor ``(offset, epoch)`` of the query; InvalidRequest for a malformed one."""
+def _cursor(query: dict[str, list[str]]) -> Cursor:
+    """The reconnect cursor of the query (``offset``, ``epoch``, ``hello``); InvalidRequest for a malformed one."""
     offset_text, epoch = _last(query, "offset") or None, _last(query, "epoch") or None
     if offset_text is not None and not (offset_text.isascii() and offset_text.isdigit() and len(offset_text) <= 18):
         raise errors.InvalidRequest("offset must be a non-negative integer")
     if epoch is not None and not _EPOCH.fullmatch(epoch):
         raise errors.InvalidRequest("epoch must be 1..64 of [A-Za-z0-9._~-]")
-    return (int(offset_text) if offset_text is not None else None), epoch
+    hello = _last(query, "hello") or "0"
+    if hello not in ("0", "1"):
+        raise errors.InvalidRequest("hello must be 1 (send the stream's epoch first) or 0")
+    return Cursor(int(offset_text) if offset_text is not None else None, epoch, hello == "1")

@@ -26,6 +26,8 @@ from hongbao.bench.services.mariadb import MariaDb
 from hongbao.bench.services.process import Process
 
 READY_POLL_S = 0.1
+#: The faults a run injects once each, besides the worker kills (``Chaos.faults``).
+FAULTS = ("redis_freeze", "redis_restart_empty", "redis_restart_from_dump", "mariadb_restart")
 RECOVER_TIMEOUT_S = 60.0
 
 
@@ -96,7 +98,7 @@ class Chaos:
     duration_s: float
     kill_every_s: float = 6.0
     freeze_s: float = 3.0
-    faults: tuple[str, ...] = ("redis_freeze", "redis_restart_empty", "redis_restart_from_dump", "mariadb_restart")
+    faults: tuple[str, ...] = FAULTS
     seed: int = 1
     injected: list[Injected] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)

@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 import orjson
-from hongbao.bench.chaos.faults import Chaos, Injected, RedisProcess
+from hongbao.bench.chaos.faults import FAULTS, Chaos, Injected, RedisProcess
 from hongbao.bench.services import redis_servers
 from hongbao.bench.services.mariadb import MariaDb
 from hongbao.bench.services.process import BenchError, Process, ServiceError, start_hongbao
@@ -53,7 +53,11 @@ from rich.console import Console
 
 LAYOUT = Layout(2, 2, prefix="chaos_")
 WINDOW_S = 5.0  # the spans before and after a fault whose latency is reported
-RECOVER_S = 90.0  # the schedule's last fault may take this long to end after the storm
+RECOVER_S = 90.0
+#: The storm's push clients reconnect within this (full jitter): a worker dies every few seconds here,
+#: so their connections never stay up long enough to reset the backoff, and at the default 30 s cap a
+#: client would come back after the storm stopped listening (its pushes due, not lost).
+PUSH_BACKOFF_CAP_S = 3.0  # the schedule's last fault may take this long to end after the storm
 CRASH_POINTS = "pay_debited=0.004,pay_inserted=0.004,open_committed=0.002"
 SERVER_CONFIG = """backend = "production"
 mysql_dsn = "{dsn}"
@@ -169,10 +173,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         server = start_hongbao(work / "var", args.workers, config)
         config_file = work / "var" / "hongbao.toml"
-        overrides = {"duration_s": args.duration, "send_rate": args.rate, "seed": args.seed, "users": args.users}
+        overrides = {
+            "duration_s": args.duration,
+            "send_rate": args.rate,
+            "seed": args.seed,
+            "users": args.users,
+            "push_backoff_cap_s": PUSH_BACKOFF_CAP_S,
+        }
         scenario = load_scenario("smoke", None, overrides)
         opts = StormOptions(server.url, scenario, secret, work / "storm", console=console)
-        chaos = Chaos(server, redis, mariadb, scenario.duration_s, kill_every_s=args.kill_every, seed=args.seed)
+        faults = tuple(f for f in args.faults.split(",") if f)
+        chaos = Chaos(server, redis, mariadb, scenario.duration_s, args.kill_every, faults=faults, seed=args.seed)
         first_pay: list[float] = []
 
         url = server.url
@@ -182,12 +193,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             first_pay.append(time.time())
             chaos.run(first_pay[0])
 
-        faults = threading.Thread(target=schedule, name="chaos", daemon=True)
-        faults.start()
+        scheduler = threading.Thread(target=schedule, name="chaos", daemon=True)
+        scheduler.start()
         settings = load_settings(config_file)
         summary = storm(opts, auditor_for(settings), out / "storm", drain_timeout_s=120.0)
         chaos.stop()
-        faults.join(timeout=RECOVER_S)
+        scheduler.join(timeout=RECOVER_S)
         time.sleep(3.0)  # the reconciler's window (2 s), then a run
         serving = server.popen.poll() is None and httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
         flowed = serving and _flow(server.url, secret)
@@ -288,6 +299,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--users", type=int, default=600, help="users of the storm (default: 600)")
     parser.add_argument("--workers", type=int, default=2, help="server workers (default: 2)")
     parser.add_argument("--kill-every", type=float, default=6.0, help="seconds between worker kills (0: none)")
+    parser.add_argument(
+        "--faults",
+        default=",".join(FAULTS),
+        help=f"the faults besides the worker kills, comma-separated (default: all: {','.join(FAULTS)}; '' for none)",
+    )
     parser.add_argument(
         "--crash-points", default=CRASH_POINTS, help=f"test_faults of the server (default: {CRASH_POINTS})"
     )

@@ -96,6 +96,7 @@ class PushUsers:
             lambda: self.tokens.jwt(user),
             on_event=on_event,
             on_reset=on_reset,
+            backoff_cap_s=self.scenario.push_backoff_cap_s,
             offset=offset,
             epoch=epoch,
             rng=random.Random(user),

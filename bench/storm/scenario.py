@@ -59,6 +59,7 @@ class Scenario:
     busy_retries: int = 3
     online_p: float = 0.3
     drop_p: float = 0.1
+    push_backoff_cap_s: float = 30.0  # the push clients' reconnect backoff cap (full jitter, as PushClient's)
     processes: int = 2
     connections: int = 64
     timeout_s: float = 30.0
@@ -85,6 +86,8 @@ class Scenario:
                 raise ScenarioError(f"{name} must be a probability in [0, 1], got {getattr(self, name)!r}")
         if self.tail_s < 0 or self.delay_sigma < 0 or self.busy_retries < 0:
             raise ScenarioError("tail_s, delay_sigma and busy_retries must not be negative")
+        if not self.push_backoff_cap_s > 0:
+            raise ScenarioError("push_backoff_cap_s must be a positive number of seconds")
         if self.count_max < self.count_min or self.total_max_fen < self.total_min_fen:
             raise ScenarioError("count_max/total_max_fen must not be below count_min/total_min_fen")
         if self.total_min_fen < self.count_max:

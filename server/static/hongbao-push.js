@@ -17,7 +17,9 @@
  * - token: new WebSocket(url, ["bearer", jwt]); the server echoes only "bearer".
  * - acks {"type":"ack","offset":n} after onEvent returned; dedupe by a high-water offset per stream
  *   (the user's, and one per topic), since the server sends each stream in offset order.
- * - resume: a reconnect carries ?offset=<last>&epoch=<epoch>; {"type":"reset"} or a message of
+ * - resume: every connect asks for ?hello=1 (the server's first frame {"type":"hello","epoch"} names the
+ *   stream's epoch); a reconnect carries ?offset=<last>&epoch=<epoch> (only ?epoch= before the first
+ *   message); {"type":"reset"}, a hello or a message of
  *   another epoch calls onReset and starts the marks over in the new epoch.
  * - app ping {"type":"ping"} every pingIntervalMs; no message within pongTimeoutMs of a ping drops
  *   the socket and reconnects.
@@ -107,8 +109,8 @@
 
     resumeUrl() {
       const last = this.lastOffset;
-      if (last === null || !this.epoch) return this.url;
-      const query = "offset=" + last + "&epoch=" + encodeURIComponent(this.epoch);
+      let query = "hello=1";
+      if (this.epoch) query += (last === null ? "" : "&offset=" + last) + "&epoch=" + encodeURIComponent(this.epoch);
       return this.url + (this.url.includes("?") ? "&" : "?") + query;
     }
 
@@ -236,9 +238,15 @@
       try { message = JSON.parse(raw); } catch (err) { return; }
       if (message === null || typeof message !== "object") return;
       if (message.type === "reset") return this._reset(message.epoch);
+      if (message.type === "hello" && typeof message.epoch === "string") return this._hello(message.epoch);
       if (Number.isInteger(message.offset) && typeof message.event === "string") return this._deliver(message);
       if (message.type === "subscribed") this.subscribed.add(message.topic);
       if (message.type === "unsubscribed") this.subscribed.delete(message.topic);
+    }
+
+    async _hello(epoch) {
+      if (this.epoch !== null && epoch !== this.epoch) await this._reset(epoch);
+      this.epoch = epoch;
     }
 
     async _reset(epoch) {

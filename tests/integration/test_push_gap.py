@@ -6,6 +6,7 @@ before what follows, never new messages under offsets it already holds."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import httpx
 import redis
 from hongbao.bench.services import redis_servers
+from hongbao.server.push_client import PushClient
 
 from tests.integration.redis_nodes import RedisNodes, admin, connect, push, receive, token
 from tests.integration.test_redis_push_down import PrivateRedis, private_redis  # noqa: F401  (fixture)
@@ -125,3 +127,103 @@ def test_events_lost_while_redis_was_down_are_told(tmp_path: Path, private_redis
         asyncio.run(scenario())
     finally:
         nodes.finish()
+
+
+def test_events_lost_while_redis_was_down_are_told_to_clients_that_reconnect(
+    tmp_path: Path,
+    private_redis: PrivateRedis,
+) -> None:
+    """As above, with the node dropping its connections (three store failures) while Redis is
+    frozen: the members' PushClients reconnect with their cursors once it is back, and each is told
+    (reset) or gets the packet's announcement."""
+    nodes = RedisNodes(tmp_path, private_redis.target)
+    [node] = nodes.start("a", extra_config="redis_timeout_ms = 100\n")
+    url = node.url.replace("http://", "ws://") + "/v1/ws"
+    try:
+
+        async def scenario() -> None:
+            members = [f"m{i}" for i in range(6)]
+            heard: dict[str, list[str]] = {uid: [] for uid in members}
+            clients = [
+                PushClient(
+                    url,
+                    lambda uid=uid: token(uid),
+                    on_event=lambda e, uid=uid: heard[uid].append(e.event),
+                    on_reset=lambda uid=uid: heard[uid].append("reset"),
+                    backoff_base_s=0.1,
+                    backoff_cap_s=0.5,
+                )
+                for uid in members
+            ]
+            for client in clients:
+                await client.__aenter__()
+                await client.wait_connected()
+            with httpx.Client(base_url=node.url, headers={"authorization": f"Bearer {token('m0')}"}) as m0:
+                gid = m0.post("/v1/groups", json={"members": members[1:]}).json()["group_id"]
+                async with admin(node) as pusher:
+                    assert (
+                        await pusher.post("/v1/admin/accounts/m0/topup", json={"amount_fen": 100})
+                    ).status_code == 200
+                order_id = m0.post("/v1/packets", json={"count": 1, "total_fen": 10, "group_id": gid}).json()[
+                    "order_id"
+                ]
+                assert private_redis.process is not None
+                private_redis.process.send_signal(signal.SIGSTOP)
+                try:
+                    await asyncio.sleep(2.5)  # store failures: the node drops its connections
+                    assert m0.post(f"/v1/packets/{order_id}/pay").status_code == 200
+                    await asyncio.sleep(1.0)
+                finally:
+                    private_redis.process.send_signal(signal.SIGCONT)
+            deadline = asyncio.get_running_loop().time() + 20
+            while any(not ({"reset", "packet_received"} & set(h)) for h in heard.values()):
+                assert asyncio.get_running_loop().time() < deadline, heard
+                await asyncio.sleep(0.2)
+            for client in clients:
+                await client.close()
+
+        asyncio.run(scenario())
+    finally:
+        nodes.finish()
+
+
+def test_a_crashed_worker_s_replacement_tells_every_client(tmp_path: Path, private_redis: PrivateRedis) -> None:
+    """The only worker SIGKILLed (the events it had not logged yet died with it): its replacement
+    starts every stream anew, so the client, back on it, is told (reset)."""
+    nodes = RedisNodes(tmp_path, private_redis.target)
+    [node] = nodes.start("a")
+    url = node.url.replace("http://", "ws://") + "/v1/ws"
+    try:
+
+        async def scenario() -> None:
+            heard: list[str] = []
+            client = PushClient(
+                url,
+                lambda: token("m1"),
+                on_event=lambda e: heard.append(e.event),
+                on_reset=lambda: heard.append("reset"),
+                backoff_base_s=0.1,
+                backoff_cap_s=0.5,
+            )
+            async with client:
+                await client.wait_connected()
+                await _events(node, "m1", range(1, 3))
+                deadline = asyncio.get_running_loop().time() + 10
+                while heard != ["e", "e"]:
+                    assert asyncio.get_running_loop().time() < deadline, heard
+                    await asyncio.sleep(0.05)
+                [worker] = _workers(node)
+                os.kill(worker, signal.SIGKILL)
+                while "reset" not in heard:
+                    assert asyncio.get_running_loop().time() < deadline + 20, heard
+                    await asyncio.sleep(0.1)
+                assert client.stats.connects >= 2
+
+        asyncio.run(scenario())
+    finally:
+        nodes.finish()
+
+
+def _workers(server: Server) -> list[int]:
+    path = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+    return [int(pid) for pid in path.read_text().split()]

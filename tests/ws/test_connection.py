@@ -16,6 +16,7 @@ import hongbao_native as hn
 from hongbao.server.auth import Identity
 from hongbao.server.config import Settings
 from hongbao.server.ws_connection import WsConnection, WsRegistry, take_over
+from hongbao.server.ws_handshake import Cursor
 
 SETTINGS = Settings(
     ws_idle_timeout_s=10.0, ws_close_timeout_s=1.0, ws_token_grace_s=5.0, ws_max_output_bytes=256 * 1024
@@ -31,7 +32,7 @@ class RecordingHub:
         self.release = asyncio.Event()
         self.attach_error = attach_error
 
-    async def attach(self, conn: WsConnection, offset: int | None, epoch: str | None) -> None:
+    async def attach(self, conn: WsConnection, offset: int | None, epoch: str | None, *, hello: bool = False) -> None:
         self.calls.append(("attach", offset, epoch))
         await self.release.wait()
         if self.attach_error is not None:
@@ -83,7 +84,7 @@ async def connected(
     transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, ours)
     registry = WsRegistry(SETTINGS)
     identity = Identity("u1", False, exp if exp is not None else time.time() + 3600)
-    conn = take_over(transport, identity, "s1", hub, registry, (7, "ep"), b"")
+    conn = take_over(transport, identity, "s1", hub, registry, Cursor(7, "ep"), b"")
     reader, writer = await asyncio.open_connection(sock=theirs)
     try:
         yield conn, Peer(reader, writer), registry
