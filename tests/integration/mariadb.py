@@ -63,6 +63,9 @@ def migrated(server: MariaDb, layout: Layout) -> Layout:
 
 
 SERVICE_LAYOUT = Layout(2, 2, prefix="svc_")
+#: The Redis reply bound of the service fixtures: they test behaviour, not bounds (tests/integration/
+#: test_hung_dependency.py does), and a loaded CI machine may stall a reply past the 250 ms default.
+TEST_REDIS_TIMEOUT_S = 1.0
 
 
 @pytest.fixture
@@ -80,7 +83,9 @@ def make_backend(
     made = count()
 
     def make(**kwargs: Any) -> Production:
-        redis = Pipelines(redis_client(service_redis.url, cluster=service_redis.cluster))
+        redis = Pipelines(
+            redis_client(service_redis.url, cluster=service_redis.cluster, socket_timeout_s=TEST_REDIS_TIMEOUT_S)
+        )
         queue = RedisQueue(redis, f"worker-{next(made)}")
         backend = open_mysql(
             MysqlShards(mariadb.dsn, layout, pool_size=4), admission, queue, clock=clock, redis=redis, **kwargs

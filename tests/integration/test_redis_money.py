@@ -28,7 +28,7 @@ from hongbao.core.production import Production, open_mysql
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.integration.conftest import RedisTarget
-from tests.integration.mariadb import SERVICE_LAYOUT, MariaDb, migrated
+from tests.integration.mariadb import SERVICE_LAYOUT, TEST_REDIS_TIMEOUT_S, MariaDb, migrated
 from tests.integration.private_redis import PrivateRedis
 from tests.integration.production import start_production
 from tests.server.conftest import stop_server
@@ -49,7 +49,7 @@ def open_on(
     layout = migrated(mariadb, SERVICE_LAYOUT)
 
     async def make(url: str, cluster: bool) -> tuple[Production, dict[str, int]]:
-        client = redis_client(url, cluster=cluster)
+        client = redis_client(url, cluster=cluster, socket_timeout_s=TEST_REDIS_TIMEOUT_S)
         await client.initialize()
         redis, counts = Pipelines(client), {}
         backend = open_mysql(
