@@ -145,7 +145,7 @@ def test_frozen_mysql_link_answers_503_fast(
             mysql_proxy.thaw()
             mysql_proxy.drop()  # the connections the bound gave up on
         deadline = time.monotonic() + 10
-        while httpx.get(f"{server.url}/readyz", timeout=5).status_code != 200:
+        while httpx.get(f"{server.url}/readyz", timeout=5).json().get("status") != "ready":
             assert time.monotonic() < deadline, server.log()
             time.sleep(0.1)
         assert topup(server, "B", 5) == 1005
