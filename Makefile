@@ -1,4 +1,4 @@
-# The entry for humans (DESIGN.md section 1). `make install` builds both distributions into .venv;
+# The entry for humans (docs/architecture.md section 1). `make install` builds both distributions into .venv;
 # `make test` runs everything CI runs; `make bench` measures; `make bench-gate` checks the ratios.
 PYTHON ?= python3
 VENV   := .venv
@@ -82,24 +82,24 @@ bench-http: install
 	$(BIN)/python bench/http/run.py --out bench-results/http.json
 
 # The storm (new-year-eve) on the production backend (MariaDB + Redis started here, 2 workers) and on
-# the baseline in the same run: bench-results/storm-production/bench-storm.json (tests/bench/storm_production.py).
+# the baseline in the same run: bench-results/storm-production/bench-storm.json (bench/storm/production.py).
 # The new-year-eve shape (20k users, 4k groups, 20% online, 120 s + 60 s tail) at STORM_RATE sends/s: 15 is
 # what 2 cores hold with the load generator, MariaDB, Redis and both workers on them (measured: 15/s answers
 # within ~2 s p99, 25/s queues to ~4-6 s p99, 40/s and the scenario's 150/s collapse into 30 s timeouts).
 # On a bigger machine: make bench-storm STORM_RATE=150 (the scenario's own rate).
 STORM_RATE ?= 15
 bench-storm: install
-	$(BIN)/python -m tests.bench.storm_production --scenario new-year-eve --rate $(STORM_RATE) --out bench-results/storm-production
+	$(BIN)/python -m hongbao.bench.storm.production --scenario new-year-eve --rate $(STORM_RATE) --out bench-results/storm-production
 
 # Grabs/s on the production backend (MariaDB + Redis started here, 2 workers) vs the uvloop ceiling and
-# vs one redis-py round trip per request, and Redis bytes per packet: bench-results/grab.json (tests/bench/grab_production.py).
+# vs one redis-py round trip per request, and Redis bytes per packet: bench-results/grab.json (bench/http/grab.py).
 bench-grab: install
-	$(BIN)/python -m tests.bench.grab_production --out bench-results/grab.json
+	$(BIN)/python -m hongbao.bench.http.grab --out bench-results/grab.json
 
 clean:
 	rm -rf $(VENV) native/target build bench-results *.egg-info
 
-# hongbao's WebSocket push against a websockets server in the same run (issue 4): fan-out CPU,
+# hongbao's WebSocket push against a websockets server in the same run: fan-out CPU,
 # idle memory, push latency, Redis memory per user (starts its own redis-server). Not in `make test`.
 bench-push: install
 	$(BIN)/python bench/push/run.py --out bench-results/push.json

@@ -1,5 +1,5 @@
 """Build `hongbao` from the top-level folders: core/ -> hongbao.core, server/ -> hongbao.server,
-bench/ -> hongbao.bench (DESIGN.md section 1). Metadata lives in pyproject.toml.
+bench/ -> hongbao.bench (docs/architecture.md section 1). Metadata lives in pyproject.toml.
 
 `hongbao` itself is a namespace package (PEP 420): the repository has no `hongbao/` folder, so
 a test run from the checkout never shadows the installed mapping."""
@@ -9,6 +9,10 @@ from setuptools import setup
 PACKAGES = {
     "hongbao.core": "core",
     "hongbao.core.adapters": "core/adapters",
+    "hongbao.core.adapters.sqlite": "core/adapters/sqlite",
+    "hongbao.core.adapters.mysql": "core/adapters/mysql",
+    "hongbao.core.adapters.redis": "core/adapters/redis",
+    "hongbao.core.services": "core/services",
     "hongbao.server": "server",
     "hongbao.server.static": "server/static",  # data only (the push clients' JS and demo page)
     "hongbao.bench": "bench",

@@ -1,4 +1,4 @@
-"""The hot-packet benchmark of issue 5: opens per second on one 100-share packet, refilled in a
+"""The hot-packet benchmark: opens per second on one 100-share packet, refilled in a
 loop, with 300 concurrent openers, batched transactions vs one transaction per open, on the same
 MySQL/MariaDB in one run (the ratio is the result; absolute numbers follow the machine).
 
@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from itertools import count
 
 import hongbao_native
-from hongbao.core.adapters.mysql_db import Layout, MysqlShards
-from hongbao.core.adapters.mysql_packets import MysqlPacketStore
+from hongbao.core.adapters.mysql.db import MysqlShards
+from hongbao.core.adapters.mysql.packets import MysqlPacketStore
 from hongbao.core.batching import OpenBatcher
 from hongbao.core.packet import Kind, Packet, Status
 from hongbao.core.ports import OpenResult
+from hongbao.core.sharding import Layout
 
 DAY_MS = 24 * 3600 * 1000
 _sequence = count(int(time.time()) % 10_000_000 * 1000)

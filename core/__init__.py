@@ -1,2 +1,3 @@
-"""hongbao.core: money in integer fen, the split policy, order ids, and (with the service issue)
-the packet services and the ports their storage adapters implement."""
+"""hongbao.core: money in integer fen, the split policy, order ids, the services
+(hongbao.core.services), the ports they depend on and the adapters that implement them
+(docs/architecture.md section 1)."""

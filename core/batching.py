@@ -1,4 +1,4 @@
-"""Per-packet open batching within one worker (DESIGN.md section 6, money case M-21).
+"""Per-packet open batching within one worker (docs/architecture.md section 6).
 
 Concurrent opens of the same packet in one worker wait in that packet's batch; one flusher per
 packet takes an admission slot from the host-wide native table (at most ``max_in_db``

@@ -53,7 +53,8 @@ class OffsetFileClock:
     """The wall clock plus an offset in ms kept in a file, shared by every worker of a test
     server (``test_clock``); the file is replaced on every change and re-read only when its
     (inode, mtime) changes. A frozen clock (``set_ms(..., frozen=True)``) stands still at the
-    time set, so a test can act at an exact millisecond (the expiry edge of money case M-13)."""
+    time set, so a test can act at an exact millisecond (the expiry edge: an open at expires_at - 1
+    ms succeeds, one at expires_at is refused)."""
 
     __slots__ = ("_path", "_offset_ms", "_frozen_ms", "_version")
 

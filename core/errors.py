@@ -1,7 +1,7 @@
 """The one error hierarchy of hongbao, mapped once to HTTP statuses and error codes.
 
 Every error carries the ``code`` of the JSON error body ``{"error": {"code", "message"}}`` and the
-HTTP ``status`` it maps to (DESIGN.md section 12). Stdlib bases are added where the meaning matches,
+HTTP ``status`` it maps to (docs/architecture.md section 12). Stdlib bases are added where the meaning matches,
 so callers may also catch ``ValueError`` or ``PermissionError``.
 """
 
@@ -172,7 +172,7 @@ class Conflict(HongbaoError):
 
 class TooManyConnections(Busy):
     """New WebSocket connections over the host-wide admission rate (503 busy with Retry-After in
-    seconds; DESIGN.md section 7): refused before any session-store work."""
+    seconds; docs/architecture.md section 7): refused before any session-store work."""
 
     status = 503
 

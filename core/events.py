@@ -1,4 +1,4 @@
-"""Red-packet events for the push channel (DESIGN.md section 7) and the Notifier port.
+"""Red-packet events for the push channel (docs/architecture.md section 7) and the Notifier port.
 
 The services say what happened; a Notifier (the push hub in a server) delivers it. Who gets what
 (event -- to: data):
@@ -13,7 +13,7 @@ The services say what happened; a Notifier (the push hub in a server) delivers i
 - refunded -- the sender, once the refund is on their balance: order_id, refunded_fen
 
 Amounts are integer fen, times RFC 3339 UTC. Pushing never decides a money flow: ``notify``
-returns at once and never raises (DESIGN.md section 10: money goes on whatever push does).
+returns at once and never raises (docs/architecture.md section 10: money goes on whatever push does).
 """
 
 from __future__ import annotations

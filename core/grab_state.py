@@ -1,5 +1,5 @@
-"""What the grab filter knows of a packet (DESIGN.md section 6: grab answers from the caches), and
-the port of its shared second level (Redis in production, hongbao.core.adapters.redis_grab).
+"""What the grab filter knows of a packet (docs/architecture.md section 6: grab answers from the caches), and
+the port of its shared second level (Redis in production, hongbao.core.adapters.redis.grab).
 
 Levels: per-worker memory with a short TTL (hongbao.core.ttl_cache, in the service), then the
 shared level (state of every live packet plus the users who opened it), then the database. The
@@ -64,7 +64,7 @@ class SharedGrabState(Protocol):
     """The shared level of the grab filter. Writes never raise (a lost write leaves the entry to be
     repaired and is counted); reads raise ``hongbao.core.breaker.BreakerOpen`` when the level is
     down and a database check is allowed, ``hongbao.core.errors.Degraded`` when it is not (the
-    database is protected by a rate limiter, DESIGN.md section 10: "Redis down at grab")."""
+    database is protected by a rate limiter, docs/architecture.md section 10: "Redis down at grab")."""
 
     async def lookup(self, order_id: str, user_id: str) -> Lookup | None:
         """The packet's state and what ``user_id`` opened; None when the level does not hold it."""

@@ -1,7 +1,7 @@
 """Money is an integer number of fen (100 fen = 1 yuan) everywhere; no float ever touches it.
 
 The API takes amounts as JSON integers of fen (``amount_fen``) or as yuan strings (``"12.34"``)
-parsed exactly (DESIGN.md section 3, money case M-01). Range checks against the packet limits are
+parsed exactly (docs/architecture.md section 3). Range checks against the packet limits are
 the packet rules' job; these functions only turn wire values into fen.
 """
 

@@ -1,7 +1,7 @@
 """The packet, its receipts and the shape of a send request, as plain data.
 
 Amounts are integer fen; times are integer milliseconds since the Unix epoch, UTC
-(DESIGN.md section 4: every stored timestamp is UTC with milliseconds).
+(docs/architecture.md section 4: every stored timestamp is UTC with milliseconds).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from enum import StrEnum
 
 
 class Kind(StrEnum):
-    """How a packet's total is divided (DESIGN.md section 3)."""
+    """How a packet's total is divided (docs/architecture.md section 3)."""
 
     LUCKY = "lucky"
     EQUAL = "equal"

@@ -2,7 +2,7 @@
 
 Adapters: the embedded default (SQLite + in-process) in ``hongbao.core.adapters``; MySQL/MariaDB
 and Redis with the production backend. Every method that moves money is idempotent, keyed as
-DESIGN.md section 5 says, so a retry after any failure never moves money twice.
+docs/architecture.md section 5 says, so a retry after any failure never moves money twice.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from hongbao.core.clock import Clock
 from hongbao.core.packet import Packet, Receipt
+from hongbao.core.vocabulary import Direction, EntryKind, Refusal
 
-#: draw(remaining_fen, remaining_count) -> the next share in fen (DESIGN.md section 3).
+#: draw(remaining_fen, remaining_count) -> the next share in fen (docs/architecture.md section 3).
 Draw = Callable[[int, int], int]
 
 
@@ -21,13 +23,13 @@ Draw = Callable[[int, int], int]
 class OpenResult:
     """The outcome of one opener in a batch: a receipt, or the error code that refused it.
 
-    ``refusal`` is one of "finished", "expired", "not_found", "not_paid" (None on success);
+    ``refusal`` says why there is no receipt (None on success);
     ``repeat`` is True when the receipt already existed (an idempotent repeat of an open);
     ``last`` is True for the open that took the packet's last share (it finished the packet).
     """
 
     receipt: Receipt | None
-    refusal: str | None = None
+    refusal: Refusal | None = None
     repeat: bool = False
     last: bool = False
 
@@ -36,19 +38,19 @@ class OpenResult:
 class LedgerEntry:
     """A movement of ``amount_fen`` (signed: debits are negative) on ``user_id``'s balance.
 
-    ``kind`` is topup | send | credit | refund; ``ref`` is unique per kind (the order id for send
+    ``kind`` is what it records; ``ref`` is unique per kind (the order id for send
     and refund, ``order_id:user_id`` for a credit, the Idempotency-Key for a top-up).
     """
 
     user_id: str
-    kind: str
+    kind: EntryKind
     ref: str
     amount_fen: int
     created_at_ms: int
 
 
 class PacketStore(Protocol):
-    """Packets and receipts, on the packet's shard (DESIGN.md section 5)."""
+    """Packets and receipts, on the packet's shard (docs/architecture.md section 5)."""
 
     async def insert_packet(self, packet: Packet) -> bool:
         """Insert an active packet; False (and no change) if the order id already exists."""
@@ -125,7 +127,7 @@ class LedgerStore(Protocol):
         """The balance in fen (0 for an unknown user)."""
         ...
 
-    async def amount(self, user_id: str, kind: str, ref: str) -> int | None:
+    async def amount(self, user_id: str, kind: EntryKind, ref: str) -> int | None:
         """The signed amount in fen of ``user_id``'s entry (kind, ref), None if there is none: what
         a repeated ``post`` of that entry finds already applied."""
         ...
@@ -134,7 +136,7 @@ class LedgerStore(Protocol):
         """The user's entries, newest first."""
         ...
 
-    async def entries_between(self, kind: str, start_ms: int, end_ms: int, limit: int) -> list[LedgerEntry]:
+    async def entries_between(self, kind: EntryKind, start_ms: int, end_ms: int, limit: int) -> list[LedgerEntry]:
         """Every user's entries of ``kind`` created in [start_ms, end_ms) (ms since the epoch, UTC),
         oldest first, at most ``limit``: the reconciler's scan of the send debits."""
         ...
@@ -203,7 +205,7 @@ class GroupStore(Protocol):
 
 
 class SequenceSource(Protocol):
-    """Order-id sequence numbers: (source, sequence) unique per region and day (DESIGN.md section 4)."""
+    """Order-id sequence numbers: (source, sequence) unique per region and day (docs/architecture.md section 4)."""
 
     async def next(self, region: int, yymmdd: int) -> tuple[int, int]:
         """The next (source, sequence) for ``region`` on the business day ``yymmdd``."""
@@ -245,7 +247,7 @@ class ListRow:
     """A row to record in ``user_id``'s list: ``direction`` "sent" or "received", fen, ms (UTC)."""
 
     user_id: str
-    direction: str
+    direction: Direction
     order_id: str
     amount_fen: int
     created_at_ms: int
@@ -260,12 +262,12 @@ class UserListStore(Protocol):
         ...
 
     async def page(
-        self, user_id: str, direction: str, start_ms: int, end_ms: int, offset: int, limit: int
+        self, user_id: str, direction: Direction, start_ms: int, end_ms: int, offset: int, limit: int
     ) -> list[ListItem]:
         """Rows created in [start_ms, end_ms), newest first."""
         ...
 
-    async def summary(self, user_id: str, direction: str, start_ms: int, end_ms: int) -> tuple[int, int, int]:
+    async def summary(self, user_id: str, direction: Direction, start_ms: int, end_ms: int) -> tuple[int, int, int]:
         """(count, total fen, best-luck count) of the rows in [start_ms, end_ms)."""
         ...
 
@@ -276,7 +278,7 @@ class UserListStore(Protocol):
 
 
 class ListScans(Protocol):
-    """The reconciler's scans for the list rows a lost lists queue would have carried (DESIGN.md
+    """The reconciler's scans for the list rows a lost lists queue would have carried (docs/architecture.md
     section 10: queue down at open); times in ms since the epoch (UTC), oldest first."""
 
     async def opened_between(self, start_ms: int, end_ms: int, limit: int) -> list[Receipt]:
@@ -318,3 +320,19 @@ class Flags(Protocol):
     async def set(self, name: str, value: str) -> None:
         """Set the flag for everyone; workers pick it up within their sync interval."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """The adapters one backend's services run on."""
+
+    packets: PacketStore
+    ledger: LedgerStore
+    preorders: PreOrderStore
+    groups: GroupStore
+    sequence: SequenceSource
+    queue: Queue
+    clock: Clock
+    lists: UserListStore
+    profiles: ProfileStore
+    flags: Flags

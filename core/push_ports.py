@@ -1,22 +1,25 @@
-"""The ports of the push channel (DESIGN.md section 7), as small ``typing.Protocol`` classes.
+"""The ports of the push channel (docs/architecture.md section 7), as small ``typing.Protocol`` classes.
 
 A *node* is one worker process that holds WebSocket connections (with SO_REUSEPORT a client lands
 on any worker, so routes name workers); its id is ``{node_name}/{pid}`` and its internal address
 (``host:port`` of its loopback listener) is where other nodes forward pushes to it.
 
 Adapters: SQLite (the embedded default; shared by the workers of one host) and Redis (standalone
-or Cluster, keys of DESIGN.md section 7). Every method is idempotent where a retry can happen.
+or Cluster, keys of docs/architecture.md section 7). Every method is idempotent where a retry can happen.
 Times (``now_ms``, ages, TTLs) are wall-clock (ms since the epoch, or seconds), never the
 service's test clock: liveness and log ages are about real time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
+from hongbao.core.breaker import Breaker
+from hongbao.core.ports import Queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +34,7 @@ class Route:
 class Stored:
     """One message of a user's stream (or of a topic): its ``offset`` (1, 2, ... per user or
     topic), the stream's ``epoch`` (changes when the history was lost), and the encoded text
-    frame payload ``body`` (the JSON of DESIGN.md section 7, offset and epoch included)."""
+    frame payload ``body`` (the JSON of docs/architecture.md section 7, offset and epoch included)."""
 
     offset: int
     epoch: str
@@ -112,7 +115,7 @@ class NodeDirectory(Protocol):
 
 
 def place(head: bytes, offset: int, epoch: str) -> bytes:
-    """A message body from its ``head`` (the JSON object of DESIGN.md section 7 up to, not
+    """A message body from its ``head`` (the JSON object of docs/architecture.md section 7 up to, not
     including, its offset and epoch: ``{"type":"event",...``) and its place in a stream: the head
     followed by ``,"offset":N,"epoch":"E"}``."""
     return b'%s,"offset":%d,"epoch":%s}' % (head, offset, orjson.dumps(epoch))
@@ -182,3 +185,41 @@ class TopicLog(Protocol):
         """(new cursor, [(topic, message)]) published after ``cursor`` (None: from now on),
         waiting at most ``timeout_s`` when there is nothing yet."""
         ...
+
+
+#: How long a readiness check waits for the push store to answer (seconds).
+READY_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class PushStores:
+    """The four push ports one hub runs on and the group-push ``queue``; ``breaker``: the circuit
+    breaker they go through (None when the push state is local: the embedded file); ``ping``: the
+    store's liveness probe (Redis PING; None when local); ``closers``: what closing them closes
+    (their own connections; a client shared with the money backend is the backend's to close)."""
+
+    sessions: SessionStore
+    nodes: NodeDirectory
+    log: MessageLog
+    topics: TopicLog
+    queue: Queue
+    breaker: Breaker | None = None
+    ping: Callable[[], Awaitable[object]] | None = None
+    closers: tuple[Callable[[], Awaitable[None]], ...] = ()
+
+    async def aclose(self) -> None:
+        """Close what is theirs alone."""
+        for close in self.closers:
+            await close()
+
+    def down(self) -> bool:
+        """True while the push store is considered down (its breaker is open): new logins are
+        refused before the upgrade. Never True when local."""
+        return self.breaker is not None and self.breaker.is_open
+
+    async def check(self) -> None:
+        """Raise when the push store cannot be reached: ``ping`` must answer within
+        READY_TIMEOUT_S, through the breaker (BreakerOpen at once while it is open, a trial call
+        once per cooldown); a local store is open."""
+        if self.ping is not None and self.breaker is not None:
+            await asyncio.wait_for(self.breaker.call(self.ping), READY_TIMEOUT_S)

@@ -1,4 +1,4 @@
-"""Packet limits and the validation of a send request (DESIGN.md section 3).
+"""Packet limits and the validation of a send request (docs/architecture.md section 3).
 
 Defaults follow WeChat: 1..100 shares, at most 20000 fen (200 yuan) a packet, at least 1 fen a
 share, expiry 24 h, greeting at most 64 characters, groups of at most 500 members. The
@@ -63,7 +63,7 @@ def _shown(number: float) -> str:
 
 
 def valid_user_id(value: object) -> bool:
-    """True for a user id: a str of 1..64 characters from [A-Za-z0-9_-] (DESIGN.md section 12)."""
+    """True for a user id: a str of 1..64 characters from [A-Za-z0-9_-] (docs/architecture.md section 12)."""
     return (
         isinstance(value, str)
         and 0 < len(value) <= USER_ID_MAX
@@ -93,7 +93,7 @@ def _total(body: Mapping[str, object], kind: Kind, count: int) -> int:
     total = _amount(body, "total_fen", "total_yuan")
     per_share = _amount(body, "per_share_fen", "per_share_yuan")
     if kind is Kind.EQUAL:
-        # M-02: equal packets take the per-share amount, so there is never a remainder to round.
+        # equal packets take the per-share amount, so there is never a remainder to round.
         if total is not None and per_share is not None:
             raise InvalidRequest("give per_share_fen or total_fen for an equal packet, not both")
         if per_share is not None:
@@ -116,8 +116,8 @@ def validate_send(body: Mapping[str, object], sender_id: str, limits: Limits) ->
     Body keys: kind ("lucky" | "equal" | "exclusive"), count, total_fen | total_yuan (or, for
     equal packets, per_share_fen | per_share_yuan), group_id or receiver_id, greeting.
     Raises InvalidRequest (unknown kind, target missing or both, bad greeting, exclusive to self),
-    InvalidCount (count outside 1..max_count, count above total: M-04, exclusive with count != 1),
-    InvalidAmount (not positive integer fen, over max_total_fen, equal remainder: M-02).
+    InvalidCount (count outside 1..max_count, count above total, exclusive with count != 1),
+    InvalidAmount (not positive integer fen, over max_total_fen, equal remainder).
     """
     try:
         kind = Kind(str(body.get("kind", "lucky")))

@@ -14,7 +14,7 @@ def rfc3339(ms: int) -> str:
 
 
 def business_yymmdd(ms: int, tz: ZoneInfo = BUSINESS_TZ) -> int:
-    """The business day of an instant as the int yymmdd of the order id (DESIGN.md section 4)."""
+    """The business day of an instant as the int yymmdd of the order id (docs/architecture.md section 4)."""
     day = datetime.fromtimestamp(ms // 1000, tz)
     return (day.year % 100) * 10000 + day.month * 100 + day.day
 

@@ -1,6 +1,6 @@
 """A small per-worker memory cache with a time-to-live, on the caller's clock reading.
 
-The first cache level of DESIGN.md section 6 (per-worker memory with a short TTL). Entries are
+The first cache level of docs/architecture.md section 6 (per-worker memory with a short TTL). Entries are
 plain Python objects; the size is bounded and the oldest entry goes first when it is full. The
 caller passes ``now_ms`` (its clock port's reading), so a request that reads several caches
 reads the clock once.

@@ -1,6 +1,6 @@
-"""The two cache levels of the read side (DESIGN.md section 6: "details / lists: two cache levels
+"""The two cache levels of the read side (docs/architecture.md section 6: "details / lists: two cache levels
 (per-worker memory with a short TTL, then Redis), then the DB"), and the port of the shared level
-(Redis in production, hongbao.core.adapters.redis_views).
+(Redis in production, hongbao.core.adapters.redis.views).
 
 A view is a JSON-ready dict (details of one packet, one page of a user's list) stored under an
 ``entry`` (a shared-level key with its hash tag: ``details:{<order_id>}``, ``lists:{<user_id>}``)

@@ -1,6 +1,6 @@
 """hongbao_native: the hot paths of hongbao, in Rust (PyO3, built by maturin).
 
-Each section below mirrors one file of native/src: the lucky split (DESIGN.md section 3), the
+Each section below mirrors one file of native/src: the lucky split (docs/architecture.md section 3), the
 order-id codec (section 4), routing hashes (section 4), shared-memory admission counters and a
 token bucket (sections 6 and 8), RFC 6455 WebSocket framing, and HTTP/1.1 parsing and encoding.
 Money is always integer fen; every function raises the documented error, never panics.
@@ -77,7 +77,7 @@ def split_lucky(remaining_fen: int, remaining_count: int) -> int:
     """One lucky share, in fen, of `remaining_fen` fen still in a packet with `remaining_count`
     shares still unopened; computed at open time, never pre-allocated.
 
-    The rule is DESIGN.md section 3's double-average rule made exact in integer fen: "With `m` fen
+    The rule is docs/architecture.md section 3's double-average rule made exact in integer fen: "With `m` fen
     and `n` shares left: if n == 1 the share is m. Otherwise every share first gets its 1 fen; of the
     free fen F = m - n, draw an upper bound U = floor(2F/n), plus one with probability
     (2F mod n)/n; draw x uniformly from {0..U}; the share is 1 + x. Then E[x] = F/n exactly, the
@@ -98,7 +98,7 @@ def split_lucky(remaining_fen: int, remaining_count: int) -> int:
 def split_equal(total_fen: int, count: int) -> int:
     """The per-share amount, in fen, of an equal packet of `total_fen` fen over `count` shares.
 
-    DESIGN.md section 3: "the sender gives the per-share amount; total = per_share x count, so
+    docs/architecture.md section 3: "the sender gives the per-share amount; total = per_share x count, so
     there is no remainder to lose (`split_equal(total, count)` only validates: it raises on any
     remainder)". Equal packets never round.
 
@@ -115,9 +115,9 @@ class Splitter:
     rounds) keyed by the seed's 8 little-endian bytes followed by 24 zero bytes, 64-bit block
     counter from 0, stream (nonce) 0: the stream of rand_chacha's ChaCha20Rng (native/src/chacha.rs
     makes it, and its tests compare the two). A u64 draw is the next 8 keystream bytes read
-    little-endian, as rand_core's `next_u64`. An integer uniform on [0, k) is our own rejection rule (DESIGN.md
-    section 3): draw a u64 v, reject while v >= 2**64 - (2**64 mod k), return v mod k; k == 1 takes
-    no draw. So seeded outputs never change with a crate upgrade, and golden vectors stay valid:
+    little-endian, as rand_core's `next_u64`. An integer uniform on [0, k) is our own rejection rule
+    (docs/architecture.md section 3): draw a u64 v, reject while v >= 2**64 - (2**64 mod k), return v mod k;
+    k == 1 takes no draw. So seeded outputs never change with a crate upgrade, and golden vectors stay valid:
     `Splitter(0).split_all(100, 10) == [4, 21, 5, 18, 4, 15, 4, 8, 14, 7]` and
     `Splitter(42).split_all(100, 10) == [11, 5, 13, 2, 15, 19, 2, 9, 13, 11]`.
 
@@ -148,7 +148,7 @@ class Splitter:
 
         Raises ValueError naming the reason: `count` < 1, `total_fen` negative, `total_fen` <
         `count`, either argument outside the int64 range, or `count` > 1 000 000 (the list is built
-        in memory; DESIGN.md caps packets at 100 shares). TypeError for non-ints."""
+        in memory; docs/architecture.md caps packets at 100 shares). TypeError for non-ints."""
 
 # --- order_id.rs ----------------------------------------------------------------------------------
 
@@ -160,7 +160,7 @@ class OrderIdParts:
 
     @property
     def region(self) -> int:
-        """1 = north, 2 = south (DESIGN.md section 9: requests are served by this region)."""
+        """1 = north, 2 = south (docs/architecture.md section 9: requests are served by this region)."""
 
     @property
     def yymmdd(self) -> int:
@@ -185,7 +185,7 @@ class OrderIdParts:
 
 def encode_order_id(region: int, yymmdd: int, source: int, sequence: int) -> str:
     """Render an order id: 20 ASCII digits `region(1) yymmdd(6) source(1) sequence(11) check(1)`
-    (DESIGN.md section 4), e.g. `encode_order_id(1, 240229, 0, 42) == "12402290000000000421"`.
+    (docs/architecture.md section 4), e.g. `encode_order_id(1, 240229, 0, 42) == "12402290000000000421"`.
 
     The check digit is Damm's algorithm (H. Michael Damm, "Total anti-symmetrische Quasigruppen",
     2004; the standard order-10 weakly totally anti-symmetric quasigroup) over the first 19
@@ -222,7 +222,7 @@ def xxh3_64(data: bytes) -> int:
     `data` must be `bytes` (TypeError otherwise)."""
 
 def shard_of(order_id: str, n_db: int, n_tables: int) -> tuple[int, int, int]:
-    """Storage shard of an order id as `(db, table, day)` (DESIGN.md section 4).
+    """Storage shard of an order id as `(db, table, day)` (docs/architecture.md section 4).
 
     With h = `xxh3_64` of the id's 20 ASCII bytes: db = h mod n_db, table = (h div n_db) mod
     n_tables, day = the id's day of month (1..31), naming `db_{db:02}.t_packet_{table:02}_{day}`.
@@ -250,7 +250,7 @@ def online_shard(user_id: str) -> int:
 
 @final
 class AdmissionTable:
-    """Per-key admission counters shared by every process of one host (DESIGN.md sections 6 and 8:
+    """Per-key admission counters shared by every process of one host (docs/architecture.md sections 6 and 8:
     "at most K transactions on one packet in the DB at once", across all workers).
 
     The table lives in the POSIX shared-memory file `/dev/shm/hongbao-<name>` (Linux). Each slot
@@ -327,7 +327,7 @@ class AdmissionTable:
 @final
 class RateLimiter:
     """A token bucket shared by every process of one host: `burst` tokens, refilled at
-    `rate_per_second` (DESIGN.md section 10: "DB check behind a rate limiter"; push case P-11:
+    `rate_per_second` (docs/architecture.md section 10: "DB check behind a rate limiter"; push case P-11:
     connection admission with 503 + Retry-After).
 
     Kept in `/dev/shm/hongbao-rl-<name>` as the generic cell rate algorithm (GCRA, ITU-T I.371;

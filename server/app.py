@@ -2,7 +2,7 @@
 
 ``App.dispatch`` takes a parsed request and returns its Response (or, when a handler needs I/O,
 a coroutine that makes it); it never raises: every error is answered as ``{"error": {"code",
-"message"}}`` with its status (DESIGN.md section 12), and an unexpected exception is logged and
+"message"}}`` with its status (docs/architecture.md section 12), and an unexpected exception is logged and
 answered 500 without taking the worker down.
 """
 
@@ -20,12 +20,9 @@ from typing import Any
 from hongbao.core import errors
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import OffsetFileClock
-from hongbao.core.embedded import Embedded
-from hongbao.core.production import Production
-from hongbao.core.service import CREDIT_STREAM
 from hongbao.core.soon import Soon
 from hongbao.server.auth import TokenVerifier
-from hongbao.server.backends import Backend
+from hongbao.server.composition import Backend
 from hongbao.server.config import Settings
 from hongbao.server.context import Context
 from hongbao.server.handlers import Handlers
@@ -33,7 +30,6 @@ from hongbao.server.metrics import CONTENT_TYPE, WorkerMetrics
 from hongbao.server.push_admin import AdminPush
 from hongbao.server.push_assets import asset_routes
 from hongbao.server.push_hub import PushHub
-from hongbao.server.push_stores import open_push_stores
 from hongbao.server.responses import Response, error_response, from_error, json_response, prebuilt
 from hongbao.server.router import Route, Router
 from hongbao.server.ws_handshake import Gate
@@ -43,7 +39,7 @@ log = logging.getLogger("hongbao.server")
 
 
 class App:
-    """Routes of DESIGN.md section 12 over one backend (embedded or production), for one worker process."""
+    """Routes of docs/architecture.md section 12 over one backend (embedded or production), for one worker process."""
 
     def __init__(
         self,
@@ -55,16 +51,13 @@ class App:
     ) -> None:
         """``ws_limiter``: the host-wide admission rate of new WebSocket connections (made by the master)."""
         self.settings, self.backend, self.verifier, self.metrics = settings, backend, verifier, metrics
-        stores = open_push_stores(
-            settings,
-            backend.push_db if isinstance(backend, Embedded) else None,
-            metrics.events,
-            *((backend.breaker, backend.redis) if isinstance(backend, Production) else ()),
-        )
+        stores = backend.push
+        if stores is None:
+            raise ValueError("the app needs a backend with its push stores (composition.open_backend)")
         self.ws_gate = Gate(settings, verifier, ws_limiter, stores.down)
-        self.push = PushHub(settings, stores, metrics, stores.queue, backend.service.ports.groups)
-        backend.service.notifier = self.push
-        h = Handlers(backend.service)
+        self.push = PushHub(settings, stores, metrics, stores.queue, backend.services.groups)
+        backend.services.outbox.notifier = self.push
+        h = Handlers(backend.services)
         routes = [
             Route("GET", "/healthz", self.healthz, auth="none"),
             Route("GET", "/readyz", self.readyz, auth="none"),
@@ -217,7 +210,7 @@ class App:
         """GET /metrics: Prometheus text format, merged over every worker. While the queue is
         unreachable the ``credits_pending`` gauge is left out (the counters still show the outage)."""
         try:
-            self.metrics.gauges["credits_pending"] = await self.backend.service.ports.queue.depth(CREDIT_STREAM)
+            self.metrics.gauges["credits_pending"] = await self.backend.services.settlement.credits_pending()
         except Exception as exc:  # a dead queue must not hide the metrics that report it
             log.warning("metrics: credit queue depth unavailable: %r", exc)
             self.metrics.gauges.pop("credits_pending", None)
@@ -226,7 +219,7 @@ class App:
     async def move_clock(self, ctx: Context) -> Response:
         """POST /v1/admin/clock {now_ms, frozen?} (test servers only): move every worker's clock;
         ``frozen: true`` stops it at ``now_ms`` until the next move."""
-        clock = self.backend.service.ports.clock
+        clock = self.backend.services.ports.clock
         body = ctx.json()
         now_ms, frozen = body.get("now_ms"), body.get("frozen", False)
         if type(now_ms) is not int or type(frozen) is not bool or not isinstance(clock, OffsetFileClock):
@@ -241,20 +234,25 @@ class App:
         flags, metrics. Each is safe on any number of workers at once (every step is idempotent),
         and each ends after its current step once ``stopping`` is set (a stop never cuts a credit
         between its ledger entry and its mark)."""
-        svc, s = self.backend.service, self.settings
+        svc, s = self.backend.services, self.settings
 
         async def credits() -> None:
-            await svc.drain_credits()
-            await svc.drain_lists()
+            await svc.settlement.drain_credits()
+            await svc.lists.drain()
 
         async def metrics() -> None:
             self.metrics.flush()
 
         return [
             every("credits", s.credit_interval_s, credits, self.stopping),
-            every("refunds", s.refund_interval_s, svc.refund_due, self.stopping),
-            every("reconcile", s.reconcile_interval_s, lambda: svc.reconcile(s.reconcile_window_ms), self.stopping),
-            every("flags", 1.0, svc.sync_flags, self.stopping),
+            every("refunds", s.refund_interval_s, svc.settlement.refund_due, self.stopping),
+            every(
+                "reconcile",
+                s.reconcile_interval_s,
+                lambda: svc.settlement.reconcile(s.reconcile_window_ms),
+                self.stopping,
+            ),
+            every("flags", 1.0, svc.crediting.sync, self.stopping),
             every("metrics", 1.0, metrics, self.stopping),
         ]
 
@@ -266,13 +264,13 @@ class App:
         so the stopped database owes no credit. Crediting is idempotent, so workers stopping
         together do not pay twice. Returns how many messages and movements were handled; failures
         are logged (the reconciler of the next start credits what is left)."""
-        svc = self.backend.service
+        settlement, lists = self.backend.services.settlement, self.backend.services.lists
 
         async def drain() -> int:
-            return await svc.drain_credits() + await svc.drain_lists()
+            return await settlement.drain_credits() + await lists.drain()
 
         return await _until_done("crediting the queue", drain, deadline) + await _until_done(
-            "reconciling", lambda: svc.reconcile(0), deadline
+            "reconciling", lambda: settlement.reconcile(0), deadline
         )
 
 

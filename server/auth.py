@@ -1,6 +1,6 @@
 """Bearer tokens: JWT verification with a bounded cache, the embedded key file, and minting.
 
-Tokens (DESIGN.md section 12): HS256 with the configured secret (or RS256/ES256 against a public
+Tokens (docs/architecture.md section 12): HS256 with the configured secret (or RS256/ES256 against a public
 key), ``sub`` = the user id (1..64 of [A-Za-z0-9_-]), ``exp`` required, ``role: "admin"`` for
 admins. PyJWT does the cryptography and the registered-claim checks (RFC 7519 section 4.1);
 a verified token is cached until its ``exp`` (PyJWT's HS256 check costs ~55 us, a cache hit

@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from hongbao.bench.storm.cli import add_parser as add_storm_parser
 from hongbao.server.auth import KEY_FILE, embedded_secret, mint
 from hongbao.server.config import ConfigError, Settings, load_settings
 
 MAX_TOKEN_TTL_S = 10 * 365 * 24 * 3600  # ten years
+STORM_HELP = "play a red-packet storm against a server, audit, report"
 
 
 def _ttl(text: str) -> float:
@@ -45,7 +45,7 @@ def _settings(args: argparse.Namespace, *, dsn_means_production: bool = False) -
 
 def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    from hongbao.server.backends import check_production, preflight
+    from hongbao.server.composition import check_production, preflight
 
     check_production(settings)
     logging.basicConfig(
@@ -95,7 +95,7 @@ def _mysql_dsn(settings: Settings, command: str) -> str:
 def _mysql_failed(command: str, dsn: str, exc: BaseException) -> None:
     """Print one line for a MySQL server that refused or could not be reached: which servers (user,
     host and port of each DSN, never the password) and the server's error."""
-    from hongbao.core.adapters.mysql_db import parse_dsn
+    from hongbao.core.sharding import parse_dsn
 
     where = ", ".join(f"mysql://{s['user']}@{s['host']}:{s['port']}" for s in parse_dsn(dsn))
     print(f"hongbao {command}: MySQL at {where}: {exc}", file=sys.stderr)
@@ -105,17 +105,16 @@ def _migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     dsn, layout = _mysql_dsn(settings, "hongbao migrate"), settings.mysql_layout()
     from asyncmy.errors import MySQLError
-    from hongbao.core.adapters.mysql_cold import move_cold
-    from hongbao.core.adapters.mysql_schema import SCHEMA_VERSION, migrate
+    from hongbao.server.composition import migrate, move_cold_packets
 
     try:
-        report = asyncio.run(migrate(dsn, layout))
+        report = asyncio.run(migrate(settings))
         print(
-            f"migrate: {report.databases} databases x {layout.n_tables} tables x 31 days, schema {SCHEMA_VERSION}, "
-            f"{report.tables_created} tables created"
+            f"migrate: {report.databases} databases x {layout.n_tables} tables x 31 days, "
+            f"schema {report.schema_version}, {report.tables_created} tables created"
         )
         if args.cold:
-            moved = asyncio.run(move_cold(dsn, layout, int(time.time() * 1000)))
+            moved = asyncio.run(move_cold_packets(settings, int(time.time() * 1000)))
             print(f"cold: {moved} closed packets older than {layout.hot_days} days moved to the cold databases")
     except (MySQLError, RuntimeError) as exc:
         _mysql_failed("migrate", dsn, exc)
@@ -127,15 +126,14 @@ def _audit(args: argparse.Namespace) -> int:
     """``hongbao audit``: 0 the books are clean, 1 a violation, 2 nothing was checked (no database,
     MySQL refused or unreachable, or a database with no packets and no ledger entries)."""
     settings = _settings(args, dsn_means_production=True)  # a DSN, from anywhere, means the shards
-    from hongbao.bench.audit import audit_mysql, audit_sqlite
-    from hongbao.core.embedded import DB_FILE
+    from hongbao.server.composition import DB_FILE, auditor
 
     if settings.backend == "production":
         from asyncmy.errors import MySQLError
 
         dsn = _mysql_dsn(settings, "hongbao audit")
         try:
-            report = asyncio.run(audit_mysql(dsn, settings.mysql_layout(), drained=not args.not_drained))
+            report = auditor(settings)(not args.not_drained)
         except (MySQLError, OSError) as exc:  # refused, unreachable, not migrated: no audit, not a violation
             _mysql_failed("audit", dsn, exc)
             return 2
@@ -147,7 +145,7 @@ def _audit(args: argparse.Namespace) -> int:
         )
         return 2
     else:
-        report = audit_sqlite(settings.data_dir, drained=not args.not_drained)
+        report = auditor(settings)(not args.not_drained)
     if report.ok and report.empty:  # nothing was checked: not "0 violations"
         print(f"hongbao audit: nothing to audit in {report.source}: no packets, no ledger entries", file=sys.stderr)
         return 2
@@ -155,8 +153,9 @@ def _audit(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``hongbao`` command."""
+def parser(*, with_storm: bool = True) -> argparse.ArgumentParser:
+    """The argument parser of the ``hongbao`` command. ``with_storm`` False lists ``storm`` without
+    its flags, so that the other commands never import the load generator (hongbao.bench.storm)."""
     top = argparse.ArgumentParser(prog="hongbao", description="Red-packet backend with real-time push.")
     top.add_argument("--config", type=Path, help="TOML file (default: ./hongbao.toml when present)")
     sub = top.add_subparsers(dest="command", required=True)
@@ -213,8 +212,8 @@ def parser() -> argparse.ArgumentParser:
     audit = sub.add_parser(
         "audit",
         parents=[common, mysql],
-        help="check the money invariants of DESIGN.md section 11 in the embedded database (--data-dir) or the "
-        "MySQL shards (--mysql-dsn); exit 0 clean, 1 on any violation, 2 when nothing was checked: no database, "
+        help="check the money invariants (docs/architecture.md section 11) of the embedded database (--data-dir) "
+        "or the MySQL shards (--mysql-dsn); exit 0 clean, 1 on any violation, 2 when nothing was checked: no database, "
         "MySQL refused or unreachable, or no packets and no ledger entries in it",
         description="Audit the money of the embedded database DATA_DIR/hongbao.db, or with a MySQL DSN (--mysql-dsn, "
         "HONGBAO_MYSQL_DSN or mysql_dsn in the TOML file) the production shards of the TOML file's layout. "
@@ -236,13 +235,19 @@ def parser() -> argparse.ArgumentParser:
         help="the reconciler has not run yet: pending credits and refunds are not violations",
     )
     audit.set_defaults(run=_audit)
-    add_storm_parser(sub, [common])
+    if with_storm:
+        from hongbao.bench.storm.cli import add_parser as add_storm_parser  # loaded for `hongbao storm` only
+
+        add_storm_parser(sub, [common], STORM_HELP)
+    else:
+        sub.add_parser("storm", help=STORM_HELP, add_help=False)
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``hongbao`` console script; returns the exit status."""
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(with_storm="storm" in argv).parse_args(argv)
     try:
         return int(args.run(args))
     except ConfigError as exc:  # before any worker starts; 2 as for a bad flag

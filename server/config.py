@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hongbao.core.adapters.mysql_db import Layout
 from hongbao.core.faults import parse_faults
 from hongbao.core.rules import Limits, check_range
+from hongbao.core.sharding import Layout
 
 DEFAULT_CONFIG_FILE = "hongbao.toml"
 DAY_S = 24 * 3600.0
@@ -79,7 +79,7 @@ class Settings:
     data_dir: Path = Path("var")
     backend: str = "embedded"  # embedded | production (MySQL/MariaDB money, Redis state)
     mysql_dsn: str = ""  # mysql://user:pass@host:port; comma-separated: database i lives on DSN i mod count
-    mysql_dbs: int = 4  # N databases (db_00..), DESIGN.md section 5
+    mysql_dbs: int = 4  # N databases (db_00..), docs/architecture.md section 5
     mysql_tables: int = 4  # M tables per database and day
     mysql_prefix: str = ""  # database names are {prefix}db_{i:02}
     mysql_pool_size: int = 10  # connections per database per worker

@@ -31,13 +31,18 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Coroutine, Generator
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import hongbao_native
 from hongbao.core.soon import Soon
 from hongbao.server.app import App
 from hongbao.server.responses import Response, error_response
 from hongbao.server.ws_connection import WsRegistry, take_over
+
+#: What a connection's read deadline waits for: the parser's states ("idle": the next request,
+#: "head", "body"; "upgraded" and "failed" have no deadline), "busy" (a request is being answered:
+#: none), "lingering" (a refused connection draining before its close), "" (not armed yet).
+TimerState = Literal["", "idle", "head", "body", "upgraded", "failed", "busy", "lingering"]
 from hongbao_native import HttpParseError, RequestParser
 
 log = logging.getLogger("hongbao.http")
@@ -173,13 +178,17 @@ class HttpProtocol(asyncio.Protocol):
         s = app.settings
         self.app, self.conns = app, conns
         self.loop = asyncio.get_running_loop()  # protocols are made by the loop's server, inside the loop
-        self.timeouts = {"idle": s.keepalive_timeout_s, "head": s.header_timeout_s, "body": s.body_timeout_s}
+        self.timeouts: dict[TimerState, float] = {
+            "idle": s.keepalive_timeout_s,
+            "head": s.header_timeout_s,
+            "body": s.body_timeout_s,
+        }
         self.parser = RequestParser(s.max_header_bytes, s.max_headers, s.max_body_bytes)
         self.pending: deque[hongbao_native.Request] = deque()
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | Soon[Any] | None = None  # what answers the request in hand
         self.deadline = 0.0  # loop.time() at which the current read timeout fires; 0: none
-        self.timer_state = ""
+        self.timer_state: TimerState = ""
         self.paused = False
         self.out: list[bytes] = []  # answers not written yet (see Connections.flush)
 
@@ -212,11 +221,11 @@ class HttpProtocol(asyncio.Protocol):
             if len(pending) >= MAX_PIPELINED and self.transport is not None and not self.paused:
                 self.transport.pause_reading()
                 self.paused = True
-        state = "busy" if self.task is not None else parser.state
+        state: TimerState = "busy" if self.task is not None else parser.state
         if state != self.timer_state:  # the head and body deadlines run from the first byte, not the latest one
             self._arm_timer(state)
 
-    def _arm_timer(self, state: str) -> None:
+    def _arm_timer(self, state: TimerState) -> None:
         """Set the read deadline for ``state`` (what the parser waits for, or "busy": none) unless
         it is set for it already; the worker's sweep enforces it (Connections.sweep), so a request
         costs an assignment, not a timer. "failed" (a malformed request behind the ones just
@@ -256,11 +265,11 @@ class HttpProtocol(asyncio.Protocol):
         self._cancel_timer("lingering")
         self.deadline = self.loop.time() + LINGER_S
 
-    def _cancel_timer(self, state: str) -> None:
+    def _cancel_timer(self, state: TimerState) -> None:
         self.deadline = 0.0
         self.timer_state = state
 
-    def timed_out(self, state: str) -> None:
+    def timed_out(self, state: TimerState) -> None:
         """The read deadline of ``state`` passed: close an idle (or lingering) connection, answer
         408 otherwise."""
         self.deadline = 0.0

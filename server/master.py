@@ -1,5 +1,5 @@
-"""The master process (DESIGN.md section 8): create the host-wide admission table and the
-WebSocket admission rate limiter (``ws_rate_per_s``, ``ws_burst``; DESIGN.md section 7), fork N
+"""The master process (docs/architecture.md section 8): create the host-wide admission table and the
+WebSocket admission rate limiter (``ws_rate_per_s``, ``ws_burst``; docs/architecture.md section 7), fork N
 workers that share the port with SO_REUSEPORT, restart a worker that dies (reclaiming its
 admission slots first), and on SIGTERM/SIGINT stop the workers gracefully, then exit.
 """
@@ -13,17 +13,13 @@ import logging
 import os
 import random
 import resource
-import shutil
 import signal
 import socket
 import time
 from dataclasses import dataclass, field
 
 import hongbao_native
-from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.adapters.sqlite_push_db import open_push_db
-from hongbao.core.embedded import DB_FILE, create_admission
-from hongbao.server.auth import embedded_secret
+from hongbao.server.composition import create_admission, prepare
 from hongbao.server.config import Settings
 from hongbao.server.worker import FINISH_CREDITS_S, GRACE_S, METRICS_DIR, run_worker
 
@@ -81,16 +77,6 @@ def _raise_open_files(settings: Settings) -> None:
         )
 
 
-def _prepare(settings: Settings) -> None:
-    """Before any fork: data directory, key file, schemas (money and push files), a fresh metrics directory."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    if not (settings.jwt_secret or settings.jwt_public_key_file) or not settings.internal_secret:
-        embedded_secret(settings.data_dir)  # the token key, or the internal forwards' key derived from it
-    SqliteDb(settings.data_dir / DB_FILE).close()
-    open_push_db(settings.data_dir).close()
-    shutil.rmtree(settings.data_dir / METRICS_DIR, ignore_errors=True)
-
-
 @dataclass(slots=True)
 class _Slot:
     """One worker place: its process (None while waiting to restart), when it started, the times
@@ -144,7 +130,7 @@ def serve(settings: Settings) -> int:
     logged when the first worker listens (``port = 0``: a free port, the same for every worker)."""
     settings, reserved = _reserve_port(settings)
     _raise_open_files(settings)
-    _prepare(settings)
+    prepare(settings, METRICS_DIR)
     admission = create_admission(f"hongbao-{settings.port}-{os.getpid()}")
     ws_limiter = hongbao_native.RateLimiter.create(
         f"ws-{settings.port}-{os.getpid()}", settings.ws_rate_per_s, settings.ws_burst

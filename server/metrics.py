@@ -1,6 +1,6 @@
 """Prometheus metrics, multiprocess-safe, with a hot path of plain integer bumps.
 
-prometheus-client's own multiprocess values cost ~10 us an update (DESIGN.md section 8), so each
+prometheus-client's own multiprocess values cost ~10 us an update (docs/architecture.md section 8), so each
 worker counts in plain lists (one latency histogram per route and status, whose count is the
 route's requests of that status: a request costs one dict lookup, one bisect and two additions)
 and writes a snapshot file (``<dir>/<pid>.json``) once a second;

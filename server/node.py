@@ -1,4 +1,4 @@
-"""This worker as a push node (DESIGN.md section 7): its id, liveness heartbeat and the sweeper.
+"""This worker as a push node (docs/architecture.md section 7): its id, liveness heartbeat and the sweeper.
 
 A node is one worker process (with SO_REUSEPORT a client lands on any worker). Every second it
 refreshes its liveness (``push_node_ttl_s``, 5 s by default) with the address of its internal

@@ -1,4 +1,4 @@
-"""``POST /v1/admin/push`` (DESIGN.md section 12): an admin pushes an event to a user, a group or
+"""``POST /v1/admin/push`` (docs/architecture.md section 12): an admin pushes an event to a user, a group or
 a topic, and hears what became of it.
 
 Body: exactly one of ``user_id``, ``group_id``, ``topic``; ``event`` (1..64 of

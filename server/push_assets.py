@@ -1,6 +1,6 @@
 """The push channel's browser assets, served from ``server/static/`` (package data): the plain
 JavaScript client at ``GET /v1/ws/client.js`` and a demo page that uses it at ``GET /v1/ws/demo``
-(DESIGN.md section 7). Both need no token (a ``<script src>`` sends no Authorization header); each
+(docs/architecture.md section 7). Both need no token (a ``<script src>`` sends no Authorization header); each
 file is read once, when the worker builds its routes."""
 
 from __future__ import annotations

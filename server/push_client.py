@@ -1,4 +1,4 @@
-"""An asyncio client for the push channel of DESIGN.md section 7, for our own use (the storm, the
+"""An asyncio client for the push channel of docs/architecture.md section 7, for our own use (the storm, the
 tests) and for users.
 
 It runs on the ``websockets`` library rather than on our own frame codec: a well-kept, independent

@@ -1,4 +1,4 @@
-"""Group pushes through the reliable queue, and broadcasts through the topic log (DESIGN.md section 7).
+"""Group pushes through the reliable queue, and broadcasts through the topic log (docs/architecture.md section 7).
 
 Group: ``push_to_group`` puts one message on the ``push_group`` stream of the Queue port; every
 worker consumes the stream (a claim leases messages, so each is handled by one worker, and one
@@ -26,11 +26,12 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from hongbao.core import errors
 from hongbao.core.breaker import BreakerOpen
-from hongbao.core.ports import GroupStore, Queue
+from hongbao.core.messages import GROUP_STREAM, GroupPush
+from hongbao.core.ports import Queue
 from hongbao.core.push_ports import SharedBody, Stored, TopicLog
+from hongbao.core.services.groups import Groups
 from hongbao.server.push_messages import EventBody, now_ms
 from hongbao_native import OP_TEXT, encode_frame
 
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from hongbao.server.push_hub import PushHub
 
 log = logging.getLogger("hongbao.push.fanout")
-GROUP_STREAM = "push_group"
 GROUP_BATCH = 50  # group messages claimed at once
 GROUP_LEASE_MS = 5_000  # a batch takes milliseconds; a dead worker's batch comes back this soon (at least once)
 GROUP_POLL_S = 0.05  # how often a worker looks for group messages published by other workers
@@ -71,7 +71,7 @@ class Fanout:
 
     __slots__ = ("hub", "queue", "groups", "topics", "_wake", "_cursor", "_publishing")
 
-    def __init__(self, hub: PushHub, queue: Queue, groups: GroupStore, topics: TopicLog) -> None:
+    def __init__(self, hub: PushHub, queue: Queue, groups: Groups, topics: TopicLog) -> None:
         self.hub, self.queue, self.groups, self.topics = hub, queue, groups, topics
         self._wake: asyncio.Event | None = None
         self._cursor: str | None = None
@@ -89,9 +89,9 @@ class Fanout:
 
     async def push_to_group(self, group_id: str, event: str, data: Any) -> None:
         """Queue ``event`` for every member of ``group_id``. Raises NotFound for an unknown group."""
-        if await self.groups.creator(group_id) is None:
+        if not await self.groups.exists(group_id):
             raise errors.NotFound(f"no group {group_id}")
-        await self.queue.publish([(GROUP_STREAM, orjson.dumps({"g": group_id, "e": event, "d": data}))])
+        await self.queue.publish([(GROUP_STREAM, GroupPush(group_id, event, data).encode())])
         if self._wake is not None:
             self._wake.set()
 
@@ -102,9 +102,9 @@ class Fanout:
         claimed = await self.queue.claim(GROUP_STREAM, GROUP_BATCH, GROUP_LEASE_MS, now_ms())
         entries: list[tuple[str, SharedBody]] = []
         for _, body in claimed:
-            message = orjson.loads(body)
-            make_body = EventBody(message["e"], message["d"])
-            entries.extend((uid, make_body) for uid in await self.groups.members(message["g"]))
+            message = GroupPush.decode(body)
+            make_body = EventBody(message.event, message.data)
+            entries.extend((uid, make_body) for uid in await self.groups.members(message.group_id))
         stored: list[Stored] = await self.hub.stores.log.append(entries, now_ms()) if entries else []
         # in every member's log now: the queue's job is done
         await self.queue.ack(GROUP_STREAM, *(message_id for message_id, _ in claimed))
@@ -165,7 +165,7 @@ class Fanout:
         """Send ``items`` (topic, message; one read of the topic log) to the subscribers here.
 
         Each message is encoded once; a topic's messages are joined, in order (offsets are per topic:
-        the order between topics is not kept, DESIGN.md section 7), into one write per
+        the order between topics is not kept, docs/architecture.md section 7), into one write per
         subscriber (one send(2), one TCP segment and one wake-up of the client instead of one per
         message: on loopback the kernel's share of a write is most of the cost), or several of at
         most ``JOIN_MAX_BYTES`` (``joined``). After every

@@ -1,4 +1,4 @@
-"""The push hub of one worker (DESIGN.md section 7): the sessions held here, ordered delivery
+"""The push hub of one worker (docs/architecture.md section 7): the sessions held here, ordered delivery
 with replay, and the push API (to a user, to a group, to a topic's subscribers).
 
 Every message of a user's stream is appended to the user's log first (MessageLog: offsets and an
@@ -39,8 +39,9 @@ from typing import Any, Protocol
 
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.events import Event
-from hongbao.core.ports import GroupStore, Queue
-from hongbao.core.push_ports import Replay, Route, Stored
+from hongbao.core.ports import Queue
+from hongbao.core.push_ports import PushStores, Replay, Route, Stored
+from hongbao.core.services.groups import Groups
 from hongbao.server import push_messages
 from hongbao.server.config import Settings
 from hongbao.server.metrics import WorkerMetrics
@@ -50,7 +51,6 @@ from hongbao.server.push_fanout import Fanout
 from hongbao.server.push_internal import Forwarder, internal_secret, listen
 from hongbao.server.push_messages import EventBody, now_ms
 from hongbao.server.push_routes import RemoteDelivery
-from hongbao.server.push_stores import PushStores
 
 log = logging.getLogger("hongbao.push")
 TICK_S = 1.0
@@ -100,7 +100,7 @@ class PushHub:
     internal listener and forwarder, group pushes on ``queue`` with members from ``groups``."""
 
     def __init__(
-        self, settings: Settings, stores: PushStores, metrics: WorkerMetrics, queue: Queue, groups: GroupStore
+        self, settings: Settings, stores: PushStores, metrics: WorkerMetrics, queue: Queue, groups: Groups
     ) -> None:
         self.settings, self.stores, self.metrics = settings, stores, metrics
         self.node = Node(node_id(settings.node_name), stores.nodes, settings.push_node_ttl_s, self.store_result)

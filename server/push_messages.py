@@ -1,4 +1,4 @@
-"""The JSON text messages the push hub sends (DESIGN.md section 7), and its clock.
+"""The JSON text messages the push hub sends (docs/architecture.md section 7), and its clock.
 
 - ``{"type": "event", "event", "data", "offset", "epoch"}`` (+ ``"topic"`` for a broadcast, whose
   offset and epoch are the topic's): one message of a user's stream or of a topic;

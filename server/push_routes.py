@@ -1,4 +1,4 @@
-"""Targeted delivery to sessions held by other nodes (DESIGN.md section 7): the route cache and
+"""Targeted delivery to sessions held by other nodes (docs/architecture.md section 7): the route cache and
 the forward with one retry.
 
 A user's route (node, session id) is cached here for ``ROUTE_CACHE_S`` seconds. Messages are

@@ -1,4 +1,4 @@
-"""Response values and the one mapping of errors to HTTP answers (DESIGN.md section 12)."""
+"""Response values and the one mapping of errors to HTTP answers (docs/architecture.md section 12)."""
 
 from __future__ import annotations
 

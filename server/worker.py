@@ -16,7 +16,7 @@ from hongbao.core.clock import Clock, OffsetFileClock, SystemClock
 from hongbao.core.faults import parse_faults
 from hongbao.server.app import App
 from hongbao.server.auth import TokenVerifier, embedded_secret
-from hongbao.server.backends import close_backend, open_backend
+from hongbao.server.composition import open_backend
 from hongbao.server.config import Settings
 from hongbao.server.http_protocol import Connections, HttpProtocol
 from hongbao.server.metrics import WorkerMetrics
@@ -79,9 +79,8 @@ async def _serve(
     await asyncio.gather(*money, *jobs, return_exceptions=True)
     await app.finish_credits(deadline + FINISH_CREDITS_S)  # ...then what the queue holds is credited
     await app.push.stop()
-    await app.push.stores.aclose()
     app.metrics.flush()
-    await close_backend(backend)
+    await backend.aclose()  # the push stores', then the money backend's connections
 
 
 def run_worker(

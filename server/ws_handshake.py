@@ -1,5 +1,5 @@
 """The server side of the WebSocket opening handshake on ``GET /v1/ws`` (RFC 6455 section 4.2) and
-its admission (DESIGN.md section 7), as a ``Gate`` with no I/O: it reads a parsed request and
+its admission (docs/architecture.md section 7), as a ``Gate`` with no I/O: it reads a parsed request and
 returns either the encoded 101 answer or the Response that refuses it.
 
 Checks, in this order (cheapest first, so a storm is shed before any costly work):
@@ -11,12 +11,12 @@ Checks, in this order (cheapest first, so a storm is shed before any costly work
    (item 6, section 4.4).
 3. ``Origin`` (section 10.2) against ``ws_allowed_origins`` (empty: any; no Origin, as non-browser
    clients send, passes): 403.
-4. the push store (DESIGN.md section 10): while its Redis is down (breaker open) a login could
+4. the push store (docs/architecture.md section 10): while its Redis is down (breaker open) a login could
    not be recorded, so it is refused with 503 degraded and ``Retry-After: 1`` before taking an admission
-   token, in microseconds and without a log line (server/push_stores.py).
+   token, in microseconds and without a log line (PushStores.down).
 5. the host-wide admission rate (native ``RateLimiter``, shared by every worker of the host):
    no token left is a 503 with ``Retry-After`` in whole seconds, rounded up (a prebuilt answer).
-   It comes before the rest because they cost more (an uncached JWT check ~55 us of CPU, DESIGN.md
+   It comes before the rest because they cost more (an uncached JWT check ~55 us of CPU, docs/architecture.md
    section 8); every attempt that got this far counts, whether the rest is good or not.
 6. ``Sec-WebSocket-Key``: canonical base64 of 16 bytes, else 400 (item 5); the query's reconnect
    cursor: ``offset`` (decimal digits, at most 18; empty means none) and ``epoch`` (1..64 of RFC
@@ -138,7 +138,7 @@ class Gate:
 
     async def preflight(self, ctx: Context) -> Response:
         """GET /v1/ws/preflight: what a handshake would meet now, for a browser that cannot read a
-        failed handshake's status (DESIGN.md section 7). The app has already checked the bearer
+        failed handshake's status (docs/architecture.md section 7). The app has already checked the bearer
         header (401); then 403 for a refused Origin, 503 + Retry-After while the push store is down
         or the admission rate has no token left, else 200 ``{"status": "ok"}``. Takes no admission
         token: it only reads the limiter."""

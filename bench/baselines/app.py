@@ -31,7 +31,7 @@ import jwt
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
-from hongbao.core.adapters.mysql_db import parse_dsn
+from hongbao.core.sharding import parse_dsn
 
 log = logging.getLogger("hongbao.baseline")
 DATABASE = "hongbao_baseline"

@@ -1,10 +1,10 @@
-"""The money audit of the baseline (DESIGN.md section 11, over its MySQL tables and Redis keys).
+"""The money audit of the baseline (docs/architecture.md section 11, over its MySQL tables and Redis keys).
 
 Checks, per packet: the shares opened in Redis plus the amounts left in its list equal its total;
 every opened share (Redis) has its receipt in MySQL with the same amount (the asynchronous write
 may lose it); at most ``count`` receipts, each at least 1 fen. Overall: every balance equals its
 ledger, and balances plus what the lists still hold equal the top-ups (a receipt whose write was
-lost is money the receiver never got). Same report shape as ``hongbao.bench.audit``.
+lost is money the receiver never got). Same report shape as ``hongbao.core.audit``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections import defaultdict
 
 import asyncmy
 import redis.asyncio as aioredis
-from hongbao.bench.audit import AuditReport
 from hongbao.bench.baselines.app import DATABASE
-from hongbao.core.adapters.mysql_db import parse_dsn
+from hongbao.core.audit import AuditReport
+from hongbao.core.sharding import parse_dsn
 
 
 async def audit_baseline(mysql_dsn: str, redis_url: str) -> AuditReport:

@@ -30,7 +30,6 @@ from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
-from hongbao.bench.audit import AuditReport, audit_sqlite
 from hongbao.bench.baselines.app import DATABASE, mysql_pool
 from hongbao.bench.baselines.audit import audit_baseline
 from hongbao.bench.services.process import BenchError, Process, free_port, start_hongbao
@@ -38,6 +37,9 @@ from hongbao.bench.storm.cli import SHORTCUTS, scenario_from, storm
 from hongbao.bench.storm.runner import StormError, StormOptions
 from hongbao.bench.storm.scenario import NAMED, Scenario
 from hongbao.bench.storm.wire import storm_secret
+from hongbao.core.audit import AuditReport
+from hongbao.server.composition import auditor
+from hongbao.server.config import Settings
 from rich.console import Console
 from rich.table import Table
 
@@ -152,7 +154,7 @@ def compare(
     try:
         ours = storm(
             StormOptions(server.url, scenario, storm_secret(data_dir, None), out / "hongbao" / "work", console=console),
-            lambda drained: audit_sqlite(data_dir, drained=drained),
+            auditor(Settings(data_dir=data_dir)),
             out / "hongbao",
             30.0,
         )

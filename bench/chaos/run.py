@@ -43,11 +43,10 @@ from hongbao.bench.services.process import BenchError, Process, ServiceError, st
 from hongbao.bench.storm.cli import storm
 from hongbao.bench.storm.runner import StormError, StormOptions
 from hongbao.bench.storm.scenario import ScenarioError, load_scenario
-from hongbao.bench.storm.settle import auditor_for
 from hongbao.bench.storm.stats import percentile
-from hongbao.core.adapters.mysql_db import Layout
-from hongbao.core.adapters.mysql_schema import migrate
+from hongbao.core.sharding import Layout
 from hongbao.server.auth import mint
+from hongbao.server.composition import auditor, migrate
 from hongbao.server.config import load_settings
 from rich.console import Console
 
@@ -160,7 +159,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     redis.start()
     server: Process | None = None
     try:
-        asyncio.run(migrate(mariadb.dsn, LAYOUT))
         secret = secrets.token_hex(32)
         config = SERVER_CONFIG.format(
             dsn=mariadb.dsn,
@@ -171,8 +169,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             secret=secret,
             faults=args.crash_points,
         )
-        server = start_hongbao(work / "var", args.workers, config)
         config_file = work / "var" / "hongbao.toml"
+        config_file.parent.mkdir(parents=True)
+        config_file.write_text(config)
+        settings = load_settings(config_file)
+        asyncio.run(migrate(settings))  # before the start: the node refuses shards not migrated
+        server = start_hongbao(work / "var", args.workers, config)
         overrides = {
             "duration_s": args.duration,
             "send_rate": args.rate,
@@ -195,8 +197,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         scheduler = threading.Thread(target=schedule, name="chaos", daemon=True)
         scheduler.start()
-        settings = load_settings(config_file)
-        summary = storm(opts, auditor_for(settings), out / "storm", drain_timeout_s=120.0)
+        summary = storm(opts, auditor(settings), out / "storm", drain_timeout_s=120.0)
         chaos.stop()
         scheduler.join(timeout=RECOVER_S)
         time.sleep(3.0)  # the reconciler's window (2 s), then a run

@@ -1,1 +1,1 @@
-"""hongbao.bench.http: the HTTP benchmark of issue 3 (wrk against the server and a Python ceiling)."""
+"""hongbao.bench.http: the HTTP benchmark (wrk against the server and a Python ceiling)."""

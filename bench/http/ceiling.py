@@ -5,7 +5,7 @@ It parses nothing: each ``\\r\\n\\r\\n`` ends a request (bodies are not expected
 only sends GETs here), so it costs one ``bytes.count`` and one ``write`` per read. The response has
 the same status line, headers and body as hongbao's ``GET /healthz``, so both send the same bytes.
 
-With ``--redis-url URL`` it is instead the naive handler of issue 5's grab benchmark: each request
+With ``--redis-url URL`` it is instead the naive handler of the grab benchmark: each request
 is answered after ONE redis-py round trip of its own (``HMGET`` of a grab-state-shaped key through
 ``redis.asyncio`` with hiredis, a task per request, no pipelining across requests), i.e. what any
 handler that pays one redis-py call per request can reach on this machine at best.

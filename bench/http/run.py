@@ -1,4 +1,4 @@
-"""The HTTP benchmark of issue 3: wrk against hongbao and against the Python ceiling, ratios in one run.
+"""The HTTP benchmark: wrk against hongbao and against the Python ceiling, ratios in one run.
 
 For each worker count (default 1 and 2), in a fresh temporary data directory:
 
@@ -20,7 +20,7 @@ For each worker count (default 1 and 2), in a fresh temporary data directory:
      measured run are created after the warm-up from the warm-up's open rate; were they used up
      anyway, the script stops early and the rate stays right (opens over the actual duration).
 
-Other backends (issue 5's grab benchmark, ``make bench-grab``: tests/bench/grab_production.py starts
+Other backends (the grab benchmark, ``make bench-grab``: bench/http/grab.py starts
 MariaDB and Redis and runs this with the production backend): ``--server-config FILE`` adds TOML to
 hongbao's configuration; ``--grab-opened`` has another member open the grab packet first, so no
 grab is answered from a worker's memory alone (each reads the shared grab state: Redis in
@@ -63,9 +63,9 @@ from typing import Any
 
 import httpx
 from hongbao.bench.services.process import BenchError, Process, clean_env, free_port, start_hongbao
-from hongbao.core.adapters.sqlite_push_db import PUSH_DB_FILE
+from hongbao.core.messages import GROUP_STREAM
 from hongbao.server.auth import embedded_secret, mint
-from hongbao.server.push_fanout import GROUP_STREAM
+from hongbao.server.composition import embedded_files
 
 FLOORS = {"healthz": 0.70, "grab": 0.50}
 TARGETS = ("ceiling", "healthz", "grab", "open", "redis_rt")
@@ -308,7 +308,7 @@ class Money:
         its 499 members) are handled, so that their fan-out does not load the run that follows;
         seconds waited. Embedded backend only (its ``push.db``; no wait without it). Raises
         TimeoutError after ``timeout_s`` seconds."""
-        path = self.data_dir / PUSH_DB_FILE
+        _, path = embedded_files(self.data_dir)
         if not path.exists():
             return 0.0
         started = time.monotonic()
@@ -666,7 +666,7 @@ def run(opts: Options) -> dict[str, Any]:
 
 def parse(argv: list[str] | None) -> Options:
     """The command line of ``bench/http/run.py`` as Options (durations in seconds)."""
-    p = argparse.ArgumentParser(description="wrk against hongbao and the Python ceiling (issue 3)")
+    p = argparse.ArgumentParser(description="wrk against hongbao and the Python ceiling")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per measured run (default 10)")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up before each run (default 2)")
     p.add_argument("--connections", type=int, default=64)

@@ -1,4 +1,4 @@
-"""Lucky split, native vs the pure-Python reference rule (DESIGN.md section 3).
+"""Lucky split, native vs the pure-Python reference rule (docs/architecture.md section 3).
 
 Group "split_all_100": a whole 100-share packet, `split_all(10000, 100)`; impls "native" (a seeded
 `Splitter`, ChaCha20) and "reference" (`tests.reference.split.split_all` with the reference's own rejection rule

@@ -2,7 +2,7 @@
 throwaway redis-server) holding ``users`` idle WebSocket connections, then ``MEMORY USAGE``
 (every sample: ``SAMPLES 0``) of every key, summed by kind.
 
-The three layers of a session (DESIGN.md section 7) are ``session:{uid}`` (hash), ``route:{sid}``
+The three layers of a session (docs/architecture.md section 7) are ``session:{uid}`` (hash), ``route:{sid}``
 (string) and the user's share of the 16 ``online:{n}`` sets; their sum per user is compared with
 the 380 bytes the session design budgets. The other kinds (the node's session index, liveness,
 topics...) are listed beside it, and so is the growth of ``used_memory`` (INFO) per user.
@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from hongbao.bench.push.fleet import Fleet
 from hongbao.bench.push.sides import HongbaoSide
-from hongbao.core.adapters.redis_push import ONLINE_SHARDS
+from hongbao.core.adapters.redis.push import ONLINE_SHARDS
 
 LAYERS = ("session", "route", "online")
 LOGIN_TIMEOUT_S = 60.0

@@ -1,4 +1,4 @@
-"""The push benchmark of issue 4: hongbao's WebSocket push against a plain ``websockets`` server,
+"""The push benchmark: hongbao's WebSocket push against a plain ``websockets`` server,
 ratios in one run, the same client fleet for both, and a ceiling beside them.
 
 1. Memory per idle connection: server RSS growth / N at N = ``--idle`` (default 10 000), hongbao
@@ -261,7 +261,7 @@ def table(result: dict[str, Any]) -> str:
 
 def parse(argv: list[str] | None) -> Options:
     """The command line of ``bench/push/run.py`` as Options."""
-    p = argparse.ArgumentParser(description="hongbao's WebSocket push against a websockets server (issue 4)")
+    p = argparse.ArgumentParser(description="hongbao's WebSocket push against a websockets server")
     p.add_argument("--idle", type=int, default=10_000, help="idle connections for the memory measure (default 10000)")
     p.add_argument("--fanout", type=int, default=5_000, help="subscribed connections for the fan-out (default 5000)")
     p.add_argument("--broadcasts", type=int, default=40, help="measured broadcasts (default 40)")

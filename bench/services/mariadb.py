@@ -58,6 +58,9 @@ class MariaDb:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
+    def __post_init__(self) -> None:
+        self.base = self.base.resolve()  # mariadb-install-db reads a relative datadir against its basedir (/usr)
+
     @property
     def dsn(self) -> str:
         """The DSN of the test user on this server."""

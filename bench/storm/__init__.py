@@ -1,4 +1,4 @@
-"""The storm (issue 6): a red-packet peak played against a running server, then the money audit
+"""The storm: a red-packet peak played against a running server, then the money audit
 and a report. Modules, in the order a run uses them: ``scenario`` (what to play), ``plan`` (the
 calls, deterministic from the seed), ``wire`` (tokens, one HTTP request), ``load`` (the open-loop
 executor), ``proc`` (one load process), ``runner`` (setup, processes, progress), ``record``

@@ -32,7 +32,7 @@ from hongbao.bench.storm.scenario import NAMED, Scenario, ScenarioError, load_sc
 
 if TYPE_CHECKING:
     from hongbao.bench.storm.runner import StormOptions
-    from hongbao.bench.storm.settle import Auditor
+    from hongbao.server.composition import Auditor
 
 # The heavy imports (aiohttp, rich, matplotlib) wait until a storm runs: ``hongbao serve`` builds
 # this parser too.
@@ -49,12 +49,12 @@ SHORTCUTS = {
 }
 
 
-def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
-    """Add the ``storm`` subcommand to the ``hongbao`` command's subparsers."""
+def add_parser(sub: Any, parents: list[argparse.ArgumentParser], help_text: str) -> None:
+    """Add the ``storm`` subcommand, listed with ``help_text``, to the ``hongbao`` command's subparsers."""
     storm = sub.add_parser(
         "storm",
         parents=parents,
-        help="play a red-packet storm against a server, audit, report",
+        help=help_text,
         description="Play a red-packet storm against the server at --target, wait for its credits to drain, audit "
         "the database it runs (its --data-dir's hongbao.db, or with --mysql-dsn / a --config naming a DSN, such as "
         "the server's hongbao.toml, its MySQL shards) and report. Exit status: 0 the audit is clean and every "
@@ -130,7 +130,7 @@ def scenario_from(args: argparse.Namespace) -> Scenario:
 
 
 def storm(opts: StormOptions, auditor: Auditor | None, out: Path, drain_timeout_s: float) -> dict[str, Any]:
-    """Play the storm, then drain and audit (``auditor``: ``settle.auditor_for``; None: no audit)
+    """Play the storm, then drain and audit (``auditor``: ``composition.auditor``; None: no audit)
     while the push clients stay connected, then write ``out/report.json`` and ``out/report.png`` and
     print the table; returns the report. Raises StormError when the storm cannot run."""
     from hongbao.bench.storm import plot, report
@@ -151,9 +151,10 @@ def main(args: argparse.Namespace) -> int:
     """Run ``hongbao storm`` from parsed flags; returns the exit status (see the module's docstring)."""
     from hongbao.bench.storm import report
     from hongbao.bench.storm.runner import StormError, StormOptions
-    from hongbao.bench.storm.settle import auditor_for, check_audit_target
+    from hongbao.bench.storm.settle import check_audit_target
     from hongbao.bench.storm.wire import storm_secret
     from hongbao.server.auth import KEY_FILE
+    from hongbao.server.composition import auditor
     from hongbao.server.config import load_settings
     from rich.console import Console
 
@@ -164,7 +165,7 @@ def main(args: argparse.Namespace) -> int:
         flags = {"data_dir": args.data_dir, "backend": args.backend, "mysql_dsn": args.mysql_dsn}
         settings = load_settings(args.config, flags=flags, dsn_means_production=True)
         audited = args.data_dir or settings.backend == "production" or not args.jwt_secret
-        auditor = auditor_for(settings) if audited else None
+        audit = auditor(settings) if audited else None
         scenario = scenario_from(args)
         secret = storm_secret(settings.data_dir, args.jwt_secret or settings.jwt_secret)
         if audited:
@@ -177,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
         args.target, scenario, secret, args.out / "work", args.record, args.replay, console, key_origin=str(key)
     )
     try:
-        summary = storm(opts, auditor, args.out, args.drain_timeout)
+        summary = storm(opts, audit, args.out, args.drain_timeout)
     except StormError as exc:
         print(f"hongbao storm: {exc}", file=sys.stderr)
         return 2

@@ -7,10 +7,10 @@ Expected (events of ``core/events.py``, for users online during the storm):
 - ``finished`` for every packet whose every share a client saw opened, to each online member of
   its group or to the exclusive packet's sender, caused by the last open.
 Other events delivered (``credited``...) are counted, not expected. A missing event whose user was
-told ``reset`` after its cause is ``told`` (the client reloads over HTTP, DESIGN.md section 7);
+told ``reset`` after its cause is ``told`` (the client reloads over HTTP, docs/architecture.md section 7);
 ``untold`` counts the others, which fail the storm. Latency is the time from the
 start of the causing request to the message's arrival at the client (wall clock, one machine),
-in ms. DESIGN.md section 11: every expected event must arrive (counted after dedupe).
+in ms. docs/architecture.md section 11: every expected event must arrive (counted after dedupe).
 """
 
 from __future__ import annotations

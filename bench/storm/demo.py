@@ -22,13 +22,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from hongbao.bench.audit import audit_sqlite
 from hongbao.bench.services.process import BenchError, start_hongbao
 from hongbao.bench.storm import report
 from hongbao.bench.storm.cli import storm
 from hongbao.bench.storm.runner import StormError, StormOptions
 from hongbao.bench.storm.scenario import load_scenario
 from hongbao.bench.storm.wire import storm_secret
+from hongbao.server.composition import auditor
+from hongbao.server.config import Settings
 from rich.console import Console
 
 
@@ -51,13 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"demo: hongbao serve --workers {args.workers} at {server.url}, data in {data_dir}")
     try:
         opts = StormOptions(server.url, scenario, storm_secret(data_dir, None), args.out / "work", console=console)
-        summary = storm(opts, lambda drained: audit_sqlite(data_dir, drained=drained), args.out, drain_timeout_s=30.0)
+        audit = auditor(Settings(data_dir=data_dir))
+        summary = storm(opts, audit, args.out, drain_timeout_s=30.0)
     except StormError as exc:
         console.print(f"demo: {exc}")
         return 2
     finally:
         status = server.stop()
-    final = audit_sqlite(data_dir, drained=True)
+    final = audit(True)
     console.print(
         f"demo: server stopped (exit {status}); audit of the stopped database: {len(final.violations)} violations"
     )
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if not report.push_ok(summary):
         print(
             f"push: {summary['push']['missing']} of {summary['push']['expected']} expected events did not reach "
-            "their online users (DESIGN.md section 11 delivery; hongbao storm exits 3 for this)"
+            "their online users (docs/architecture.md section 11 delivery; hongbao storm exits 3 for this)"
         )
     print(f"report: {args.out / 'report.json'} {args.out / 'report.png'}")
     print(f"audit: {len(final.violations)} violations")

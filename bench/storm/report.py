@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from hongbao.bench.audit import AuditReport
 from hongbao.bench.storm.delivery import push_report
 from hongbao.bench.storm.load import Sample
 from hongbao.bench.storm.runner import LoadResult
 from hongbao.bench.storm.scenario import Scenario
 from hongbao.bench.storm.settle import Settlement
 from hongbao.bench.storm.stats import percentile
+from hongbao.core.audit import AuditReport
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -160,7 +160,7 @@ def money_ok(report: dict[str, Any]) -> bool:
 
 def push_ok(report: dict[str, Any]) -> bool:
     """True when every expected push reached its online user, or the user was told ``reset``
-    after it was due (DESIGN.md sections 7 and 11), or nobody was online."""
+    after it was due (docs/architecture.md sections 7 and 11), or nobody was online."""
     push = report["push"]
     return push is None or push["untold"] == 0
 

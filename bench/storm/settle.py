@@ -1,8 +1,8 @@
-"""After the load: wait for the reconciler to drain, then audit the money (DESIGN.md section 11).
+"""After the load: wait for the reconciler to drain, then audit the money (docs/architecture.md section 11).
 
 Draining: ``/metrics`` exports ``hongbao_credits_pending`` (queued credit messages); the storm
 polls it until it reads 0 twice in a row, bounded by ``timeout_s``. The audit
-(``hongbao.bench.audit``) reads the target's database, so it runs only when the storm knows it
+(``hongbao.core.audit``) reads the target's database, so it runs only when the storm knows it
 (the data directory of an embedded server, or the shards of a production one), and
 ``check_audit_target`` makes sure before the load that it can be named; it runs with ``drained``
 when the queue drained, and is repeated while a violation remains and time is left, since
@@ -11,19 +11,15 @@ a credit's two steps (ledger, then the receipt's mark) may straddle the first lo
 
 from __future__ import annotations
 
-import asyncio
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from hongbao.bench.audit import AuditReport, audit_mysql, audit_sqlite
-from hongbao.core.adapters.mysql_db import parse_dsn
-from hongbao.core.embedded import DB_FILE
+from hongbao.core.audit import AuditReport
+from hongbao.core.sharding import parse_dsn
+from hongbao.server.composition import DB_FILE, Auditor
 from hongbao.server.config import Settings
-
-Auditor = Callable[[bool], AuditReport]  # drained -> the report
 
 PENDING_METRIC = "hongbao_credits_pending"
 POLL_S = 0.2
@@ -80,7 +76,7 @@ def wait_drained(url: str, timeout_s: float) -> tuple[bool, int | None, float]:
 
 
 def check_audit_target(settings: Settings) -> None:
-    """Raise ValueError unless the database ``auditor_for(settings)`` would read can be named
+    """Raise ValueError unless the database ``composition.auditor(settings)`` would read can be named
     before the load: a production target's DSN (well formed), an embedded target's
     ``data_dir/hongbao.db`` (present). The messages say which flags name the target's database."""
     if settings.backend == "production":
@@ -95,14 +91,6 @@ def check_audit_target(settings: Settings) -> None:
             f"no database at {settings.data_dir / DB_FILE} to audit: is --data-dir the target's data directory? "
             "(a production target: give its --mysql-dsn, or its hongbao.toml with --config)"
         )
-
-
-def auditor_for(settings: Settings) -> Auditor:
-    """The money audit of the server these settings describe: its MySQL/MariaDB shards for the
-    production backend, else its embedded database in ``data_dir``."""
-    if settings.backend == "production":
-        return lambda drained: asyncio.run(audit_mysql(settings.mysql_dsn, settings.mysql_layout(), drained=drained))
-    return lambda drained: audit_sqlite(settings.data_dir, drained=drained)
 
 
 def settle(url: str, auditor: Auditor | None, timeout_s: float = 30.0) -> Settlement:

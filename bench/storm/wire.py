@@ -4,7 +4,7 @@ The client is aiohttp, not httpx: the storm is an open-loop generator whose own 
 small next to the server's, and aiohttp's C-accelerated parser and keep-alive pool cost a
 fraction of httpx's per-request Python overhead on this path (httpx stays in the tests, where
 clarity matters more than throughput). Tokens are minted with the target's HS256 key, read
-from its data directory (``jwt.key``, DESIGN.md section 12) or given as a secret.
+from its data directory (``jwt.key``, docs/architecture.md section 12) or given as a secret.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 //! Order ids: 20 ASCII digits `region(1) yymmdd(6) source(1) sequence(11) check(1)`, the check
-//! digit being Damm's over the first 19 (DESIGN.md section 4). Plain-Rust API first, PyO3 layer last.
+//! digit being Damm's over the first 19 (docs/architecture.md section 4). Plain-Rust API first, PyO3 layer last.
 
 use std::fmt;
 

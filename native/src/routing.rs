@@ -1,4 +1,4 @@
-//! Routing hashes (DESIGN.md section 4): xxh3-64 (seed 0) of the id or key, shard = (db, table, day),
+//! Routing hashes (docs/architecture.md section 4): xxh3-64 (seed 0) of the id or key, shard = (db, table, day),
 //! node = jump consistent hash (Lamping & Veach 2014), online shard = hash mod 16. No randomized
 //! hashing anywhere: the same input routes the same on every process, machine and version.
 

@@ -1,5 +1,5 @@
 /*
- * hongbao-push.js: a browser client for the hongbao push channel (DESIGN.md section 7).
+ * hongbao-push.js: a browser client for the hongbao push channel (docs/architecture.md section 7).
  * Plain JavaScript, no build step, no dependencies; served by the server at GET /v1/ws/client.js.
  *
  *   const push = new HongbaoPush({

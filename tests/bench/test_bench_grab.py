@@ -1,4 +1,4 @@
-"""The grab benchmark (tests/bench/grab_production.py) run tiny against its own MariaDB and Redis:
+"""The grab benchmark (bench/http/grab.py) run tiny against its own MariaDB and Redis:
 it produces real numbers for every target and the Redis bytes per packet (the floor is not asserted)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def test_a_tiny_grab_benchmark_reports_numbers(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "tests.bench.grab_production",
+            "hongbao.bench.http.grab",
             "--duration",
             "1",
             "--warmup",

@@ -10,7 +10,7 @@ from pathlib import Path
 import hongbao_native
 import pytest
 from hongbao.core.clock import ManualClock
-from hongbao.core.embedded import Embedded, create_admission, open_embedded
+from hongbao.server.composition import Backend, create_admission, embedded
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, ms
 _names = count()
@@ -31,20 +31,21 @@ def admission() -> Iterator[hongbao_native.AdmissionTable]:
 @pytest.fixture
 def make_backend(
     tmp_path: Path, clock: ManualClock, admission: hongbao_native.AdmissionTable
-) -> Iterator[Callable[..., Embedded]]:
+) -> Iterator[Callable[..., Backend]]:
     """Open one more worker's backend on the same data directory (same DB file, same admission)."""
-    opened: list[Embedded] = []
+    opened: list[Backend] = []
 
-    def make(**kwargs: object) -> Embedded:
-        backend = open_embedded(tmp_path, admission, clock=clock, **kwargs)  # type: ignore[arg-type]
+    def make(**kwargs: object) -> Backend:
+        backend = embedded(tmp_path, admission, clock=clock, **kwargs)  # type: ignore[arg-type]
         opened.append(backend)
         return backend
 
     yield make
     for backend in opened:
-        backend.close()
+        assert backend.sqlite is not None
+        backend.sqlite.close()
 
 
 @pytest.fixture
-def backend(make_backend: Callable[..., Embedded]) -> Embedded:
+def backend(make_backend: Callable[..., Backend]) -> Backend:
     return make_backend()

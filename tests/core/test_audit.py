@@ -1,4 +1,4 @@
-"""The money audit (DESIGN.md section 11) passes on honest data and names every kind of tampering."""
+"""The money audit (docs/architecture.md section 11) passes on honest data and names every kind of tampering."""
 
 from __future__ import annotations
 
@@ -6,44 +6,50 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from hongbao.bench.audit import audit_sqlite
-from hongbao.core.adapters.sqlite_db import SqliteDb
+from hongbao.core.adapters.sqlite.audit import audit_sqlite
+from hongbao.core.adapters.sqlite.db import SqliteDb
 from hongbao.core.clock import ManualClock
-from hongbao.core.embedded import DB_FILE, Embedded
 from hongbao.server.cli import main as cli_main
+from hongbao.server.composition import DB_FILE, Backend
 
 DAY_MS = 24 * 3600 * 1000
 
 
-async def _world(backend: Embedded, clock: ManualClock) -> list[str]:
+def _file(backend: Backend) -> SqliteDb:
+    """The embedded backend's money file."""
+    assert backend.sqlite is not None
+    return backend.sqlite
+
+
+async def _world(backend: Backend, clock: ManualClock) -> list[str]:
     """Two packets: one finished, one expired and refunded; everything credited."""
-    svc = backend.service
+    svc = backend.services
     await svc.ports.groups.create("g", "A", ["B", "C"], clock.now_ms())
-    await svc.topup("A", 1000, "t1")
-    done, _ = await svc.send("A", {"count": 2, "total_fen": 300, "group_id": "g"})
-    await svc.pay("A", done)
-    left, _ = await svc.send("A", {"kind": "equal", "count": 3, "per_share_fen": 50, "group_id": "g"})
-    await svc.pay("A", left)
+    await svc.accounts.topup("A", 1000, "t1")
+    done, _ = await svc.sending.send("A", {"count": 2, "total_fen": 300, "group_id": "g"})
+    await svc.sending.pay("A", done)
+    left, _ = await svc.sending.send("A", {"kind": "equal", "count": 3, "per_share_fen": 50, "group_id": "g"})
+    await svc.sending.pay("A", left)
     for user in ("B", "C"):
-        await svc.open(user, done)
-    await svc.open("B", left)
+        await svc.opening.open(user, done)
+    await svc.opening.open("B", left)
     clock.advance_ms(DAY_MS)
-    await svc.refund_due()
-    while await svc.drain_credits():
+    await svc.settlement.refund_due()
+    while await svc.settlement.drain_credits():
         pass
-    await svc.reconcile(window_ms=0)
+    await svc.settlement.reconcile(window_ms=0)
     return [done, left]
 
 
-def _tamper(backend: Embedded, sql: str) -> None:
-    with sqlite3.connect(backend.db.path) as conn:
+def _tamper(backend: Backend, sql: str) -> None:
+    with sqlite3.connect(_file(backend).path) as conn:
         conn.execute(sql)
 
 
-async def test_honest_world_has_no_violations(backend: Embedded, clock: ManualClock) -> None:
+async def test_honest_world_has_no_violations(backend: Backend, clock: ManualClock) -> None:
     """After a finished and a refunded packet, fully credited: 0 violations, with the counts."""
     await _world(backend, clock)
-    report = audit_sqlite(backend.db.path)
+    report = audit_sqlite(_file(backend).path)
     assert report.ok, report.lines()
     assert report.counts["packets"] == 2 and report.counts["receipts"] == 3
     assert report.counts["packets finished"] == 1 and report.counts["packets refunded"] == 1
@@ -59,22 +65,22 @@ async def test_honest_world_has_no_violations(backend: Embedded, clock: ManualCl
         ("UPDATE t_ledger SET amount_fen = amount_fen - 1 WHERE kind = 'send'", "send debit"),
     ],
 )
-async def test_tampering_is_named(backend: Embedded, clock: ManualClock, sql: str, needle: str) -> None:
+async def test_tampering_is_named(backend: Backend, clock: ManualClock, sql: str, needle: str) -> None:
     """Money made, a balance off its ledger, a lost refund entry, a debit without its packet: each is a violation."""
     await _world(backend, clock)
-    path = backend.db.path
+    path = _file(backend).path
     _tamper(backend, sql)
     report = audit_sqlite(path)
     assert not report.ok and any(needle in v for v in report.violations), report.lines()
 
 
-async def test_share_tampering_breaks_the_packet_sum(backend: Embedded, clock: ManualClock) -> None:
+async def test_share_tampering_breaks_the_packet_sum(backend: Backend, clock: ManualClock) -> None:
     """A receipt changed after the fact breaks its packet's sum and its credit match."""
     orders = await _world(backend, clock)
-    path = backend.db.path
+    path = _file(backend).path
     for table in [
         r[0]
-        for r in backend.db.conn.execute(
+        for r in _file(backend).conn.execute(
             "SELECT name FROM sqlite_master WHERE name LIKE 't_receipt_%' AND type='table'"
         )
     ]:
@@ -86,41 +92,41 @@ async def test_share_tampering_breaks_the_packet_sum(backend: Embedded, clock: M
     assert any(f"{orders[0]}:B" in v and "credited" in v for v in violations)
 
 
-async def test_pending_credit_is_a_violation_only_once_drained(backend: Embedded, clock: ManualClock) -> None:
+async def test_pending_credit_is_a_violation_only_once_drained(backend: Backend, clock: ManualClock) -> None:
     """An uncredited receipt still balances the books; after the reconciler it is a violation."""
-    svc = backend.service
+    svc = backend.services
     await svc.ports.groups.create("g", "A", ["B"], clock.now_ms())
-    await svc.topup("A", 100, "t")
-    order_id, _ = await svc.send("A", {"count": 1, "total_fen": 100, "group_id": "g"})
-    await svc.pay("A", order_id)
-    await svc.open("B", order_id)  # queued, not drained
-    path = backend.db.path
+    await svc.accounts.topup("A", 100, "t")
+    order_id, _ = await svc.sending.send("A", {"count": 1, "total_fen": 100, "group_id": "g"})
+    await svc.sending.pay("A", order_id)
+    await svc.opening.open("B", order_id)  # queued, not drained
+    path = _file(backend).path
     assert audit_sqlite(path, drained=False).ok
     assert any("no credit in the ledger" in v for v in audit_sqlite(path, drained=True).violations)
 
 
-async def test_a_credit_between_its_two_steps_is_counted_once(backend: Embedded, clock: ManualClock) -> None:
+async def test_a_credit_between_its_two_steps_is_counted_once(backend: Backend, clock: ManualClock) -> None:
     """Ledger credit written, receipt not yet marked (a crash between the two steps): the books
     balance; once drained it is named, and a repeated credit repairs it without paying twice."""
-    svc = backend.service
+    svc = backend.services
     await svc.ports.groups.create("g", "A", ["B"], clock.now_ms())
-    await svc.topup("A", 100, "t")
-    order_id, _ = await svc.send("A", {"count": 1, "total_fen": 100, "group_id": "g"})
-    await svc.pay("A", order_id)
-    await svc.open("B", order_id)
-    await svc.credit(order_id, "B")
+    await svc.accounts.topup("A", 100, "t")
+    order_id, _ = await svc.sending.send("A", {"count": 1, "total_fen": 100, "group_id": "g"})
+    await svc.sending.pay("A", order_id)
+    await svc.opening.open("B", order_id)
+    await svc.crediting.credit(order_id, "B")
     for table in [
         r[0]
-        for r in backend.db.conn.execute(
+        for r in _file(backend).conn.execute(
             "SELECT name FROM sqlite_master WHERE name LIKE 't_receipt_%' AND type='table'"
         )
     ]:
         _tamper(backend, f"UPDATE {table} SET credit_status = 'pending' WHERE order_id = '{order_id}'")
-    assert audit_sqlite(backend.db.path, drained=False).ok
-    assert any("still marked pending" in v for v in audit_sqlite(backend.db.path, drained=True).violations)
+    assert audit_sqlite(_file(backend).path, drained=False).ok
+    assert any("still marked pending" in v for v in audit_sqlite(_file(backend).path, drained=True).violations)
     clock.advance_ms(1)
-    await svc.reconcile(window_ms=0)
-    assert audit_sqlite(backend.db.path, drained=True).ok
+    await svc.settlement.reconcile(window_ms=0)
+    assert audit_sqlite(_file(backend).path, drained=True).ok
     assert await svc.ports.ledger.balance("B") == 100
 
 
@@ -149,11 +155,11 @@ def test_cli_on_a_file_without_the_schema_has_nothing_to_audit(
 
 
 async def test_cli_names_the_database_it_audited(
-    backend: Embedded, clock: ManualClock, capsys: pytest.CaptureFixture[str]
+    backend: Backend, clock: ManualClock, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """On books with money in them: the database first, the counts, `audit: 0 violations` last, exit 0."""
     await _world(backend, clock)
-    assert cli_main(["audit", "--data-dir", str(backend.db.path.parent)]) == 0
+    assert cli_main(["audit", "--data-dir", str(_file(backend).path.parent)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"audited: SQLite {backend.db.path}" and "packets: 2" in lines
+    assert lines[0] == f"audited: SQLite {_file(backend).path}" and "packets: 2" in lines
     assert lines[-1] == "audit: 0 violations"

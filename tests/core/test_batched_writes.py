@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
-from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.embedded import Embedded
-from hongbao.core.service import CreditingMode
+from hongbao.core.adapters.sqlite.db import SqliteDb
+from hongbao.core.services.crediting import CreditingMode
+from hongbao.server.composition import Backend
 
 from tests.core.test_service import _group, _paid
 
@@ -31,32 +31,32 @@ def trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield seen
 
 
-async def _opened(backend: Embedded, users: int) -> str:
-    svc = backend.service
-    svc.crediting_mode = CreditingMode.QUEUED
+async def _opened(backend: Backend, users: int) -> str:
+    svc = backend.services
+    svc.crediting.mode = CreditingMode.QUEUED
     members = [f"u{i:02}" for i in range(users)]
     await _group(svc, "g", ["S", *members])
     order_id = await _paid(svc, "S", {"count": users, "total_fen": 100 * users, "group_id": "g"}, fund=100 * users)
     for user in members:
-        await svc.open(user, order_id)
+        await svc.opening.open(user, order_id)
     return order_id
 
 
-async def test_a_batch_of_credits_takes_four_trips(backend: Embedded, trips: list[str]) -> None:
+async def test_a_batch_of_credits_takes_four_trips(backend: Backend, trips: list[str]) -> None:
     """30 queued credits: one claim, one ledger transaction, one mark of the receipts, one ack: 4 trips, not 90."""
     order_id = await _opened(backend, 30)
     trips.clear()
-    assert await backend.service.drain_credits() == 30
+    assert await backend.services.settlement.drain_credits() == 30
     assert len(trips) == 4, trips
-    assert all(r.credited for r in await backend.service.ports.packets.receipts(order_id))
+    assert all(r.credited for r in await backend.services.ports.packets.receipts(order_id))
 
 
-async def test_a_batch_of_list_rows_takes_three_trips(backend: Embedded, trips: list[str]) -> None:
+async def test_a_batch_of_list_rows_takes_three_trips(backend: Backend, trips: list[str]) -> None:
     """1 sent row, 30 received rows and the best-luck mark: one claim, one write of the rows and the flag, one ack."""
     order_id = await _opened(backend, 30)
-    svc = backend.service
+    svc = backend.services
     trips.clear()
-    assert await svc.drain_lists() == 32
+    assert await svc.lists.drain() == 32
     assert len(trips) == 3, trips
     best = await svc.ports.packets.best_luck(order_id)
     assert best is not None

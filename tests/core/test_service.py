@@ -5,35 +5,40 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from itertools import count
 
 import pytest
 from hongbao.core import errors, events
 from hongbao.core.clock import ManualClock
-from hongbao.core.embedded import Embedded
+from hongbao.core.messages import CREDIT_STREAM
 from hongbao.core.packet import Status
 from hongbao.core.ports import LedgerEntry, ListRow
-from hongbao.core.service import CREDIT_STREAM, CreditingMode, PacketService
+from hongbao.core.services import Services
+from hongbao.core.services.crediting import CreditingMode
+from hongbao.core.vocabulary import EntryKind
+from hongbao.server.composition import Backend
 
 DAY_MS = 24 * 3600 * 1000
+_FUNDINGS = count()  # each funding its own Idempotency-Key
 
 
-async def _group(svc: PacketService, gid: str, members: list[str]) -> None:
+async def _group(svc: Services, gid: str, members: list[str]) -> None:
     await svc.ports.groups.create(gid, members[0], members, svc.ports.clock.now_ms())
 
 
-async def _paid(svc: PacketService, sender: str, body: dict[str, object], fund: int | None = None) -> str:
-    await svc.topup(sender, fund or 20000, f"fund-{sender}-{len(body)}-{svc.ports.clock.now_ms()}")
-    order_id, _ = await svc.send(sender, body)
-    await svc.pay(sender, order_id)
+async def _paid(svc: Services, sender: str, body: dict[str, object], fund: int | None = None) -> str:
+    await svc.accounts.topup(sender, fund or 20000, f"fund-{sender}-{next(_FUNDINGS)}")
+    order_id, _ = await svc.sending.send(sender, body)
+    await svc.sending.pay(sender, order_id)
     return order_id
 
 
-async def _drain(svc: PacketService) -> None:
-    while await svc.drain_credits():
+async def _drain(svc: Services) -> None:
+    while await svc.settlement.drain_credits():
         pass
 
 
-async def _balances(svc: PacketService, users: list[str]) -> dict[str, int]:
+async def _balances(svc: Services, users: list[str]) -> dict[str, int]:
     return {u: await svc.ports.ledger.balance(u) for u in users}
 
 
@@ -43,21 +48,23 @@ def _scripted(values: list[int]) -> Callable[[int, int], int]:
     return lambda m, n: m if n == 1 else next(it)
 
 
-async def test_full_story(backend: Embedded) -> None:
+async def test_full_story(backend: Backend) -> None:
     """Top up, group, send, pay, every member opens: shares sum to T, best luck is the largest, balances add up."""
-    svc = backend.service
+    svc = backend.services
     users = ["A", "B", "C", "D"]
     await _group(svc, "g1", users)
-    await svc.topup("A", 10000, "k1")
-    order_id, pay_by = await svc.send("A", {"count": 4, "total_fen": 1000, "group_id": "g1", "greeting": "新年快乐"})
+    await svc.accounts.topup("A", 10000, "k1")
+    order_id, pay_by = await svc.sending.send(
+        "A", {"count": 4, "total_fen": 1000, "group_id": "g1", "greeting": "新年快乐"}
+    )
     assert len(order_id) == 20 and pay_by == svc.ports.clock.now_ms() + svc.limits.pay_ttl_ms
-    packet = await svc.pay("A", order_id)
+    packet = await svc.sending.pay("A", order_id)
     assert (packet.status, packet.remaining_fen, packet.remaining_count) == (Status.ACTIVE, 1000, 4)
     assert await svc.ports.ledger.balance("A") == 9000
     amounts = {}
     for user in users:
-        assert await svc.grab(user, order_id) == {"status": "ok"}
-        receipt, repeat = await svc.open(user, order_id)
+        assert await svc.grabbing.grab(user, order_id) == {"status": "ok"}
+        receipt, repeat = await svc.opening.open(user, order_id)
         amounts[user] = receipt.amount_fen
         assert not repeat and receipt.amount_fen >= 1
     assert sum(amounts.values()) == 1000
@@ -75,33 +82,33 @@ async def test_full_story(backend: Embedded) -> None:
     assert sum(balances.values()) == 10000
     await svc.ports.groups.add_members("g1", ["E"])
     with pytest.raises(errors.Finished):
-        await svc.open("E", order_id)
+        await svc.opening.open("E", order_id)
     with pytest.raises(errors.Finished):
-        await svc.grab("E", order_id)
-    assert await svc.grab("B", order_id) == {"status": "opened", "amount_fen": amounts["B"]}
-    assert (await svc.open("B", order_id)) == ((await svc.ports.packets.receipt(order_id, "B")), True)
+        await svc.grabbing.grab("E", order_id)
+    assert await svc.grabbing.grab("B", order_id) == {"status": "opened", "amount_fen": amounts["B"]}
+    assert (await svc.opening.open("B", order_id)) == ((await svc.ports.packets.receipt(order_id, "B")), True)
 
 
-async def test_equal_packet_debit_equals_shares_plus_refund(backend: Embedded, clock: ManualClock) -> None:
+async def test_equal_packet_debit_equals_shares_plus_refund(backend: Backend, clock: ManualClock) -> None:
     """M-07: an equal packet's debited total equals the shares paid plus the refund."""
-    svc = backend.service
+    svc = backend.services
     await _group(svc, "g", ["A", "B", "C"])
     order_id = await _paid(svc, "A", {"kind": "equal", "count": 3, "per_share_fen": 7, "group_id": "g"}, fund=100)
-    assert (await svc.open("B", order_id))[0].amount_fen == 7
-    assert (await svc.open("C", order_id))[0].amount_fen == 7
+    assert (await svc.opening.open("B", order_id))[0].amount_fen == 7
+    assert (await svc.opening.open("C", order_id))[0].amount_fen == 7
     clock.advance_ms(DAY_MS)
-    assert await svc.refund_due() == 1
+    assert await svc.settlement.refund_due() == 1
     await _drain(svc)
     assert await _balances(svc, ["A", "B", "C"]) == {"A": 100 - 21 + 7, "B": 7, "C": 7}
 
 
-async def test_one_user_opens_fifty_times_at_once(backend: Embedded) -> None:
+async def test_one_user_opens_fifty_times_at_once(backend: Backend) -> None:
     """M-08: 50 concurrent opens and 3 retries by one user give one receipt and one amount."""
-    svc = backend.service
+    svc = backend.services
     await _group(svc, "g", ["A", "U"])
     order_id = await _paid(svc, "A", {"count": 10, "total_fen": 1000, "group_id": "g"})
-    results = await asyncio.gather(*(svc.open("U", order_id) for _ in range(50)))
-    results += [await svc.open("U", order_id) for _ in range(3)]
+    results = await asyncio.gather(*(svc.opening.open("U", order_id) for _ in range(50)))
+    results += [await svc.opening.open("U", order_id) for _ in range(3)]
     assert len({r.amount_fen for r, _ in results}) == 1
     assert sum(not repeat for _, repeat in results) == 1
     assert len(await svc.ports.packets.receipts(order_id)) == 1
@@ -109,13 +116,13 @@ async def test_one_user_opens_fifty_times_at_once(backend: Embedded) -> None:
     assert packet is not None and packet.remaining_count == 9
 
 
-async def test_no_oversell_with_1000_openers(backend: Embedded) -> None:
+async def test_no_oversell_with_1000_openers(backend: Backend) -> None:
     """M-09: 1000 users open N=10, T=1000 at once: exactly 10 receipts summing to 1000, 990 finished."""
-    svc = backend.service
+    svc = backend.services
     users = [f"u{i}" for i in range(1000)]
     await _group(svc, "g", ["S", *users])
     order_id = await _paid(svc, "S", {"count": 10, "total_fen": 1000, "group_id": "g"}, fund=1000)
-    outcomes = await asyncio.gather(*(svc.open(u, order_id) for u in users), return_exceptions=True)
+    outcomes = await asyncio.gather(*(svc.opening.open(u, order_id) for u in users), return_exceptions=True)
     winners = {u: o[0].amount_fen for u, o in zip(users, outcomes, strict=True) if isinstance(o, tuple)}
     assert len(winners) == 10 and sum(winners.values()) == 1000
     assert sum(isinstance(o, errors.Finished) for o in outcomes) == 990
@@ -126,19 +133,19 @@ async def test_no_oversell_with_1000_openers(backend: Embedded) -> None:
     assert {u: b for u, b in balances.items() if b} == winners
 
 
-async def test_refund_runs_once_on_three_workers(make_backend: Callable[..., Embedded], clock: ManualClock) -> None:
+async def test_refund_runs_once_on_three_workers(make_backend: Callable[..., Backend], clock: ManualClock) -> None:
     """M-11/M-14: an expired packet with 70 fen left, refund job on 3 workers twice: one refund of 70 to its sender."""
     workers = [make_backend() for _ in range(3)]
-    svc = workers[0].service
+    svc = workers[0].services
     await _group(svc, "g", ["A", "B", "C"])
     order_id = await _paid(svc, "A", {"count": 5, "total_fen": 100, "group_id": "g"}, fund=100)
-    svc.draw = _scripted([20, 10])
-    await svc.open("B", order_id)
-    await svc.open("C", order_id)
+    svc.opening.draw = _scripted([20, 10])
+    await svc.opening.open("B", order_id)
+    await svc.opening.open("C", order_id)
     clock.advance_ms(DAY_MS)
-    await _paid(workers[1].service, "B", {"count": 1, "total_fen": 5, "group_id": "g"}, fund=5)
+    await _paid(workers[1].services, "B", {"count": 1, "total_fen": 5, "group_id": "g"}, fund=5)
     for _ in range(2):
-        counts = await asyncio.gather(*(w.service.refund_due() for w in workers))
+        counts = await asyncio.gather(*(w.services.settlement.refund_due() for w in workers))
         assert sum(counts) == (1 if _ == 0 else 0)
     await _drain(svc)
     ledger = await svc.ports.ledger.entries("A", 0, 10)
@@ -149,73 +156,75 @@ async def test_refund_runs_once_on_three_workers(make_backend: Callable[..., Emb
     assert packet is not None and (packet.status, packet.refunded_fen, packet.opened_fen) == (Status.REFUNDED, 70, 30)
 
 
-async def test_expiry_edge(backend: Embedded, clock: ManualClock) -> None:
+async def test_expiry_edge(backend: Backend, clock: ManualClock) -> None:
     """M-13: open at t0-1 ms succeeds, open at t0 is expired; refund at t0-1 ms refused, at t0 done."""
-    svc = backend.service
+    svc = backend.services
     await _group(svc, "g", ["A", "B", "C"])
     order_id = await _paid(svc, "A", {"count": 3, "total_fen": 300, "group_id": "g"}, fund=300)
     packet = await svc.ports.packets.get_packet(order_id)
     assert packet is not None
     clock.set_ms(packet.expires_at_ms - 1)
-    assert (await svc.open("B", order_id))[0].amount_fen >= 1
-    assert await svc.refund_due() == 0
+    assert (await svc.opening.open("B", order_id))[0].amount_fen >= 1
+    assert await svc.settlement.refund_due() == 0
     clock.set_ms(packet.expires_at_ms)
     with pytest.raises(errors.Expired):
-        await svc.open("C", order_id)
-    assert await svc.refund_due() == 1
+        await svc.opening.open("C", order_id)
+    assert await svc.settlement.refund_due() == 1
     refunded = await svc.ports.packets.get_packet(order_id)
     opened = sum(r.amount_fen for r in await svc.ports.packets.receipts(order_id))
     assert refunded is not None and refunded.refunded_fen + opened == 300
 
 
 @pytest.mark.parametrize(("shares", "best"), [([30, 30, 20, 20], "u0"), ([20, 30, 30, 20], "u1")])
-async def test_best_luck_ties_go_to_the_earliest(backend: Embedded, shares: list[int], best: str) -> None:
+async def test_best_luck_ties_go_to_the_earliest(backend: Backend, shares: list[int], best: str) -> None:
     """M-19: best luck is the largest share; a tie goes to the earliest opener."""
-    svc = backend.service
+    svc = backend.services
     users = ["u0", "u1", "u2", "u3"]
     await _group(svc, "g", ["S", *users])
     order_id = await _paid(svc, "S", {"count": 4, "total_fen": 100, "group_id": "g"}, fund=100)
-    svc.draw = _scripted(shares[:3])
+    svc.opening.draw = _scripted(shares[:3])
     for user in users:
-        await svc.open(user, order_id)
+        await svc.opening.open(user, order_id)
     assert [r.amount_fen for r in await svc.ports.packets.receipts(order_id)] == shares
     assert await svc.ports.packets.best_luck(order_id) == best
 
 
-async def test_grab_is_advisory(backend: Embedded) -> None:
+async def test_grab_is_advisory(backend: Backend) -> None:
     """M-22: 15 users pass grab on N=10; 10 opens succeed, 5 get finished; grab-only users leave no receipt."""
-    svc = backend.service
+    svc = backend.services
     users = [f"u{i}" for i in range(15)]
     await _group(svc, "g", ["S", *users])
     order_id = await _paid(svc, "S", {"count": 10, "total_fen": 100, "group_id": "g"}, fund=100)
-    assert [await svc.grab(u, order_id) for u in users] == [{"status": "ok"}] * 15
-    outcomes = [await svc.open(u, order_id) if i < 10 else None for i, u in enumerate(users)]
+    assert [await svc.grabbing.grab(u, order_id) for u in users] == [{"status": "ok"}] * 15
+    outcomes = [await svc.opening.open(u, order_id) if i < 10 else None for i, u in enumerate(users)]
     for user in users[10:]:
         with pytest.raises(errors.Finished):
-            await svc.open(user, order_id)
+            await svc.opening.open(user, order_id)
     assert {r.user_id for r in await svc.ports.packets.receipts(order_id)} == set(users[:10])
     assert all(o is not None for o in outcomes[:10])
 
 
-async def test_exclusive_packets(backend: Embedded) -> None:
+async def test_exclusive_packets(backend: Backend) -> None:
     """M-25: an exclusive packet for B refuses A's open; B gets all 500; two such packets open independently."""
-    svc = backend.service
+    svc = backend.services
     first = await _paid(svc, "A", {"kind": "exclusive", "total_fen": 500, "receiver_id": "B"}, fund=1000)
     second = await _paid(svc, "A", {"kind": "exclusive", "total_fen": 300, "receiver_id": "B"}, fund=1)
     with pytest.raises(errors.NotMember):
-        await svc.open("A", first)
+        await svc.opening.open("A", first)
     with pytest.raises(errors.NotMember):
-        await svc.open("C", first)
-    assert (await svc.open("B", first))[0].amount_fen == 500
-    assert (await svc.open("B", second))[0].amount_fen == 300
+        await svc.opening.open("C", first)
+    assert (await svc.opening.open("B", first))[0].amount_fen == 500
+    assert (await svc.opening.open("B", second))[0].amount_fen == 300
     assert len(await svc.ports.packets.receipts(first)) == 1
 
 
-async def test_ledger_amount_is_the_applied_entry(backend: Embedded) -> None:
+async def test_ledger_amount_is_the_applied_entry(backend: Backend) -> None:
     """ledger.amount reads the signed fen of a user's (kind, ref) entry as first applied; None for
     another user, kind or ref."""
-    svc = backend.service
-    assert await svc.topup("A", 500, "A:k") and not await svc.topup("A", 700, "A:k")
+    svc = backend.services
+    ledger, now = svc.ports.ledger, svc.ports.clock.now_ms()
+    assert await ledger.post(LedgerEntry("A", EntryKind.TOPUP, "A:k", 500, now))
+    assert not await ledger.post(LedgerEntry("A", EntryKind.TOPUP, "A:k", 700, now))
     order_id = await _paid(svc, "A", {"count": 1, "total_fen": 120, "kind": "exclusive", "receiver_id": "B"}, fund=1)
     assert await svc.ports.ledger.amount("A", "topup", "A:k") == 500
     assert await svc.ports.ledger.amount("A", "send", order_id) == -120
@@ -225,101 +234,103 @@ async def test_ledger_amount_is_the_applied_entry(backend: Embedded) -> None:
     ] == [None] * 3
 
 
-async def test_pay_is_idempotent_and_checks_balance(backend: Embedded) -> None:
+async def test_pay_is_idempotent_and_checks_balance(backend: Backend) -> None:
     """A repeated pay debits once; a pay without funds moves nothing; only the sender may pay."""
-    svc = backend.service
+    svc = backend.services
     await _group(svc, "g", ["A", "B"])
-    await svc.topup("A", 500, "k")
-    assert await svc.topup("A", 500, "k") is False
-    order_id, _ = await svc.send("A", {"count": 2, "total_fen": 400, "group_id": "g"})
+    await svc.accounts.topup("A", 500, "k")
+    assert await svc.accounts.topup("A", 500, "k") is False
+    order_id, _ = await svc.sending.send("A", {"count": 2, "total_fen": 400, "group_id": "g"})
     with pytest.raises(errors.Forbidden):
-        await svc.pay("B", order_id)
-    first = await svc.pay("A", order_id)
-    again = await svc.pay("A", order_id)
+        await svc.sending.pay("B", order_id)
+    first = await svc.sending.pay("A", order_id)
+    again = await svc.sending.pay("A", order_id)
     assert first == again and await svc.ports.ledger.balance("A") == 100
-    big, _ = await svc.send("A", {"count": 2, "total_fen": 400, "group_id": "g"})
+    big, _ = await svc.sending.send("A", {"count": 2, "total_fen": 400, "group_id": "g"})
     with pytest.raises(errors.InsufficientBalance):
-        await svc.pay("A", big)
+        await svc.sending.pay("A", big)
     assert await svc.ports.ledger.balance("A") == 100
     assert await svc.ports.packets.get_packet(big) is None
     with pytest.raises(errors.NotPaid):
-        await svc.open("B", big)
-    await svc.cancel("A", big)  # a pay that moved no money gave its claim back
+        await svc.opening.open("B", big)
+    await svc.sending.cancel("A", big)  # a pay that moved no money gave its claim back
     with pytest.raises(errors.NotFound):
-        await svc.pay("A", big)
+        await svc.sending.pay("A", big)
 
 
-async def test_concurrent_repeats_of_a_pay_all_answer_the_packet(make_backend: Callable[..., Embedded]) -> None:
+async def test_concurrent_repeats_of_a_pay_all_answer_the_packet(make_backend: Callable[..., Backend]) -> None:
     """Pays of one pre-order racing in two workers each answer the active packet (none 404s), and debit once."""
     a, b = make_backend(), make_backend()
-    await _group(a.service, "g", ["A", "B"])
-    await a.service.topup("A", 100 * 300, "k")
+    await _group(a.services, "g", ["A", "B"])
+    await a.services.accounts.topup("A", 100 * 300, "k")
     for _ in range(30):
-        order_id, _ = await a.service.send("A", {"count": 2, "total_fen": 300, "group_id": "g"})
-        paid = await asyncio.gather(*(svc.pay("A", order_id) for svc in (a.service, b.service) * 3))
+        order_id, _ = await a.services.sending.send("A", {"count": 2, "total_fen": 300, "group_id": "g"})
+        paid = await asyncio.gather(*(svc.sending.pay("A", order_id) for svc in (a.services, b.services) * 3))
         assert {(p.order_id, p.status) for p in paid} == {(order_id, Status.ACTIVE)}
-    assert await a.service.ports.ledger.balance("A") == 100 * 300 - 30 * 300
+    assert await a.services.ports.ledger.balance("A") == 100 * 300 - 30 * 300
 
 
-async def test_credit_is_idempotent_in_every_mode(backend: Embedded, clock: ManualClock) -> None:
+async def test_credit_is_idempotent_in_every_mode(backend: Backend, clock: ManualClock) -> None:
     """Repeated credits credit once; deferred crediting is completed by the reconciler."""
-    svc = backend.service
-    svc.crediting_mode = CreditingMode.DEFERRED
+    svc = backend.services
+    svc.crediting.mode = CreditingMode.DEFERRED
     await _group(svc, "g", ["A", "B"])
     order_id = await _paid(svc, "A", {"count": 1, "total_fen": 50, "group_id": "g"}, fund=50)
-    await svc.open("B", order_id)
+    await svc.opening.open("B", order_id)
     assert await svc.ports.ledger.balance("B") == 0
-    assert await svc.reconcile(window_ms=60_000) == 0
+    assert await svc.settlement.reconcile(window_ms=60_000) == 0
     clock.advance_ms(60_001)
-    assert await svc.reconcile(window_ms=60_000) == 1
+    assert await svc.settlement.reconcile(window_ms=60_000) == 1
     for _ in range(3):
-        assert await svc.credit(order_id, "B") is True
+        assert await svc.crediting.credit(order_id, "B") is True
     assert await svc.ports.ledger.balance("B") == 50
     assert [e.kind for e in await svc.ports.ledger.entries("B", 0, 10)] == ["credit"]
 
 
-async def test_validation_moves_nothing(backend: Embedded) -> None:
+async def test_validation_moves_nothing(backend: Backend) -> None:
     """M-04: T=10, N=15 is refused: nothing debited, no pre-order; non-members and bad ids are refused."""
-    svc = backend.service
+    svc = backend.services
     await _group(svc, "g", ["A", "B"])
-    await svc.topup("A", 100, "k")
+    await svc.accounts.topup("A", 100, "k")
     with pytest.raises(errors.InvalidCount):
-        await svc.send("A", {"count": 15, "total_fen": 10, "group_id": "g"})
+        await svc.sending.send("A", {"count": 15, "total_fen": 10, "group_id": "g"})
     with pytest.raises(errors.NotMember):
-        await svc.send("Z", {"count": 1, "total_fen": 10, "group_id": "g"})
+        await svc.sending.send("Z", {"count": 1, "total_fen": 10, "group_id": "g"})
     order_id = await _paid(svc, "A", {"count": 1, "total_fen": 10, "group_id": "g"}, fund=1)
     with pytest.raises(errors.NotMember):
-        await svc.open("Z", order_id)
+        await svc.opening.open("Z", order_id)
     broken = order_id[:-1] + str((int(order_id[-1]) + 1) % 10)
     with pytest.raises(errors.BadOrderId):
-        await svc.open("B", broken)
+        await svc.opening.open("B", broken)
     assert await svc.ports.ledger.balance("A") == 91
 
 
-async def test_lapsed_pre_orders_are_dropped(backend: Embedded, clock: ManualClock) -> None:
+async def test_lapsed_pre_orders_are_dropped(backend: Backend, clock: ManualClock) -> None:
     """A pre-order past pay_by cannot be paid (404) and its row is gone after the next send."""
-    svc = backend.service
+    svc = backend.services
     await _group(svc, "g", ["A", "B"])
-    await svc.topup("A", 100, "k")
-    lapsed, pay_by = await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
+    await svc.accounts.topup("A", 100, "k")
+    lapsed, pay_by = await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
     clock.set_ms(pay_by)
     with pytest.raises(errors.NotFound):
-        await svc.pay("A", lapsed)
-    fresh, _ = await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
+        await svc.sending.pay("A", lapsed)
+    fresh, _ = await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
     assert await svc.ports.preorders.get(lapsed, pay_by - 1) is None  # the row is gone, not only lapsed
     assert await svc.ports.preorders.get(fresh, pay_by) is not None
     assert await svc.ports.ledger.balance("A") == 100
 
 
-async def test_pay_and_cancel_race_has_one_winner(backend: Embedded) -> None:
+async def test_pay_and_cancel_race_has_one_winner(backend: Backend) -> None:
     """A pay and a cancel of one pre-order sent together: exactly one succeeds, and the money follows it."""
-    svc = backend.service
+    svc = backend.services
     await _group(svc, "g", ["A", "B"])
-    await svc.topup("A", 10_000, "k")
+    await svc.accounts.topup("A", 10_000, "k")
     paid = 0
     for _ in range(30):
-        order_id, _ = await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
-        pay, cancel = await asyncio.gather(svc.pay("A", order_id), svc.cancel("A", order_id), return_exceptions=True)
+        order_id, _ = await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
+        pay, cancel = await asyncio.gather(
+            svc.sending.pay("A", order_id), svc.sending.cancel("A", order_id), return_exceptions=True
+        )
         assert isinstance(pay, Exception) != isinstance(cancel, Exception), (pay, cancel)
         packet = await svc.ports.packets.get_packet(order_id)
         if isinstance(cancel, Exception):
@@ -343,45 +354,47 @@ class _Heard:
         return [e for e in self.events if e.name == name]
 
 
-async def test_finished_is_announced_by_the_last_open(backend: Embedded) -> None:
-    """The open that takes the last share announces finished with best luck at once (DESIGN.md
+async def test_finished_is_announced_by_the_last_open(backend: Backend) -> None:
+    """The open that takes the last share announces finished with best luck at once (docs/architecture.md
     section 6), not after the lists queue; draining the lists announces nothing more."""
-    svc = backend.service
+    svc = backend.services
     heard = _Heard()
-    svc.notifier = heard
+    svc.outbox.notifier = heard
     await _group(svc, "g", ["S", "A", "B", "C"])
     order_id = await _paid(svc, "S", {"count": 3, "total_fen": 100, "group_id": "g"}, fund=100)
-    svc.draw = _scripted([10, 50])
+    svc.opening.draw = _scripted([10, 50])
     for user in ("A", "B"):
-        await svc.open(user, order_id)
+        await svc.opening.open(user, order_id)
     assert heard.named("finished") == []
-    await svc.open("C", order_id)
+    await svc.opening.open("C", order_id)
     packet = await svc.ports.packets.get_packet(order_id)
     assert packet is not None and heard.named("finished") == [events.finished(packet, "B", 50)]
     assert heard.named("finished")[0].group_id == "g"
-    while await svc.drain_lists():
+    while await svc.lists.drain():
         pass
     assert len(heard.named("finished")) == 1
 
 
-async def test_a_claimed_batch_of_credits_is_applied_once(backend: Embedded) -> None:
+async def test_a_claimed_batch_of_credits_is_applied_once(backend: Backend) -> None:
     """M-23 in one batch: receipts already credited, one with only its ledger entry, one user twice:
     one drain credits each receipt exactly once and acks all."""
-    svc = backend.service
-    svc.crediting_mode = CreditingMode.QUEUED
+    svc = backend.services
+    svc.crediting.mode = CreditingMode.QUEUED
     heard = _Heard()
-    svc.notifier = heard
+    svc.outbox.notifier = heard
     users = [f"u{i}" for i in range(6)]
     await _group(svc, "g", ["S", *users])
     first = await _paid(svc, "S", {"count": 6, "total_fen": 600, "group_id": "g"}, fund=600)
     second = await _paid(svc, "S", {"count": 2, "total_fen": 30, "group_id": "g", "greeting": "2"}, fund=30)
-    amounts = {(first, u): (await svc.open(u, first))[0].amount_fen for u in users}
-    amounts |= {(second, u): (await svc.open(u, second))[0].amount_fen for u in users[:2]}
-    assert await svc.credit(first, "u0") and await svc.credit(first, "u1")  # credited, their messages still queued
+    amounts = {(first, u): (await svc.opening.open(u, first))[0].amount_fen for u in users}
+    amounts |= {(second, u): (await svc.opening.open(u, second))[0].amount_fen for u in users[:2]}
+    assert await svc.crediting.credit(first, "u0") and await svc.crediting.credit(
+        first, "u1"
+    )  # credited, their messages still queued
     await svc.ports.ledger.post(LedgerEntry("u2", "credit", f"{first}:u2", amounts[(first, "u2")], 0))  # ledger only
     heard.events.clear()
-    assert await svc.drain_credits() == 8
-    assert await svc.drain_credits() == 0
+    assert await svc.settlement.drain_credits() == 8
+    assert await svc.settlement.drain_credits() == 0
     assert await svc.ports.queue.depth(CREDIT_STREAM) == 0
     for user in users:
         credits = sorted(
@@ -395,22 +408,22 @@ async def test_a_claimed_batch_of_credits_is_applied_once(backend: Embedded) -> 
     assert sorted((e.data["order_id"], e.user_ids) for e in heard.named("credited")) == sorted(
         (o, (u,)) for (o, u) in amounts if u not in ("u0", "u1", "u2") or o == second
     )
-    assert await svc.reconcile(window_ms=0) == 0
+    assert await svc.settlement.reconcile(window_ms=0) == 0
 
 
-async def test_list_rows_of_a_batch(backend: Embedded) -> None:
+async def test_list_rows_of_a_batch(backend: Backend) -> None:
     """One drain writes the sent and received rows of two packets, flags best luck on the finished
     one only, and a repeat of the rows changes nothing."""
-    svc = backend.service
+    svc = backend.services
     await _group(svc, "g", ["S", "A", "B", "C"])
     done = await _paid(svc, "S", {"count": 2, "total_fen": 100, "group_id": "g"}, fund=100)
     half = await _paid(svc, "S", {"count": 2, "total_fen": 100, "group_id": "g", "greeting": "2"}, fund=100)
-    svc.draw = _scripted([70, 60])
-    await svc.open("A", done)
-    await svc.open("B", done)
-    await svc.open("C", half)
-    assert await svc.drain_lists() == 6  # 2 sent, 3 received, 1 best luck
-    assert await svc.drain_lists() == 0
+    svc.opening.draw = _scripted([70, 60])
+    await svc.opening.open("A", done)
+    await svc.opening.open("B", done)
+    await svc.opening.open("C", half)
+    assert await svc.lists.drain() == 6  # 2 sent, 3 received, 1 best luck
+    assert await svc.lists.drain() == 0
     now = svc.ports.clock.now_ms()
 
     async def rows(user: str, direction: str) -> list[tuple[str, int, bool]]:

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.adapters.sqlite_push_db import PUSH_DB_FILE, PUSH_SCHEMA_VERSION, open_push_db
-from hongbao.core.adapters.sqlite_schema import MOVED_OUT_V4, SCHEMA_VERSION
+from hongbao.core.adapters.sqlite.db import SqliteDb
+from hongbao.core.adapters.sqlite.push_db import PUSH_DB_FILE, PUSH_SCHEMA_VERSION, open_push_db
+from hongbao.core.adapters.sqlite.schema import MOVED_OUT_V4, SCHEMA_VERSION
 
 MONEY_FILE = "hongbao.db"
 

@@ -14,12 +14,12 @@ import asyncmy
 import hongbao_native
 import pytest
 from hongbao.bench.services.mariadb import PASSWORD, USER, MariaDb
-from hongbao.core.adapters.mysql_db import Layout, MysqlShards, connect_args, parse_dsn
-from hongbao.core.adapters.mysql_schema import migrate
-from hongbao.core.adapters.redis_client import Pipelines, redis_client
-from hongbao.core.adapters.redis_queue import RedisQueue
+from hongbao.core.adapters.mysql.db import MysqlShards, connect_args
+from hongbao.core.adapters.mysql.schema import migrate
+from hongbao.core.adapters.redis.client import Pipelines, redis_client
 from hongbao.core.clock import ManualClock
-from hongbao.core.production import Production, open_mysql
+from hongbao.core.sharding import Layout, parse_dsn
+from hongbao.server.composition import Backend, production
 
 if TYPE_CHECKING:
     from tests.integration.conftest import RedisTarget
@@ -63,9 +63,11 @@ def migrated(server: MariaDb, layout: Layout) -> Layout:
 
 
 SERVICE_LAYOUT = Layout(2, 2, prefix="svc_")
-#: The Redis reply bound of the service fixtures: they test behaviour, not bounds (tests/integration/
-#: test_hung_dependency.py does), and a loaded CI machine may stall a reply past the 250 ms default.
+#: The Redis reply and MySQL statement bounds of the service fixtures: they test behaviour, not
+#: bounds (tests/integration/test_hung_dependency.py does), and a loaded 2-core CI machine may stall
+#: a reply past the 250 ms and a statement past the 300 ms defaults.
 TEST_REDIS_TIMEOUT_S = 1.0
+TEST_MYSQL_TIMEOUT_S = 5.0
 
 
 @pytest.fixture
@@ -75,20 +77,24 @@ def make_backend(
     clock: ManualClock,
     admission: hongbao_native.AdmissionTable,
     loop_cleanups: list[Any],
-) -> Callable[..., Production]:
+) -> Callable[..., Backend]:
     """One more worker's production backend on the same MariaDB shards (2 x 2, emptied first),
     admission table and ``service_redis`` (emptied first; each backend its own queue consumer)."""
     layout = migrated(mariadb, SERVICE_LAYOUT)
     service_redis.flush()
     made = count()
 
-    def make(**kwargs: Any) -> Production:
+    def make(**kwargs: Any) -> Backend:
         redis = Pipelines(
             redis_client(service_redis.url, cluster=service_redis.cluster, socket_timeout_s=TEST_REDIS_TIMEOUT_S)
         )
-        queue = RedisQueue(redis, f"worker-{next(made)}")
-        backend = open_mysql(
-            MysqlShards(mariadb.dsn, layout, pool_size=4), admission, queue, clock=clock, redis=redis, **kwargs
+        backend = production(
+            MysqlShards(mariadb.dsn, layout, pool_size=4, timeout_s=TEST_MYSQL_TIMEOUT_S),
+            admission,
+            redis,
+            consumer=f"worker-{next(made)}",
+            clock=clock,
+            **kwargs,
         )
         loop_cleanups.append(backend.aclose)
         return backend
@@ -97,6 +103,6 @@ def make_backend(
 
 
 @pytest.fixture
-def backend(make_backend: Callable[..., Production]) -> Production:
+def backend(make_backend: Callable[..., Backend]) -> Backend:
     """One worker's production backend on a clean slate."""
     return make_backend()

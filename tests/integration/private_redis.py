@@ -1,5 +1,5 @@
 """A redis-server of the test's own (tests/integration/redis_servers.py ``start_on``), which the
-test stops and starts again for real (DESIGN.md section 10 faults); stopped after the test."""
+test stops and starts again for real (docs/architecture.md section 10 faults); stopped after the test."""
 
 from __future__ import annotations
 

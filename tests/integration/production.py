@@ -1,6 +1,6 @@
 """`hongbao serve --backend production` for the integration tests: a real server subprocess
 (tests/server/conftest.py ``start_server``) on the session's MariaDB, SERVE_LAYOUT's 2 x 2 shards
-emptied first, and a given Redis; and ``hongbao audit`` of its shards (DESIGN.md section 11)."""
+emptied first, and a given Redis; and ``hongbao audit`` of its shards (docs/architecture.md section 11)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hongbao.core.adapters.mysql_db import Layout
+from hongbao.core.sharding import Layout
 
 from tests.integration.mariadb import MariaDb, migrated
 from tests.server.conftest import Server, start_server

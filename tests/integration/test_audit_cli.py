@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 from hongbao.bench.services.process import free_port
-from hongbao.core.adapters.mysql_db import Layout, MysqlShards
-from hongbao.core.adapters.mysql_ledger import MysqlLedgerStore
+from hongbao.core.adapters.mysql.db import MysqlShards
+from hongbao.core.adapters.mysql.ledger import MysqlLedgerStore
 from hongbao.core.ports import LedgerEntry
+from hongbao.core.sharding import Layout
 
 from tests.integration.mariadb import PASSWORD, USER, MariaDb, migrated
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from hongbao.bench.mysql_hot import compare
-from hongbao.core.adapters.mysql_db import Layout
+from hongbao.core.sharding import Layout
 
 from tests.integration.mariadb import MariaDb, migrated
 

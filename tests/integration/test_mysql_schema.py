@@ -10,16 +10,17 @@ from typing import Any
 
 import asyncmy
 import pytest
-from hongbao.bench.audit import audit_mysql
-from hongbao.core.adapters.mysql_cold import DAY_MS, move_cold
-from hongbao.core.adapters.mysql_db import connect_args, parse_dsn
+from hongbao.core.adapters.mysql.audit import audit_mysql
+from hongbao.core.adapters.mysql.cold import DAY_MS, move_cold
+from hongbao.core.adapters.mysql.db import connect_args
 from hongbao.core.clock import ManualClock
-from hongbao.core.production import Production
+from hongbao.core.sharding import parse_dsn
 from hongbao.server.cli import main as cli_main
+from hongbao.server.composition import Backend
 
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.core.test_service import _group, _paid
-from tests.integration.mariadb import MariaDb, make_backend  # noqa: F401  (fixture)
+from tests.integration.mariadb import SERVICE_LAYOUT, MariaDb, make_backend  # noqa: F401  (fixture)
 
 TABLES_PER_DB = 7 + 3 * 4 + 4 * 31 * 2  # per-database tables + accounts/ledger/lists x M + packets/receipts x M x 31
 
@@ -117,31 +118,29 @@ def test_migrate_needs_a_dsn(
     assert "--mysql-dsn" in capsys.readouterr().err
 
 
-async def _world(svc_backend: Production, clock: ManualClock) -> tuple[str, str, str]:
+async def _world(svc_backend: Backend, clock: ManualClock) -> tuple[str, str, str]:
     """A finished packet, a refunded one, and an active one; everything credited."""
-    svc = svc_backend.service
+    svc = svc_backend.services
     await _group(svc, "g", ["A", "B", "C"])
     done = await _paid(svc, "A", {"count": 2, "total_fen": 300, "group_id": "g"}, fund=1000)
     left = await _paid(svc, "A", {"kind": "equal", "count": 3, "per_share_fen": 50, "group_id": "g"}, fund=1)
     for user in ("B", "C"):
-        await svc.open(user, done)
-    await svc.open("B", left)
+        await svc.opening.open(user, done)
+    await svc.opening.open("B", left)
     clock.advance_ms(DAY_MS)
-    await svc.refund_due()
+    await svc.settlement.refund_due()
     active = await _paid(svc, "C", {"count": 2, "total_fen": 40, "group_id": "g"}, fund=40)
-    while await svc.drain_credits():
+    while await svc.settlement.drain_credits():
         pass
-    await svc.reconcile(window_ms=0)
+    await svc.settlement.reconcile(window_ms=0)
     return done, left, active
 
 
-async def test_audit_and_cold_move(
-    mariadb: MariaDb, make_backend: Callable[..., Production], clock: ManualClock
-) -> None:
+async def test_audit_and_cold_move(mariadb: MariaDb, make_backend: Callable[..., Backend], clock: ManualClock) -> None:
     """The audit passes on honest shards and names money made; the cold move takes only closed old
     packets and the books still balance."""
     backend = make_backend()
-    layout = backend.shards.layout
+    layout = SERVICE_LAYOUT
     done, left, active = await _world(backend, clock)
     report = await audit_mysql(mariadb.dsn, layout)
     assert report.ok, report.lines()
@@ -149,7 +148,7 @@ async def test_audit_and_cold_move(
     assert await move_cold(mariadb.dsn, layout, clock.now_ms() + DAY_MS) == 0  # inside the hot window
     moved = await move_cold(mariadb.dsn, layout, clock.now_ms() + 10 * DAY_MS)
     assert moved == 2
-    packets = backend.service.ports.packets
+    packets = backend.services.ports.packets
     assert await packets.get_packet(done) is None and await packets.get_packet(left) is None
     assert await packets.get_packet(active) is not None
     assert await move_cold(mariadb.dsn, layout, clock.now_ms() + 10 * DAY_MS) == 0

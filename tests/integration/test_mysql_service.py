@@ -14,7 +14,7 @@ from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core import errors
 from hongbao.core.clock import ManualClock
 from hongbao.core.packet import Status
-from hongbao.core.production import Production
+from hongbao.server.composition import Backend
 
 from tests.core import test_half_done_pay as half_done
 from tests.core import test_service as suite
@@ -42,15 +42,15 @@ def service_redis(request: pytest.FixtureRequest) -> RedisTarget:
     return target
 
 
-async def test_hot_packet_300_openers_on_two_workers(make_backend: Callable[..., Production]) -> None:
+async def test_hot_packet_300_openers_on_two_workers(make_backend: Callable[..., Backend]) -> None:
     """M-21: 300 concurrent openers over two workers on N=100: exactly 100 receipts, sum == total, no lock errors."""
     workers = [make_backend(max_in_db=2) for _ in range(2)]
-    svc = workers[0].service
+    svc = workers[0].services
     users = [f"u{i:03}" for i in range(300)]
     await suite._group(svc, "g", ["S", *users])
     order_id = await suite._paid(svc, "S", {"count": 100, "total_fen": 20000, "group_id": "g"}, fund=20000)
     outcomes = await asyncio.gather(
-        *(workers[i % 2].service.open(u, order_id) for i, u in enumerate(users)), return_exceptions=True
+        *(workers[i % 2].services.opening.open(u, order_id) for i, u in enumerate(users)), return_exceptions=True
     )
     winners = {u: o[0].amount_fen for u, o in zip(users, outcomes, strict=True) if isinstance(o, tuple)}
     assert len(winners) == 100 and sum(winners.values()) == 20000 and min(winners.values()) >= 1
@@ -67,10 +67,10 @@ async def test_hot_packet_300_openers_on_two_workers(make_backend: Callable[...,
     assert await svc.ports.packets.best_luck(order_id) == next(r.user_id for r in receipts if r.amount_fen == best)
 
 
-async def test_refunds_race_on_three_workers(make_backend: Callable[..., Production], clock: ManualClock) -> None:
+async def test_refunds_race_on_three_workers(make_backend: Callable[..., Backend], clock: ManualClock) -> None:
     """M-11: twelve expired packets, the refund job on 3 workers at once: each refunded exactly once, to its sender."""
     workers = [make_backend() for _ in range(3)]
-    svc = workers[0].service
+    svc = workers[0].services
     senders = [f"s{i}" for i in range(12)]
     await suite._group(svc, "g", ["B", *senders])
     orders = [
@@ -78,10 +78,10 @@ async def test_refunds_race_on_three_workers(make_backend: Callable[..., Product
         for i, s in enumerate(senders)
     ]
     for order_id in orders[::2]:
-        await svc.open("B", order_id)
+        await svc.opening.open("B", order_id)
     clock.advance_ms(DAY_MS)
-    counts = await asyncio.gather(*(w.service.refund_due(limit=5) for w in workers for _ in range(3)))
-    while sum(await asyncio.gather(*(w.service.refund_due(limit=5) for w in workers))):
+    counts = await asyncio.gather(*(w.services.settlement.refund_due(limit=5) for w in workers for _ in range(3)))
+    while sum(await asyncio.gather(*(w.services.settlement.refund_due(limit=5) for w in workers))):
         pass
     assert sum(counts) <= 12
     opened = {o: sum(r.amount_fen for r in await svc.ports.packets.receipts(o)) for o in orders}

@@ -3,7 +3,7 @@ tests/server/test_money_cases.py), unchanged, against `hongbao serve --backend p
 on the real MariaDB, Redis the 3-master Redis Cluster (M-16 over HTTP: no path sends a CROSSSLOT
 command), and the whole story on a standalone Redis too (one code path serves both; the other
 standalone runs are test_production_serve.py and test_redis_restart.py). Every server must stop
-with status 0, no traceback in its log, and shards that pass the money audit of DESIGN.md section 11.
+with status 0, no traceback in its log, and shards that pass the money audit of docs/architecture.md section 11.
 
 Left out: the money cases that read the embedded SQLite file itself (M-08, M-09, M-23; M-23 on
 the production backend is tests/integration/test_redis_credit.py) and M-18 (the split is the
@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 import pytest
 import uvloop
-from hongbao.bench.audit import audit_mysql
 from hongbao.bench.services.redis_servers import RedisTarget
+from hongbao.core.adapters.mysql.audit import audit_mysql
 
 from tests.integration.mariadb import MariaDb, migrated
 from tests.integration.production import SERVE_LAYOUT, production_config

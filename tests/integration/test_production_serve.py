@@ -1,5 +1,5 @@
 """`hongbao serve --backend production` end to end: two workers on a real MariaDB (money) and a real
-redis-server (queues), driven over HTTP; the money audit of DESIGN.md section 11 over the shards."""
+redis-server (queues), driven over HTTP; the money audit of docs/architecture.md section 11 over the shards."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from hongbao.bench.audit import audit_mysql
+from hongbao.core.adapters.mysql.audit import audit_mysql
 from hongbao.server.cli import main as cli_main
 
 from tests.integration.conftest import RedisTarget

@@ -1,4 +1,4 @@
-"""A push gap is always told (DESIGN.md section 7: a partial replay is never passed off as
+"""A push gap is always told (docs/architecture.md section 7: a partial replay is never passed off as
 complete): whenever a user's log may have lost entries -- Redis restarted from an older dump, or
 events that could not be logged while Redis was down -- the client gets ``{"type": "reset"}``
 before what follows, never new messages under offsets it already holds."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from hongbao.bench.services.redis_servers import RedisTarget
-from hongbao.core.adapters.redis_client import Build, Pipelines
+from hongbao.core.adapters.redis.client import Build, Pipelines
 from redis._parsers.hiredis import _AsyncHiredisParser
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError

@@ -1,4 +1,4 @@
-"""The grab filter's shared level on Redis (core/adapters/redis_grab.py) under the production
+"""The grab filter's shared level on Redis (core/adapters/redis/grab.py) under the production
 service, on a standalone Redis and on the 3-master cluster: one hash-tagged key per packet written
 after pay, every open batch and refund; a second worker (memory empty) answers grab from it; a
 key lost with Redis is rebuilt from the DB and never claims a packet finished too early."""
@@ -10,18 +10,18 @@ from collections.abc import Callable
 import hongbao_native
 import pytest
 from hongbao.core import errors
-from hongbao.core.adapters.redis_grab import KEEP_MS, key
+from hongbao.core.adapters.redis.grab import KEEP_MS, key
 from hongbao.core.clock import ManualClock
-from hongbao.core.production import Production
-from hongbao.core.service import GRAB_CACHE_TTL_MS, GRAB_OK
+from hongbao.core.services.grabbing import GRAB_CACHE_TTL_MS, GRAB_OK
 from hongbao.core.soon import Later
+from hongbao.server.composition import Backend
 
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
 from tests.integration.conftest import RedisTarget
 from tests.integration.mariadb import make_backend  # noqa: F401  (fixture)
 
-Make = Callable[..., Production]
+Make = Callable[..., Backend]
 
 
 @pytest.fixture
@@ -38,9 +38,9 @@ async def test_grab_state_follows_the_packet(make_backend: Make, redis_target: R
     """Pay writes the key, each open adds the opener (after SCRIPT FLUSH too), the last share
     finishes it; another worker grabs from it."""
     one, two = make_backend(), make_backend()
-    await suite._group(one.service, "g", ["S", "A", "B", "C"])
-    order_id = await suite._paid(one.service, "S", {"count": 2, "total_fen": 100, "group_id": "g"})
-    packet = await one.service.ports.packets.get_packet(order_id)
+    await suite._group(one.services, "g", ["S", "A", "B", "C"])
+    order_id = await suite._paid(one.services, "S", {"count": 2, "total_fen": 100, "group_id": "g"})
+    packet = await one.services.ports.packets.get_packet(order_id)
     assert packet is not None
     assert _state(redis_target, order_id) == {
         "k": "lucky",
@@ -53,22 +53,22 @@ async def test_grab_state_follows_the_packet(make_backend: Make, redis_target: R
     }
     ttl_ms = redis_target.sync_keys().pttl(key(order_id))
     assert packet.expires_at_ms - clock.now_ms() < ttl_ms <= packet.expires_at_ms - clock.now_ms() + KEEP_MS
-    assert await two.service.grab("A", order_id) is GRAB_OK
+    assert await two.services.grabbing.grab("A", order_id) is GRAB_OK
     for port in redis_target.ports:  # a restarted Redis has no scripts: NOSCRIPT, loaded, sent again
         redis_target.sync_client(port).script_flush()
-    a, _ = await one.service.open("A", order_id)
+    a, _ = await one.services.opening.open("A", order_id)
     assert _state(redis_target, order_id)["n"] == "1" and _state(redis_target, order_id)["u:A"] == str(a.amount_fen)
     clock.advance_ms(GRAB_CACHE_TTL_MS)  # worker two's memory of the untouched packet lapses
-    assert await two.service.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}
-    assert await two.service.grab("B", order_id) is GRAB_OK
-    b, _ = await one.service.open("B", order_id)
+    assert await two.services.grabbing.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}
+    assert await two.services.grabbing.grab("B", order_id) is GRAB_OK
+    b, _ = await one.services.opening.open("B", order_id)
     state = _state(redis_target, order_id)
     assert (state["n"], state["s"], state["u:B"]) == ("0", "finished", str(b.amount_fen))
     with pytest.raises(errors.Finished):
-        await two.service.grab("C", order_id)
+        await two.services.grabbing.grab("C", order_id)
     with pytest.raises(errors.NotMember):
-        await two.service.grab("X", order_id)
-    assert await two.service.grab("B", order_id) == {"status": "opened", "amount_fen": b.amount_fen}
+        await two.services.grabbing.grab("X", order_id)
+    assert await two.services.grabbing.grab("B", order_id) == {"status": "opened", "amount_fen": b.amount_fen}
 
 
 async def test_grab_state_rebuilt_from_the_db(
@@ -77,11 +77,14 @@ async def test_grab_state_rebuilt_from_the_db(
     """After a flush, a grab rebuilds the key from the DB (marked rebuilt, remaining count frozen);
     openers are told their amounts; the last share finishes it."""
     one, two = make_backend(), make_backend()
-    await suite._group(one.service, "g", ["S", "A", "B", "C", "D"])
-    order_id = await suite._paid(one.service, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
-    a, _ = await one.service.open("A", order_id)
+    await suite._group(one.services, "g", ["S", "A", "B", "C", "D"])
+    order_id = await suite._paid(one.services, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
+    a, _ = await one.services.opening.open("A", order_id)
     redis_target.flush()
-    assert await two.service.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}  # from the DB
+    assert await two.services.grabbing.grab("A", order_id) == {
+        "status": "opened",
+        "amount_fen": a.amount_fen,
+    }  # from the DB
     assert _state(redis_target, order_id) == {
         "k": "lucky",
         "c": "3",
@@ -92,15 +95,15 @@ async def test_grab_state_rebuilt_from_the_db(
         "e": _state(redis_target, order_id)["e"],
         "p": "1",
     }
-    b, _ = await one.service.open("B", order_id)
+    b, _ = await one.services.opening.open("B", order_id)
     assert _state(redis_target, order_id)["n"] == "2" and _state(redis_target, order_id)["u:B"] == str(b.amount_fen)
     clock.advance_ms(GRAB_CACHE_TTL_MS)
-    assert await two.service.grab("B", order_id) == {"status": "opened", "amount_fen": b.amount_fen}
-    assert await two.service.grab("C", order_id) is GRAB_OK
-    await one.service.open("C", order_id)
+    assert await two.services.grabbing.grab("B", order_id) == {"status": "opened", "amount_fen": b.amount_fen}
+    assert await two.services.grabbing.grab("C", order_id) is GRAB_OK
+    await one.services.opening.open("C", order_id)
     assert (_state(redis_target, order_id)["n"], _state(redis_target, order_id)["s"]) == ("0", "finished")
     with pytest.raises(errors.Finished):
-        await two.service.grab("D", order_id)
+        await two.services.grabbing.grab("D", order_id)
 
 
 async def test_refund_and_refusals_update_the_state(
@@ -109,25 +112,25 @@ async def test_refund_and_refusals_update_the_state(
     """A refund sets the key's status; an exclusive packet's key answers its receiver only; an
     unknown id is 404 and leaves no key."""
     backend = make_backend()
-    svc = backend.service
+    svc = backend.services
     await suite._group(svc, "g", ["S", "A"])
     order_id = await suite._paid(svc, "S", {"count": 2, "total_fen": 100, "group_id": "g"})
     exclusive = await suite._paid(svc, "S", {"kind": "exclusive", "count": 1, "total_fen": 50, "receiver_id": "A"})
     assert _state(redis_target, exclusive)["r"] == "A"
-    assert await svc.grab("A", exclusive) is GRAB_OK
+    assert await svc.grabbing.grab("A", exclusive) is GRAB_OK
     with pytest.raises(errors.NotMember):
-        await svc.grab("B", exclusive)
+        await svc.grabbing.grab("B", exclusive)
     packet = await svc.ports.packets.get_packet(order_id)
     assert packet is not None
     clock.set_ms(packet.expires_at_ms)
-    assert await svc.refund_due() == 2
+    assert await svc.settlement.refund_due() == 2
     assert _state(redis_target, order_id)["s"] == "expired"
     with pytest.raises(errors.Expired):
-        await svc.grab("A", order_id)
+        await svc.grabbing.grab("A", order_id)
     parts = hongbao_native.decode_order_id(order_id)
     unknown = hongbao_native.encode_order_id(parts.region, parts.yymmdd, parts.source, parts.sequence + 10**6)
     with pytest.raises(errors.NotFound):
-        await svc.grab("A", unknown)
+        await svc.grabbing.grab("A", unknown)
     assert not redis_target.sync_keys().exists(key(unknown))
 
 
@@ -136,14 +139,16 @@ async def test_grab_soon_answers_as_grab_or_says_later(make_backend: Make, redis
     answers, and says Later where grab needs the database: a member not cached in this worker, a
     packet missing from Redis, an unknown amount."""
     one, two = make_backend(), make_backend()
-    await suite._group(one.service, "g", ["S", "A", "B", "C"])
-    order_id = await suite._paid(one.service, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
-    a, _ = await one.service.open("A", order_id)
-    assert await two.service.grab("B", order_id) is GRAB_OK  # worker two now holds B's membership and the state
-    assert two.service.grab_cached("B", order_id) is None  # someone opened: worker two asks Redis
+    await suite._group(one.services, "g", ["S", "A", "B", "C"])
+    order_id = await suite._paid(one.services, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
+    a, _ = await one.services.opening.open("A", order_id)
+    assert (
+        await two.services.grabbing.grab("B", order_id) is GRAB_OK
+    )  # worker two now holds B's membership and the state
+    assert two.services.grabbing.cached("B", order_id) is None  # someone opened: worker two asks Redis
 
     async def soon(user_id: str) -> object:
-        pending = two.service.grab_soon(user_id, order_id)
+        pending = two.services.grabbing.soon(user_id, order_id)
         assert pending is not None
         try:
             return await pending
@@ -152,10 +157,10 @@ async def test_grab_soon_answers_as_grab_or_says_later(make_backend: Make, redis
 
     assert await soon("B") is GRAB_OK
     assert await soon("A") is Later  # A's membership is not in worker two's memory
-    assert await two.service.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}
+    assert await two.services.grabbing.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}
     assert await soon("A") == {"status": "opened", "amount_fen": a.amount_fen}
     redis_target.flush()
     assert await soon("B") is Later  # the key is gone: grab rebuilds it from the database
-    assert await two.service.grab("B", order_id) is GRAB_OK
+    assert await two.services.grabbing.grab("B", order_id) is GRAB_OK
     assert await soon("A") is Later  # rebuilt after opens: A's amount is not certain from Redis
     assert await soon("B") is Later

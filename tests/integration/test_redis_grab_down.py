@@ -1,4 +1,4 @@
-""" "Redis down at grab" (DESIGN.md section 10) on Redis servers of the test's own, stopped and
+""" "Redis down at grab" (docs/architecture.md section 10) on Redis servers of the test's own, stopped and
 started again for real: a standalone redis-server, and one master of a 3-master cluster. While it
 is down, grab is answered from the DB behind the rate limiter (503 beyond it), cheaply (the
 breaker), counted in the fallback counters and /metrics; once it is back (empty), the grab state
@@ -18,15 +18,15 @@ import pytest
 from hongbao.bench.services import redis_servers
 from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core import errors
-from hongbao.core.adapters.redis_client import Pipelines
-from hongbao.core.adapters.redis_grab import RedisGrabState, key
-from hongbao.core.adapters.redis_money import REDIS_DOWN
+from hongbao.core.adapters.redis.client import Pipelines
+from hongbao.core.adapters.redis.grab import RedisGrabState, key
+from hongbao.core.adapters.redis.state import REDIS_DOWN
 from hongbao.core.breaker import Breaker, BreakerOpen
 from hongbao.core.clock import ManualClock
 from hongbao.core.packet import Receipt
 from hongbao.core.ports import OpenResult
-from hongbao.core.production import Production
-from hongbao.core.service import GRAB_CACHE_TTL_MS, GRAB_OK
+from hongbao.core.services.grabbing import GRAB_CACHE_TTL_MS, GRAB_OK
+from hongbao.server.composition import Backend
 from redis.exceptions import ConnectionError
 
 from tests.core import test_service as suite
@@ -37,7 +37,7 @@ from tests.server.conftest import stop_server
 from tests.server.crowd import eventually_async
 from tests.server.flows import eventually, group, ok, paid_packet
 
-Make = Callable[..., Production]
+Make = Callable[..., Backend]
 
 
 class OwnRedis:
@@ -114,36 +114,39 @@ async def test_redis_down_at_grab(make_backend: Make, own_redis: OwnRedis, clock
         make_backend(),
         make_backend(counts=counts, grab_db_rate_per_s=25),
     )  # two: 5 DB checks at once, 25 a second
-    await suite._group(one.service, "g", ["S", "A", "B", "C"])
-    order_id = await suite._paid(one.service, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
-    a, _ = await one.service.open("A", order_id)
+    await suite._group(one.services, "g", ["S", "A", "B", "C"])
+    order_id = await suite._paid(one.services, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
+    a, _ = await one.services.opening.open("A", order_id)
     stopped = own_redis.owner(key(order_id))
     own_redis.stop(stopped)
     clock.advance_ms(GRAB_CACHE_TTL_MS)
 
-    assert await two.service.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}  # from the DB
-    assert await two.service.grab("B", order_id) is GRAB_OK
+    assert await two.services.grabbing.grab("A", order_id) == {
+        "status": "opened",
+        "amount_fen": a.amount_fen,
+    }  # from the DB
+    assert await two.services.grabbing.grab("B", order_id) is GRAB_OK
     assert counts["redis_breaker_opens"] == 1 and counts["redis_fallback_grab"] == 2
     started, answers = time.monotonic(), []
     for _ in range(10):
         try:
-            answers.append(await two.service.grab("C", order_id))
+            answers.append(await two.services.grabbing.grab("C", order_id))
         except errors.Degraded:
             answers.append(None)
     assert time.monotonic() - started < 1.0  # the breaker skips Redis: no connection attempts per grab
     assert answers[:3] == [GRAB_OK] * 3 and None in answers
     assert counts["redis_fallback_grab"] + counts["redis_grab_shed"] == 12 and counts["redis_grab_shed"] >= 1
 
-    b, _ = await one.service.open("B", order_id)  # committed; its Redis write is lost
+    b, _ = await one.services.opening.open("B", order_id)  # committed; its Redis write is lost
     own_redis.start(stopped)
     await asyncio.sleep(1.1)  # the breaker's cooldown: the next call is the trial
 
     async def rebuilt() -> None:
-        assert await two.service.grab("B", order_id) == {"status": "opened", "amount_fen": b.amount_fen}
+        assert await two.services.grabbing.grab("B", order_id) == {"status": "opened", "amount_fen": b.amount_fen}
         assert own_redis.target.sync_keys().hget(key(order_id), "p") == b"1"
 
     await eventually_async(rebuilt, timeout_s=20)
-    assert await two.service.grab("C", order_id) is GRAB_OK
+    assert await two.services.grabbing.grab("C", order_id) is GRAB_OK
 
 
 async def test_lost_write_is_repaired_by_the_next_read(redis_standalone: RedisTarget) -> None:

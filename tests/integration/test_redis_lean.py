@@ -1,4 +1,4 @@
-"""The lean Redis path (core/adapters/redis_lean.py): its RESP2 encoder and slot function against
+"""The lean Redis path (core/adapters/redis/lean.py): its RESP2 encoder and slot function against
 redis-py's, auto-pipelining in FIFO order, errors, a real redis-server restarted, a silent one, and
 cluster routing through a real slot migration (MOVED), on a standalone Redis and a 3-master cluster."""
 
@@ -15,8 +15,8 @@ import redis.connection
 import redis.crc
 from hongbao.bench.services import redis_servers
 from hongbao.bench.services.redis_servers import RedisTarget
-from hongbao.core.adapters.redis_client import LuaScript, Pipelines, redis_client
-from hongbao.core.adapters.redis_lean import LeanRedis, encode, key_slot, lean_for
+from hongbao.core.adapters.redis.client import LuaScript, Pipelines, redis_client
+from hongbao.core.adapters.redis.lean import LeanRedis, encode, key_slot, lean_for
 from hypothesis import given
 from hypothesis import strategies as st
 from redis.asyncio import Redis

@@ -1,11 +1,11 @@
-""" "Queue down at open" for the user lists (DESIGN.md sections 5, 10): with the lists stream's
+""" "Queue down at open" for the user lists (docs/architecture.md sections 5, 10): with the lists stream's
 redis-server stopped for real, the sent and received rows (and the best-luck flag) that pay and
 open could not queue are written by the periodic reconciler from the database, once."""
 
 from __future__ import annotations
 
 from hongbao.core.clock import ManualClock
-from hongbao.core.service import PacketService
+from hongbao.core.services import Services
 
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
@@ -13,7 +13,7 @@ from tests.integration.private_redis import PrivateRedis, private_redis  # noqa:
 from tests.integration.test_redis_money import Open, open_on  # noqa: F401  (fixture)
 
 
-async def _rows(svc: PacketService, user: str, direction: str) -> list[tuple[str, int, bool]]:
+async def _rows(svc: Services, user: str, direction: str) -> list[tuple[str, int, bool]]:
     now = svc.ports.clock.now_ms()
     return sorted(
         (i.order_id, i.amount_fen, i.best_luck) for i in await svc.ports.lists.page(user, direction, 0, now + 1, 0, 20)
@@ -26,27 +26,27 @@ async def test_reconciler_writes_the_list_rows_a_dead_queue_lost(
     """Redis stopped at pay and open: no list row is written then; the reconciler writes the sent
     row, every received row and the best-luck flag, and a second run writes nothing."""
     backend, counts = await open_on(private_redis.url, False)
-    svc = backend.service
+    svc = backend.services
     await suite._group(svc, "g", ["S", "A", "B", "C"])
     before = await suite._paid(svc, "S", {"count": 3, "total_fen": 300, "group_id": "g"}, fund=1000)
-    await svc.open("A", before)  # queued while Redis is up
-    await svc.drain_lists()
+    await svc.opening.open("A", before)  # queued while Redis is up
+    await svc.lists.drain()
     await private_redis.stop()
 
     during = await suite._paid(svc, "S", {"count": 2, "total_fen": 200, "group_id": "g"})
-    draw, svc.draw = svc.draw, suite._scripted([150, 50])
-    amounts = {u: (await svc.open(u, during))[0].amount_fen for u in ("A", "B")}
-    svc.draw = draw
-    late = (await svc.open("B", before))[0].amount_fen
+    draw, svc.opening.draw = svc.opening.draw, suite._scripted([150, 50])
+    amounts = {u: (await svc.opening.open(u, during))[0].amount_fen for u in ("A", "B")}
+    svc.opening.draw = draw
+    late = (await svc.opening.open("B", before))[0].amount_fen
     assert amounts == {"A": 150, "B": 50} and counts["redis_fallback_queue"] >= 3
     assert await _rows(svc, "S", "sent") == [(before, 300, False)]
     assert await _rows(svc, "B", "received") == []
 
     clock.advance_ms(1)
-    await svc.reconcile(window_ms=0)
+    await svc.settlement.reconcile(window_ms=0)
     assert await _rows(svc, "S", "sent") == sorted([(before, 300, False), (during, 200, False)])
     a_first = await svc.ports.packets.receipt(before, "A")
     assert a_first is not None
     assert await _rows(svc, "A", "received") == sorted([(before, a_first.amount_fen, False), (during, 150, True)])
     assert await _rows(svc, "B", "received") == sorted([(before, late, False), (during, 50, False)])
-    assert await svc.repair_lists(window_ms=0) == 0
+    assert await svc.lists.repair(window_ms=0) == 0

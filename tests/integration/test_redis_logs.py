@@ -8,9 +8,9 @@ import time
 
 import orjson
 from hongbao.bench.services.redis_servers import RedisTarget
-from hongbao.core.adapters.redis_client import Pipelines
-from hongbao.core.adapters.redis_push_logs import RedisMessageLog, RedisTopicLog, mlog_key, mstream_key
-from hongbao.core.adapters.redis_push_lua import USER_PEEK, USER_PUT
+from hongbao.core.adapters.redis.client import Pipelines
+from hongbao.core.adapters.redis.push_logs import RedisMessageLog, RedisTopicLog, mlog_key, mstream_key
+from hongbao.core.adapters.redis.push_lua import USER_PEEK, USER_PUT
 from hongbao.core.push_ports import BodyMaker, Stored
 
 T0 = 1_700_000_000_000

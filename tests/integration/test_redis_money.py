@@ -1,7 +1,7 @@
-"""The send path of the production backend on Redis in front of MariaDB (core/adapters/redis_money.py),
+"""The send path of the production backend on Redis in front of MariaDB (core/adapters/redis/state.py),
 on a standalone Redis and on the 3-master cluster: order ids from INCR (source 0) never reissued
 after Redis loses its data, pre-orders in Redis hashes with one-key scripts (M-16: no CROSSSLOT),
-and "Redis down at send" (DESIGN.md section 10) on a private redis-server stopped and started for
+and "Redis down at send" (docs/architecture.md section 10) on a private redis-server stopped and started for
 real: sends and pays go on through the DB, the breaker makes it cheap, and Redis takes over again."""
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ import redis as pyredis
 from hongbao.bench.services import redis_servers
 from hongbao.bench.services.redis_servers import free_ports
 from hongbao.core import errors
-from hongbao.core.adapters.mysql_db import MysqlShards
-from hongbao.core.adapters.redis_client import Pipelines, redis_client
-from hongbao.core.adapters.redis_money import GRACE_MS
-from hongbao.core.adapters.redis_queue import RedisQueue
+from hongbao.core.adapters.mysql.db import MysqlShards
+from hongbao.core.adapters.redis.client import Pipelines, redis_client
+from hongbao.core.adapters.redis.state import GRACE_MS
 from hongbao.core.clock import ManualClock
 from hongbao.core.packet import Status
-from hongbao.core.production import Production, open_mysql
+from hongbao.server.composition import Backend, production
 
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
@@ -34,7 +33,7 @@ from tests.integration.production import start_production
 from tests.server.conftest import stop_server
 from tests.server.flows import eventually, group, paid_packet
 
-Open = Callable[[str, bool], Awaitable[tuple[Production, dict[str, int]]]]
+Open = Callable[[str, bool], Awaitable[tuple[Backend, dict[str, int]]]]
 
 
 @pytest.fixture
@@ -48,17 +47,12 @@ def open_on(
     its fallback counters."""
     layout = migrated(mariadb, SERVICE_LAYOUT)
 
-    async def make(url: str, cluster: bool) -> tuple[Production, dict[str, int]]:
+    async def make(url: str, cluster: bool) -> tuple[Backend, dict[str, int]]:
         client = redis_client(url, cluster=cluster, socket_timeout_s=TEST_REDIS_TIMEOUT_S)
         await client.initialize()
         redis, counts = Pipelines(client), {}
-        backend = open_mysql(
-            MysqlShards(mariadb.dsn, layout, pool_size=4),
-            admission,
-            RedisQueue(redis, "w"),
-            clock=clock,
-            redis=redis,
-            counts=counts,
+        backend = production(
+            MysqlShards(mariadb.dsn, layout, pool_size=4), admission, redis, consumer="w", clock=clock, counts=counts
         )
         loop_cleanups.append(backend.aclose)
         return backend, counts
@@ -70,10 +64,10 @@ def _source(order_id: str) -> int:
     return hongbao_native.decode_order_id(order_id).source
 
 
-async def _preorder_rows(backend: Production) -> int:
-    rows = [
-        await backend.shards.fetchone(db, "SELECT COUNT(*) FROM t_preorder", ()) for db in range(SERVICE_LAYOUT.n_dbs)
-    ]
+async def _preorder_rows(backend: Backend) -> int:
+    assert backend.shards is not None
+    shards = backend.shards
+    rows = [await shards.fetchone(db, "SELECT COUNT(*) FROM t_preorder", ()) for db in range(SERVICE_LAYOUT.n_dbs)]
     return sum(int(row[0]) for row in rows if row is not None)
 
 
@@ -81,10 +75,12 @@ async def test_send_pay_cancel_on_redis(open_on: Open, redis_target: RedisTarget
     """60 concurrent sends get unique source-0 ids, pre-orders live in Redis only (spread over the
     masters), pay and cancel work."""
     backend, counts = await open_on(redis_target.url, redis_target.cluster)
-    svc = backend.service
+    svc = backend.services
     await suite._group(svc, "g", ["A", "B"])
-    await svc.topup("A", 10_000, "k")
-    sent = await asyncio.gather(*(svc.send("A", {"count": 2, "total_fen": 10, "group_id": "g"}) for _ in range(60)))
+    await svc.accounts.topup("A", 10_000, "k")
+    sent = await asyncio.gather(
+        *(svc.sending.send("A", {"count": 2, "total_fen": 10, "group_id": "g"}) for _ in range(60))
+    )
     ids = [order_id for order_id, _ in sent]
     assert len(set(ids)) == 60 and {_source(i) for i in ids} == {0}
     assert await _preorder_rows(backend) == 0
@@ -93,12 +89,12 @@ async def test_send_pay_cancel_on_redis(open_on: Open, redis_target: RedisTarget
     if redis_target.cluster:  # M-16: the keys sit on different masters and no call was CROSSSLOT
         owners = [port for port in redis_target.ports if redis_target.sync_client(port).keys("preorder:*")]
         assert len(owners) == 3
-    paid = await asyncio.gather(*(svc.pay("A", i) for i in ids[:30]))
+    paid = await asyncio.gather(*(svc.sending.pay("A", i) for i in ids[:30]))
     assert {p.status for p in paid} == {Status.ACTIVE} and await svc.ports.ledger.balance("A") == 10_000 - 300
     assert not any(keys.exists(f"preorder:{{{i}}}") for i in ids[:30])
-    await asyncio.gather(*(svc.cancel("A", i) for i in ids[30:]))
+    await asyncio.gather(*(svc.sending.cancel("A", i) for i in ids[30:]))
     with pytest.raises(errors.NotFound):
-        await svc.pay("A", ids[-1])
+        await svc.sending.pay("A", ids[-1])
     assert counts == {}
 
 
@@ -106,12 +102,12 @@ async def test_pay_and_cancel_race_on_redis(open_on: Open, redis_target: RedisTa
     """20 pre-orders, each paid and cancelled at once: exactly one of the two wins per order, and
     the balance follows the pays."""
     backend, _ = await open_on(redis_target.url, redis_target.cluster)
-    svc = backend.service
+    svc = backend.services
     await suite._group(svc, "g", ["A"])
-    await svc.topup("A", 1000, "k")
-    ids = [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(20)]
+    await svc.accounts.topup("A", 1000, "k")
+    ids = [(await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(20)]
     outcomes = await asyncio.gather(
-        *(call for i in ids for call in (svc.pay("A", i), svc.cancel("A", i))), return_exceptions=True
+        *(call for i in ids for call in (svc.sending.pay("A", i), svc.sending.cancel("A", i))), return_exceptions=True
     )
     pays, cancels = outcomes[::2], outcomes[1::2]
     won = [not isinstance(p, Exception) for p in pays]
@@ -127,7 +123,7 @@ async def test_sequence_is_not_reissued_after_redis_loses_it(open_on: Open, redi
         await open_on(redis_target.url, redis_target.cluster),
         await open_on(redis_target.url, redis_target.cluster),
     )
-    seqs = [one.service.ports.sequence, two.service.ports.sequence]
+    seqs = [one.services.ports.sequence, two.services.ports.sequence]
     before = await asyncio.gather(*(seqs[i % 2].next(1, 261130) for i in range(50)))
     redis_target.flush()
     after = await asyncio.gather(*(seqs[i % 2].next(1, 261130) for i in range(50)))
@@ -144,7 +140,7 @@ async def test_sequence_is_not_reissued_after_a_restart_from_an_older_dump(open_
     redis.start()
     try:
         backend, _ = await open_on(redis.url, False)
-        seq = backend.service.ports.sequence
+        seq = backend.services.ports.sequence
         before = [await seq.next(1, 261130) for _ in range(5)]
         with pyredis.Redis(port=redis.port) as client:
             client.save()
@@ -167,15 +163,15 @@ async def test_lapsed_pre_order_key_expires(open_on: Open, redis_standalone: Red
     """A pre-order past pay_by cannot be paid (404) and its Redis key expires GRACE_MS after pay_by."""
     redis_standalone.flush()
     backend, _ = await open_on(redis_standalone.url, False)
-    svc = backend.service
+    svc = backend.services
     await suite._group(svc, "g", ["A"])
-    await svc.topup("A", 100, "k")
-    lapsed, pay_by = await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
+    await svc.accounts.topup("A", 100, "k")
+    lapsed, pay_by = await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
     ttl_ms = redis_standalone.sync_client().pttl(f"preorder:{{{lapsed}}}")
     assert pay_by - clock.now_ms() < ttl_ms <= pay_by - clock.now_ms() + GRACE_MS
     clock.set_ms(pay_by)
     with pytest.raises(errors.NotFound):
-        await svc.pay("A", lapsed)
+        await svc.sending.pay("A", lapsed)
     assert await svc.ports.ledger.balance("A") == 100
 
 
@@ -188,15 +184,15 @@ async def test_redis_down_at_send(
     process = redis_servers.start_on(tmp_path, port)
     loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
     backend, counts = await open_on(f"redis://127.0.0.1:{port}", False)
-    svc = backend.service
+    svc = backend.services
     await suite._group(svc, "g", ["A", "B"])
-    await svc.topup("A", 1000, "k")
-    cached, _ = await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
+    await svc.accounts.topup("A", 1000, "k")
+    cached, _ = await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
     await asyncio.to_thread(redis_servers.stop, process)
 
-    outage = [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0]]
+    outage = [(await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0]]
     started = time.monotonic()
-    outage += [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(10)]
+    outage += [(await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(10)]
     assert time.monotonic() - started < 1.0  # the breaker skips Redis: no connect retries per request
     assert {_source(i) for i in outage} == {1} and await _preorder_rows(backend) == 11
     assert (
@@ -204,19 +200,21 @@ async def test_redis_down_at_send(
         and counts["redis_fallback_sequence"] >= 11
         and counts["redis_fallback_preorder"] >= 11
     )
-    assert (await svc.pay("A", outage[0])).status is Status.ACTIVE
-    await svc.cancel("A", outage[1])
+    assert (await svc.sending.pay("A", outage[0])).status is Status.ACTIVE
+    await svc.sending.cancel("A", outage[1])
 
     process = redis_servers.start_on(tmp_path, port)
     loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
     await asyncio.sleep(1.1)  # the breaker's cooldown: the next call is the trial
-    back = [(await svc.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(3)]
+    back = [(await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in range(3)]
     assert {_source(i) for i in back} == {0}
     assert hongbao_native.decode_order_id(back[0]).sequence > hongbao_native.decode_order_id(cached).sequence
-    assert (await svc.pay("A", outage[2])).status is Status.ACTIVE  # put in the DB, paid from it after Redis returned
-    assert (await svc.pay("A", back[0])).status is Status.ACTIVE
+    assert (
+        await svc.sending.pay("A", outage[2])
+    ).status is Status.ACTIVE  # put in the DB, paid from it after Redis returned
+    assert (await svc.sending.pay("A", back[0])).status is Status.ACTIVE
     with pytest.raises(errors.NotFound):  # it lived in the Redis that was lost: nothing was paid
-        await svc.pay("A", cached)
+        await svc.sending.pay("A", cached)
     assert await svc.ports.ledger.balance("A") == 1000 - 30 and await _preorder_rows(backend) == 8
 
 

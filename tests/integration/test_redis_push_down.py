@@ -1,4 +1,4 @@
-"""The push channel with its redis-server stopped and started again for real (DESIGN.md sections 7
+"""The push channel with its redis-server stopped and started again for real (docs/architecture.md sections 7
 and 10): the push stores sit behind the Redis client's circuit breaker, so while Redis is down a
 push answers 503 in milliseconds instead of waiting out connection retries, a new login is refused
 before the upgrade (503 + Retry-After), one warning marks the outage instead of one per push, and a

@@ -1,6 +1,6 @@
 """Storms against real push nodes (``hongbao serve --redis-url``) on a real redis-server: the
-reconnect storm of a drained node (P-10) and a connection storm (issue 4, Tests): the admission
-rate (DESIGN.md section 7) holds, the excess gets 503 + Retry-After before any Redis work, and the
+reconnect storm of a drained node (P-10) and a connection storm: the admission
+rate (docs/architecture.md section 7) holds, the excess gets 503 + Retry-After before any Redis work, and the
 node keeps answering HTTP."""
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from hongbao.bench.services.redis_servers import RedisTarget
-from hongbao.core.adapters.redis_client import Pipelines
-from hongbao.core.adapters.redis_queue import CLAIM, GROUP, PUBLISH, RedisQueue, entry_id, message_id, queue_key
+from hongbao.core.adapters.redis.client import Pipelines
+from hongbao.core.adapters.redis.queue import CLAIM, GROUP, PUBLISH, RedisQueue, entry_id, message_id, queue_key
 from hypothesis import given
 from hypothesis import strategies as st
 

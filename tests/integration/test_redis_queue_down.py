@@ -1,4 +1,4 @@
-""" "Queue down at open" (DESIGN.md section 10) on the production backend, with the queue's
+""" "Queue down at open" (docs/architecture.md section 10) on the production backend, with the queue's
 redis-server stopped and started again for real: opens commit their receipts and answer at once
 (the Redis breaker skips the dead queue instead of waiting out connection retries), the reconciler
 credits them, and once Redis is back the queue carries credits again."""
@@ -12,7 +12,8 @@ from pathlib import Path
 
 from hongbao.bench.services import redis_servers
 from hongbao.core.clock import ManualClock
-from hongbao.core.service import CREDIT_STREAM, CreditingMode
+from hongbao.core.messages import CREDIT_STREAM
+from hongbao.core.services.crediting import CreditingMode
 
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
@@ -33,8 +34,8 @@ async def test_queue_down_at_open(
     process = redis_servers.start_on(tmp_path, port)
     loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
     backend, counts = await open_on(f"redis://127.0.0.1:{port}", False)
-    svc = backend.service
-    svc.crediting_mode = CreditingMode.QUEUED
+    svc = backend.services
+    svc.crediting.mode = CreditingMode.QUEUED
     users = [f"u{i:02}" for i in range(OPENS + 4)]
     await suite._group(svc, "g", ["S", *users])
     order_id = await suite._paid(
@@ -42,22 +43,22 @@ async def test_queue_down_at_open(
     )
     await asyncio.to_thread(redis_servers.stop, process)
 
-    amounts = {u: (await svc.open(u, order_id))[0].amount_fen for u in users[:2]}  # these find Redis gone
+    amounts = {u: (await svc.opening.open(u, order_id))[0].amount_fen for u in users[:2]}  # these find Redis gone
     started = time.perf_counter()
-    amounts |= {u: (await svc.open(u, order_id))[0].amount_fen for u in users[2 : OPENS + 2]}
+    amounts |= {u: (await svc.opening.open(u, order_id))[0].amount_fen for u in users[2 : OPENS + 2]}
     assert time.perf_counter() - started < 0.5  # no connect retries per open: ~1 s each without the breaker
     assert counts["redis_breaker_opens"] == 1 and counts["redis_fallback_queue"] >= OPENS
     assert {r.user_id: r.amount_fen for r in await svc.ports.packets.receipts(order_id)} == amounts
     assert await svc.ports.ledger.balance(users[0]) == 0
     clock.advance_ms(1)
-    assert await svc.reconcile(window_ms=0) == OPENS + 2
+    assert await svc.settlement.reconcile(window_ms=0) == OPENS + 2
     assert {u: await svc.ports.ledger.balance(u) for u in amounts} == amounts
-    assert await svc.reconcile(window_ms=0) == 0
+    assert await svc.settlement.reconcile(window_ms=0) == 0
 
     process = redis_servers.start_on(tmp_path, port)
     loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
     await asyncio.sleep(1.1)  # the breaker's cooldown: the next call is the trial
-    late = {u: (await svc.open(u, order_id))[0].amount_fen for u in users[OPENS + 2 :]}
+    late = {u: (await svc.opening.open(u, order_id))[0].amount_fen for u in users[OPENS + 2 :]}
     assert await svc.ports.queue.depth(CREDIT_STREAM) == 2
-    assert await svc.drain_credits() == 2
+    assert await svc.settlement.drain_credits() == 2
     assert {u: await svc.ports.ledger.balance(u) for u in late} == late

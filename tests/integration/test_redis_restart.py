@@ -1,8 +1,8 @@
 """redis-server killed in the middle of a storm of sends, grabs and opens against `hongbao serve
---backend production` (2 workers, real MariaDB), then started again EMPTY (issue 5): no open is
+--backend production` (2 workers, real MariaDB), then started again EMPTY: no open is
 lost or doubled, every receipt is credited once the reconciler has run (the credit stream died with
 Redis), the state Redis held is rebuilt from the DB (a user who opened before the flush opens and
-grabs again and is told the same amount), and `hongbao audit` (DESIGN.md section 11) passes."""
+grabs again and is told the same amount), and `hongbao audit` (docs/architecture.md section 11) passes."""
 
 from __future__ import annotations
 

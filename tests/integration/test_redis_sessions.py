@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from hongbao.bench.services.redis_servers import RedisTarget
-from hongbao.core.adapters.redis_client import Pipelines, RedisClient
-from hongbao.core.adapters.redis_push import RedisSessionStore, node_sessions_key, online_key, route_key, session_key
-from hongbao.core.adapters.redis_push_nodes import RedisNodeDirectory
+from hongbao.core.adapters.redis.client import Pipelines, RedisClient
+from hongbao.core.adapters.redis.push import RedisSessionStore, node_sessions_key, online_key, route_key, session_key
+from hongbao.core.adapters.redis.push_nodes import RedisNodeDirectory
 from hongbao.core.push_ports import Route
 
 T0 = 1_700_000_000_000

@@ -1,7 +1,7 @@
 """The read caches of details and lists on the production backend (hongbao.core.view_cache,
-core/adapters/redis_views.py) over MariaDB and a real Redis, standalone and the 3-master cluster:
+core/adapters/redis/views.py) over MariaDB and a real Redis, standalone and the 3-master cluster:
 two workers' services share Redis; a read after a write never shows what the write changed from,
-a flushed Redis is refilled from the DB, and "Redis down at details" (DESIGN.md section 10) reads
+a flushed Redis is refilled from the DB, and "Redis down at details" (docs/architecture.md section 10) reads
 the DB with the breaker keeping it fast."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 import redis
 from hongbao.core import errors
 from hongbao.core.clock import ManualClock
-from hongbao.core.service import PacketService
+from hongbao.core.services import Services
 from hongbao.core.view_cache import MEMORY_TTL_MS
-from hongbao.core.views import details, user_list
+from hongbao.core.vocabulary import Direction
 
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
@@ -30,8 +30,8 @@ def _opened(view: dict[str, object]) -> dict[str, object]:
     return {r["user_id"]: r["amount_fen"] for r in receipts}
 
 
-async def _received(svc: PacketService, user: str) -> list[tuple[object, object, object]]:
-    page = await user_list(svc, user, "received", 2026, 1)
+async def _received(svc: Services, user: str) -> list[tuple[object, object, object]]:
+    page = await svc.reading.user_list(user, Direction.RECEIVED, 2026, 1)
     items = page["items"]
     assert isinstance(items, list)
     return [(i["order_id"], i["amount_fen"], i["best_luck"]) for i in items]
@@ -42,24 +42,27 @@ async def test_details_follow_every_write(open_on: Open, redis_target: RedisTarg
     from a bumped Redis; finished details (best luck) are kept; a non-member is refused."""
     one, _ = await open_on(redis_target.url, redis_target.cluster)
     two, _ = await open_on(redis_target.url, redis_target.cluster)
-    w1, w2 = one.service, two.service
+    w1, w2 = one.services, two.services
     await suite._group(w1, "g", ["S", "A", "B"])
     order_id = await suite._paid(w1, "S", {"count": 2, "total_fen": 300, "group_id": "g"}, fund=300)
-    assert _opened(await details(w1, "S", order_id)) == {} and _opened(await details(w2, "S", order_id)) == {}
+    assert (
+        _opened(await w1.reading.details("S", order_id)) == {}
+        and _opened(await w2.reading.details("S", order_id)) == {}
+    )
     assert redis_target.sync_keys().exists(f"details:{{{order_id}}}") == 1
 
-    a = (await w2.open("A", order_id))[0].amount_fen
-    assert _opened(await details(w2, "S", order_id)) == {"A": a}  # the writer's memory was dropped
+    a = (await w2.opening.open("A", order_id))[0].amount_fen
+    assert _opened(await w2.reading.details("S", order_id)) == {"A": a}  # the writer's memory was dropped
     clock.advance_ms(MEMORY_TTL_MS)
-    assert _opened(await details(w1, "S", order_id)) == {"A": a}  # Redis was bumped after the DB write
-    b = (await w1.open("B", order_id))[0].amount_fen
-    final = await details(w1, "A", order_id)
+    assert _opened(await w1.reading.details("S", order_id)) == {"A": a}  # Redis was bumped after the DB write
+    b = (await w1.opening.open("B", order_id))[0].amount_fen
+    final = await w1.reading.details("A", order_id)
     assert final["status"] == "finished" and _opened(final) == {"A": a, "B": b}
     assert final["best_luck_user_id"] == ("A" if a >= b else "B")
     clock.advance_ms(MEMORY_TTL_MS)
-    assert await details(w2, "B", order_id) == final
+    assert await w2.reading.details("B", order_id) == final
     with pytest.raises(errors.NotMember):
-        await details(w2, "X", order_id)
+        await w2.reading.details("X", order_id)
 
 
 async def test_lists_after_credit_and_a_flush(open_on: Open, redis_target: RedisTarget, clock: ManualClock) -> None:
@@ -67,24 +70,24 @@ async def test_lists_after_credit_and_a_flush(open_on: Open, redis_target: Redis
     the lists and details are rebuilt from the DB, equal."""
     one, _ = await open_on(redis_target.url, redis_target.cluster)
     two, _ = await open_on(redis_target.url, redis_target.cluster)
-    w1, w2 = one.service, two.service
+    w1, w2 = one.services, two.services
     clock.set_ms(1_780_000_000_000)  # in 2026, the year the lists are read for
     await suite._group(w1, "g", ["S", "A"])
     order_id = await suite._paid(w1, "S", {"count": 1, "total_fen": 100, "group_id": "g"}, fund=100)
     assert await _received(w1, "A") == [] and await _received(w2, "A") == []
-    await w1.open("A", order_id)
-    await w1.drain_credits()
-    while await w1.drain_lists():
+    await w1.opening.open("A", order_id)
+    await w1.settlement.drain_credits()
+    while await w1.lists.drain():
         pass
     assert await _received(w1, "A") == [(order_id, 100, True)]
     clock.advance_ms(MEMORY_TTL_MS)
     assert await _received(w2, "A") == [(order_id, 100, True)]
-    shown = await details(w2, "A", order_id)
+    shown = await w2.reading.details("A", order_id)
 
     redis_target.flush()
     clock.advance_ms(MEMORY_TTL_MS)
     assert await _received(w2, "A") == [(order_id, 100, True)]
-    assert await details(w1, "A", order_id) == shown
+    assert await w1.reading.details("A", order_id) == shown
     assert redis_target.sync_keys().exists(f"details:{{{order_id}}}", "lists:{A}") == 2
 
 
@@ -92,19 +95,19 @@ async def test_details_with_redis_down(open_on: Open, clock: ManualClock, privat
     """Redis stopped: details and lists come from the DB in well under a second each (breaker),
     counted as fallbacks; opens while down show at once; Redis back (empty): cached again."""
     backend, counts = await open_on(private_redis.url, False)
-    svc = backend.service
+    svc = backend.services
     await suite._group(svc, "g", ["S", "A", "B", "C"])
     order_id = await suite._paid(svc, "S", {"count": 3, "total_fen": 300, "group_id": "g", "greeting": "hi"}, fund=300)
-    assert _opened(await details(svc, "S", order_id)) == {}
+    assert _opened(await svc.reading.details("S", order_id)) == {}
     await private_redis.stop()
 
-    a = (await svc.open("A", order_id))[0].amount_fen  # its bump is lost and counted
+    a = (await svc.opening.open("A", order_id))[0].amount_fen  # its bump is lost and counted
     started = time.perf_counter()
     for user in ("S", "A", "B", "C"):
         clock.advance_ms(MEMORY_TTL_MS)
-        view = await details(svc, user, order_id)
+        view = await svc.reading.details(user, order_id)
         assert _opened(view) == {"A": a} and view["greeting"] == "hi"
-        await user_list(svc, user, "received", 2026, 1)
+        await svc.reading.user_list(user, Direction.RECEIVED, 2026, 1)
     assert time.perf_counter() - started < 1.0
     assert counts["redis_fallback_details"] >= 4 and counts["redis_fallback_lists"] >= 4
     assert counts["redis_views_lost_bumps"] >= 1
@@ -112,8 +115,8 @@ async def test_details_with_redis_down(open_on: Open, clock: ManualClock, privat
     private_redis.start()
     await asyncio.sleep(1.1)  # the breaker's cooldown: the next call is the trial
     clock.advance_ms(MEMORY_TTL_MS)
-    assert _opened(await details(svc, "B", order_id)) == {"A": a}
+    assert _opened(await svc.reading.details("B", order_id)) == {"A": a}
     clock.advance_ms(MEMORY_TTL_MS)
-    assert _opened(await details(svc, "B", order_id)) == {"A": a}
+    assert _opened(await svc.reading.details("B", order_id)) == {"A": a}
     with redis.Redis(host="127.0.0.1", port=private_redis.port) as client:
         assert client.exists(f"details:{{{order_id}}}") == 1

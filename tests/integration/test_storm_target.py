@@ -14,9 +14,9 @@ from typing import Any
 
 import orjson
 from hongbao.bench.services.redis_servers import RedisTarget
-from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.embedded import DB_FILE
+from hongbao.core.adapters.sqlite.db import SqliteDb
 from hongbao.server.auth import KEY_FILE
+from hongbao.server.composition import DB_FILE
 
 from tests.integration.mariadb import PASSWORD, MariaDb
 from tests.integration.production import SERVE_LAYOUT, start_production

@@ -136,7 +136,7 @@ def test_split_equal_equals_reference(total: int, count: int) -> None:
 
 @given(per_share=st.integers(1, 2**40), count=st.integers(1, 100))
 def test_split_equal_returns_the_per_share_amount(per_share: int, count: int) -> None:
-    """An exact multiple gives back the per-share amount (DESIGN.md section 3: the sender gives it)."""
+    """An exact multiple gives back the per-share amount (docs/architecture.md section 3: the sender gives it)."""
     assert hn.split_equal(per_share * count, count) == per_share
 
 

@@ -1,4 +1,5 @@
-"""Fairness of the lucky split against an exact oracle (DESIGN.md section 3: every position's expected share is m/n).
+"""Fairness of the lucky split against an exact oracle: every position's expected share is m/n
+(docs/architecture.md section 3).
 
 The oracle is exact rational arithmetic, kept as integers over one common denominator per position: the
 remainder's distribution before each opening, and each position's share distribution, follow from the
@@ -28,7 +29,7 @@ PACKETS = 200_000
 
 
 def exact_rule(m: int, n: int) -> list[tuple[int, int, int]]:
-    """DESIGN.md section 3: U = floor(2F/n), plus one with probability (2F mod n)/n."""
+    """docs/architecture.md section 3: U = floor(2F/n), plus one with probability (2F mod n)/n."""
     q, r = divmod(2 * (m - n), n)
     return [(n - r, n, q), (r, n, q + 1)] if r else [(1, 1, q)]
 

@@ -1,7 +1,7 @@
 """The broadcast fan-out (server/push_fanout.py ``send_broadcasts``): the broadcasts of one read
 of the topic log reach each subscriber in one write per topic, in order, and a long fan-out
 gives the event loop turns. In process over the real embedded push stores, and end to end on a
-real server with ``websockets`` clients (DESIGN.md section 7)."""
+real server with ``websockets`` clients (docs/architecture.md section 7)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ from typing import Any
 
 import orjson
 import pytest
-from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.adapters.sqlite_push_db import open_push_db
-from hongbao.core.adapters.sqlite_state import SqliteGroupStore
+from hongbao.core.adapters.sqlite.db import SqliteDb
+from hongbao.core.adapters.sqlite.state import SqliteGroupStore
+from hongbao.server.composition import push_stores
 from hongbao.server.config import Settings
 from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.push_fanout import BROADCAST_CHUNK, JOIN_MAX_BYTES, joined
 from hongbao.server.push_hub import PushHub
-from hongbao.server.push_stores import open_push_stores
 from hongbao_native import OP_TEXT, FrameDecoder, encode_frame
 from hypothesis import given
 from hypothesis import strategies as st
@@ -71,13 +70,12 @@ class Socket:
 def hub(tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]) -> Iterator[PushHub]:
     """A hub (not started: no listener) on the embedded stores of a fresh data directory."""
     settings = Settings(data_dir=tmp_path, internal_secret="test")
-    money, push_db = SqliteDb(tmp_path / "hongbao.db"), open_push_db(tmp_path)
-    stores = open_push_stores(settings, push_db, {})
+    money = SqliteDb(tmp_path / "hongbao.db")
+    stores = push_stores(settings, {})
     made = PushHub(settings, stores, WorkerMetrics(tmp_path / "metrics"), stores.queue, SqliteGroupStore(money))
-    loop_cleanups.append(made.stop)
+    loop_cleanups.extend((stores.aclose, made.stop))  # last first: the hub stops, then its stores close
     yield made
     money.close()
-    push_db.close()
 
 
 def subscribed(hub: PushHub, uid: str, *topics: str) -> Socket:

@@ -3,7 +3,7 @@
 answered before the fan-out writes another chunk, so broadcasts published one after another
 during a pass all go out joined in the next write; a publish stuck behind the store pauses the
 fan-out once, for at most ``GIVE_WAY_S``. In process over the real embedded push stores, with
-subscribers whose writes cost CPU time as the kernel's do (DESIGN.md section 7)."""
+subscribers whose writes cost CPU time as the kernel's do (docs/architecture.md section 7)."""
 
 from __future__ import annotations
 

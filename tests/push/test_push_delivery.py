@@ -1,4 +1,4 @@
-"""Targeted, group and broadcast pushes on real servers: order, replay, resets, bounds (DESIGN.md
+"""Targeted, group and broadcast pushes on real servers: order, replay, resets, bounds (docs/architecture.md
 section 7; push cases P-03, P-29)."""
 
 from __future__ import annotations

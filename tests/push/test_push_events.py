@@ -1,4 +1,4 @@
-"""Red-packet events of a real money flow reach the right users over WebSocket (DESIGN.md
+"""Red-packet events of a real money flow reach the right users over WebSocket (docs/architecture.md
 section 7; hongbao.core.events): received, opened, credited, finished with best luck, expired, refunded."""
 
 from __future__ import annotations

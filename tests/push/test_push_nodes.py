@@ -1,4 +1,4 @@
-"""Several push nodes on one data directory (DESIGN.md section 7): a crashed node (P-13) and its
+"""Several push nodes on one data directory (docs/architecture.md section 7): a crashed node (P-13) and its
 sweep, a stale route cache (P-14), a login on another node replacing a session, the internal
 listener's secret."""
 

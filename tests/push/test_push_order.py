@@ -14,16 +14,16 @@ from typing import Any
 
 import orjson
 import pytest
-from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.adapters.sqlite_push import SqliteMessageLog
-from hongbao.core.adapters.sqlite_push_db import open_push_db
-from hongbao.core.adapters.sqlite_state import SqliteGroupStore
+from hongbao.core.adapters.sqlite.db import SqliteDb
+from hongbao.core.adapters.sqlite.push import SqliteMessageLog
+from hongbao.core.adapters.sqlite.push_db import open_push_db
+from hongbao.core.adapters.sqlite.state import SqliteGroupStore
 from hongbao.core.push_ports import Stored
+from hongbao.server.composition import push_stores
 from hongbao.server.config import Settings
 from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.push_hub import PushHub
 from hongbao.server.push_messages import EventBody, now_ms
-from hongbao.server.push_stores import open_push_stores
 
 from tests.push.conftest import eventually
 
@@ -82,12 +82,12 @@ def worker(tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]) -
     """A hub on the embedded stores of a fresh data directory (stopped after the test, on its
     loop), and the user logs as a second worker opens them."""
     settings = Settings(data_dir=tmp_path, internal_secret="test")
-    money, push, other = SqliteDb(tmp_path / "hongbao.db"), open_push_db(tmp_path), open_push_db(tmp_path)
-    stores = open_push_stores(settings, push, {})
+    money, other = SqliteDb(tmp_path / "hongbao.db"), open_push_db(tmp_path)
+    stores = push_stores(settings, {})
     hub = PushHub(settings, stores, WorkerMetrics(tmp_path / "metrics"), stores.queue, SqliteGroupStore(money))
-    loop_cleanups.append(hub.stop)
+    loop_cleanups.extend((stores.aclose, hub.stop))  # last first: the hub stops, then its stores close
     yield Worker(hub, SqliteMessageLog(other, settings.push_log_max_messages, settings.push_log_max_age_s))
-    for db in (money, push, other):
+    for db in (money, other):
         db.close()
 
 

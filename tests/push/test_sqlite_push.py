@@ -1,4 +1,4 @@
-"""The embedded push adapters (hongbao.core.adapters.sqlite_push) against a real push file
+"""The embedded push adapters (hongbao.core.adapters.sqlite.push) against a real push file
 (``push.db``), opened twice as two workers of one host would."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.adapters.sqlite_push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
-from hongbao.core.adapters.sqlite_push_db import open_push_db
+from hongbao.core.adapters.sqlite.db import SqliteDb
+from hongbao.core.adapters.sqlite.push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
+from hongbao.core.adapters.sqlite.push_db import open_push_db
 from hongbao.core.push_ports import Route, SharedBody, Stored
 from hongbao.server.push_appender import Appender
 from hongbao.server.push_messages import EventBody

@@ -1,4 +1,4 @@
-"""Reference order-id codec (DESIGN.md section 4), mirroring native/src/order_id.rs.
+"""Reference order-id codec (docs/architecture.md section 4), mirroring native/src/order_id.rs.
 
 An id is 20 ASCII digits: region(1) yymmdd(6) source(1) sequence(11) check(1), the check digit
 being Damm's (H. Michael Damm, 2004) over the first 19. Errors are ValueError with the same

@@ -1,4 +1,4 @@
-"""Reference routing hashes (DESIGN.md section 4), mirroring native/src/routing.rs.
+"""Reference routing hashes (docs/architecture.md section 4), mirroring native/src/routing.rs.
 
 The hash is xxh3-64 with seed 0 from the `xxhash` package (the C library by Yann Collet), an
 implementation independent of the Rust crate; jump hash is the paper's C++ pseudo-code

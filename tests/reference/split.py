@@ -1,8 +1,8 @@
-"""Pure-Python reference of the lucky and equal split (DESIGN.md section 3) and of its seeded generator.
+"""Pure-Python reference of the lucky and equal split (docs/architecture.md section 3) and of its seeded generator.
 
 The rule, with m fen and n shares left: n == 1 gives m. Otherwise F = m - n, q, r = divmod(2F, n);
 U = q, plus one when a coin `below(n)` is < r (drawn only when r > 0); the share is 1 + below(U + 1),
-where below(1) is 0 and draws nothing. `below(k)` is the rejection rule of DESIGN.md section 3: draw a
+where below(1) is 0 and draws nothing. `below(k)` is the rejection rule of docs/architecture.md section 3: draw a
 u64 v, reject while v >= 2**64 - (2**64 mod k), return v mod k. The seeded source is ChaCha20 keyed by
 the seed's 8 little-endian bytes zero-padded to 32, stream 0 (see `tests.reference.chacha20`), so
 `Splitter(seed).split_all` here equals `hongbao_native.Splitter(seed).split_all` value for value.

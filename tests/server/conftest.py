@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hongbao.bench.audit import audit_sqlite
 from hongbao.bench.services.process import free_port, terminate
+from hongbao.core.adapters.sqlite.audit import audit_sqlite
 from hongbao.server.auth import embedded_secret, mint
 
 TEST_CONFIG = """
@@ -133,7 +133,7 @@ def stop_server(server: Server) -> int:
 
 def finish_server(server: Server) -> None:
     """Stop ``server``; it must exit 0 without a traceback and leave a database that passes the
-    money audit of DESIGN.md section 11 (credits may still be pending: not drained)."""
+    money audit of docs/architecture.md section 11 (credits may still be pending: not drained)."""
     status = stop_server(server)
     log = server.log()
     assert status == 0, log

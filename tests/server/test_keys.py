@@ -1,4 +1,4 @@
-"""The embedded key file (DESIGN.md section 12: ./var/jwt.key, mode 0600, created on first
+"""The embedded key file (docs/architecture.md section 12: ./var/jwt.key, mode 0600, created on first
 start): workers that start at the same instant all read the same, whole key."""
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ content type and headers, and a body that matches the schema documented for that
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import secrets
@@ -19,10 +20,11 @@ import hongbao_native
 import httpx
 import yaml
 from hongbao.core import errors
-from hongbao.core.embedded import open_embedded
+from hongbao.core.clock import SystemClock
 from hongbao.server import http_protocol
 from hongbao.server.app import App
 from hongbao.server.auth import TokenVerifier
+from hongbao.server.composition import open_backend
 from hongbao.server.config import Settings
 from hongbao.server.handlers import MAX_PAGE, MAX_TOPUP_FEN
 from hongbao.server.metrics import WorkerMetrics
@@ -91,14 +93,14 @@ def app_routes(*, test_clock: bool, tmp: Path) -> list[Route]:
     """The route table of a real App (the one a worker serves), built in-process over a fresh embedded backend."""
     admission = hongbao_native.AdmissionTable.create(f"openapi-{os.getpid()}-{secrets.token_hex(4)}", 16)
     limiter = hongbao_native.RateLimiter.create(f"openapi-{os.getpid()}-{secrets.token_hex(4)}", 1.0, 1)
-    backend = open_embedded(tmp, admission)
+    settings = Settings(data_dir=tmp, test_clock=test_clock)
+    backend = asyncio.run(open_backend(settings, admission, SystemClock()))
     try:
-        settings = Settings(data_dir=tmp, test_clock=test_clock)
         app = App(settings, backend, TokenVerifier("k" * 32, ["HS256"]), WorkerMetrics(tmp / "metrics"), limiter)
         routes: list[Route] = app.router.routes
         return routes
     finally:
-        backend.close()
+        asyncio.run(backend.aclose())
         admission.unlink()
         limiter.unlink()
 

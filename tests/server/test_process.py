@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import jwt
 import pytest
-from hongbao.bench.audit import audit_sqlite
+from hongbao.core.adapters.sqlite.audit import audit_sqlite
 from hongbao.server.auth import embedded_secret
 from hongbao.server.config import Settings, load_settings
 

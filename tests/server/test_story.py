@@ -1,6 +1,6 @@
 """The whole money flow through HTTP against a real server: top up, group, send, pay, every member
 grabs and opens, details with best luck, sent/received lists with yearly summaries, the ledger, and
-balances that add up to the top-ups (DESIGN.md sections 6, 11 and 12)."""
+balances that add up to the top-ups (docs/architecture.md sections 6, 11 and 12)."""
 
 from __future__ import annotations
 

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hongbao.bench.audit import AuditReport
 from hongbao.bench.storm import report
 from hongbao.bench.storm.runner import LoadResult
 from hongbao.bench.storm.scenario import load_scenario
 from hongbao.bench.storm.settle import Settlement
-from hongbao.core.adapters.sqlite_db import SqliteDb
-from hongbao.core.embedded import DB_FILE
+from hongbao.core.adapters.sqlite.db import SqliteDb
+from hongbao.core.audit import AuditReport
 from hongbao.server.auth import KEY_FILE
+from hongbao.server.composition import DB_FILE
 
 from tests.server.conftest import Server
 

@@ -1,4 +1,4 @@
-"""The host-wide admission rate of new WebSocket connections (DESIGN.md section 7; P-11): the
+"""The host-wide admission rate of new WebSocket connections (docs/architecture.md section 7; P-11): the
 excess gets 503 + Retry-After before any hub (session store) work, the preflight reads the
 limiter without taking from it, and a connection storm is shed fast while /healthz stays quick."""
 

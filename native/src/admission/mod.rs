@@ -1,4 +1,4 @@
-//! Per-packet admission counters and host-wide token buckets in shared memory (DESIGN.md sections 6
+//! Per-packet admission counters and host-wide token buckets in shared memory (docs/architecture.md sections 6
 //! and 8), used by every worker process of one host: the segments (shm), the admission table
 //! (table, over its slot arrays in slots), the rate limiter (rate), then the PyO3 layer (py).
 

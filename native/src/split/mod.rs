@@ -1,4 +1,4 @@
-//! Lucky and equal split of a packet, DESIGN.md section 3: the rule (rule) and its division-free
+//! Lucky and equal split of a packet, docs/architecture.md section 3: the rule (rule) and its division-free
 //! path for small numbers (fast), its generators (rng), then the PyO3 layer (py). Docs live in the
 //! stub.
 

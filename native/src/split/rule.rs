@@ -1,4 +1,4 @@
-//! The lucky split's rule, DESIGN.md section 3: the exact double-average rule in integer fen over
+//! The lucky split's rule, docs/architecture.md section 3: the exact double-average rule in integer fen over
 //! any source of u64 draws, with our own rejection rule for an integer in [0, k); and the equal
 //! split.
 
@@ -6,7 +6,7 @@ use std::fmt;
 
 use super::fast;
 
-/// `split_all` refuses more shares than this: the list is built in memory (DESIGN.md caps packets at 100).
+/// `split_all` refuses more shares than this: the list is built in memory (docs/architecture.md caps packets at 100).
 pub const MAX_SPLIT_ALL_COUNT: i64 = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +113,7 @@ fn share_unchecked<R: DrawU64 + ?Sized>(rng: &mut R, m: u64, n: u64) -> u64 {
     1 + below(rng, upper + 1)
 }
 
-/// One lucky share by the exact double-average rule of DESIGN.md section 3.
+/// One lucky share by the exact double-average rule of docs/architecture.md section 3.
 pub fn lucky_share<R: DrawU64 + ?Sized>(rng: &mut R, remaining: i64, count: i64) -> Result<i64, SplitError> {
     check_lucky(remaining, count)?;
     let share = share_unchecked(rng, remaining.unsigned_abs(), count.unsigned_abs());

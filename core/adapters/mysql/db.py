@@ -1,0 +1,291 @@
+"""One asyncmy pool per database of the sharded MySQL/MariaDB layout (hongbao.core.sharding), the
+DSN's parsing, and the bounds and breaker of every call.
+
+Connections: autocommit for single statements, READ COMMITTED for transactions (the open
+transaction locks the packet row first, so every later read sees every committed open), utf8mb4,
+and server-side prepared statements (asyncmy's statement cache: every ``%s`` query is prepared
+once per connection and then runs in the binary protocol). A lost or refused connection becomes
+``Degraded`` (503), and a short circuit breaker per database answers the next requests at once
+instead of letting each wait for a dead server; a deadlock is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import Any, TypeVar
+
+import asyncmy
+from asyncmy.connection import Connection
+from asyncmy.cursors import Cursor
+from asyncmy.errors import MySQLError, OperationalError
+from asyncmy.pool import Pool
+from hongbao.core.errors import Degraded
+from hongbao.core.sharding import Layout, parse_dsn
+
+log = logging.getLogger("hongbao.mysql")
+T = TypeVar("T")
+Row = tuple[Any, ...]
+#: client error codes of a connection that is gone or never came (CR_CONNECTION_ERROR,
+#: CR_CONN_HOST_ERROR, CR_SERVER_GONE_ERROR, CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED).
+CONNECTION_LOST = frozenset({2002, 2003, 2006, 2013, 2055})
+DEADLOCK, DEADLOCK_RETRIES = 1213, 3
+BREAKER_S = 0.5  # after a connection failure, requests to that database fail at once for this long
+TIMEOUT_S = 0.3  # the default bound of one statement, from the moment it has its connection
+TRANSACTION_TIMEOUT_S = 5.0  # ... and of one transaction (a batched open of hundreds of receipts, its lock wait)
+CONNECT_TIMEOUT_S = 1.0  # the bound of a new connection (a server that does not answer it hangs: the breaker opens)
+SCAN_TIMEOUT_S = 10.0  # the bound of a background job's scan over every day table
+TIMEOUTS_TO_TRIP = 3  # consecutive calls past their bound that open the breaker (a frozen server)
+STATEMENT_CACHE = 64  # prepared statements kept per connection
+
+
+def _lost(exc: OperationalError) -> bool:
+    return bool(exc.args) and exc.args[0] in CONNECTION_LOST
+
+
+def connect_args(server: dict[str, Any], *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, Any]:
+    """asyncmy arguments shared by every hongbao connection to ``server``."""
+    return {
+        **server,
+        "charset": "utf8mb4",
+        "autocommit": True,
+        "connect_timeout": max(1, round(connect_timeout_s)),
+        "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        "stmt_cache_size": STATEMENT_CACHE,
+    }
+
+
+class MysqlShards:
+    """The pools of every database of ``layout`` on the servers of ``dsn`` (database i on the
+    i-th DSN, cyclically), ``pool_size`` connections each. Pools open on first use, on the
+    running event loop; ``connect()`` opens them all at once. Once it has its connection, every
+    statement is bounded by ``timeout_s`` seconds and every transaction by
+    ``transaction_timeout_s`` (a scan may ask for more): past it the call raises Degraded, and
+    ``TIMEOUTS_TO_TRIP`` such calls in a row open the database's breaker as a lost connection
+    does, so a frozen server costs a request at most about a second (its point reads), then
+    microseconds. The wait for a connection is bounded by ``transaction_timeout_s`` and never
+    opens the breaker (a burst here is not a server that hangs). Raises ValueError for a bad DSN."""
+
+    __slots__ = (
+        "layout",
+        "timeout_s",
+        "transaction_timeout_s",
+        "_servers",
+        "_pool_size",
+        "_pools",
+        "_lock",
+        "_down_until",
+        "_timeouts",
+        "_clearing",
+    )
+
+    def __init__(
+        self,
+        dsn: str,
+        layout: Layout,
+        *,
+        pool_size: int = 10,
+        timeout_s: float = TIMEOUT_S,
+        transaction_timeout_s: float = TRANSACTION_TIMEOUT_S,
+    ) -> None:
+        self.layout, self._servers, self._pool_size = layout, parse_dsn(dsn), pool_size
+        self.timeout_s, self.transaction_timeout_s = timeout_s, transaction_timeout_s
+        self._clearing: set[asyncio.Task[None]] = set()
+        self._pools: list[Pool | None] = [None] * layout.n_dbs
+        self._lock = asyncio.Lock()
+        self._down_until = [0.0] * layout.n_dbs
+        self._timeouts = [0] * layout.n_dbs
+
+    async def connect(self) -> None:
+        """Open every pool now; raises Degraded when a database cannot be reached (not migrated,
+        wrong DSN, server down)."""
+        for db in range(self.layout.n_dbs):
+            async with self._conn(db):
+                pass
+
+    async def reachable(self) -> dict[str, bool]:
+        """Each database's name -> whether it answers ``SELECT 1`` within ``timeout_s`` (every
+        database at once; one whose breaker is open reads as down without a query)."""
+
+        async def one(db: int) -> bool:
+            try:
+                await self.fetchone(db, "SELECT 1")
+            except Degraded:
+                return False
+            return True
+
+        answers = await asyncio.gather(*(one(db) for db in range(self.layout.n_dbs)))
+        return {self.layout.db_name(db): up for db, up in enumerate(answers)}
+
+    async def close(self) -> None:
+        """Close every pool and wait for its connections (a background clear is cancelled)."""
+        for task in list(self._clearing):
+            task.cancel()
+        pools = [pool for pool in self._pools if pool is not None]
+        self._pools = [None] * self.layout.n_dbs
+        for pool in pools:
+            pool.close()
+        for pool in pools:
+            await pool.wait_closed()
+
+    async def _pool(self, db: int) -> Pool:
+        pool = self._pools[db]
+        if pool is None:
+            async with self._lock:
+                pool = self._pools[db]
+                if pool is None:
+                    args = connect_args(self._servers[db % len(self._servers)])
+                    pool = self._pools[db] = await asyncmy.create_pool(
+                        minsize=1, maxsize=self._pool_size, db=self.layout.db_name(db), **args
+                    )
+        return pool
+
+    @asynccontextmanager
+    async def _conn(self, db: int) -> AsyncIterator[Connection]:
+        """A pooled connection of ``db``: Degraded at once while its breaker is open, when it cannot
+        be had (the server refuses, or does not answer a new connection within CONNECT_TIMEOUT_S:
+        the breaker opens), or when none frees up within ``transaction_timeout_s`` (every one
+        busy: congestion here, not a server that hangs, so the breaker stays shut); the breaker is
+        looked at again once one is had."""
+        name = self.layout.db_name(db)
+        if time.monotonic() < self._down_until[db]:
+            raise Degraded(f"database {name} is unavailable")
+        dialing = False
+        try:
+            pool = await self._pool(db)
+            dialing = pool.freesize == 0 and pool.size < pool.maxsize  # the acquire opens a connection
+            wait_s = CONNECT_TIMEOUT_S if dialing else self.transaction_timeout_s
+            conn = await asyncio.wait_for(pool.acquire(), wait_s)
+        except TimeoutError:
+            if dialing:  # the server does not answer a connect: it hangs
+                self._trip(db, TimeoutError(f"no connection within {CONNECT_TIMEOUT_S:.0f} s"))
+                raise Degraded(f"database {name} is unavailable") from None
+            raise Degraded(f"database {name} is busy: no connection free within {wait_s:.0f} s") from None
+        except (MySQLError, OSError, RuntimeError) as exc:  # RuntimeError: asyncmy on uvloop, socket gone mid-handshake
+            self._trip(db, exc)
+            raise Degraded(f"database {name} is unavailable") from exc
+        try:
+            if time.monotonic() < self._down_until[db]:  # it tripped while this caller waited
+                raise Degraded(f"database {name} is unavailable")
+            yield conn
+        except OperationalError as exc:
+            if _lost(exc):
+                conn.close()
+                self._trip(db, exc)
+                raise Degraded(f"database {name} is unavailable") from exc
+            raise
+        except Exception:
+            raise
+        except BaseException:  # cancelled mid-statement: the connection's state is unknown
+            conn.close()
+            raise
+        finally:
+            pool.release(conn)
+
+    def _trip(self, db: int, exc: BaseException) -> None:
+        """Open the breaker of ``db`` and drop its idle connections (after a restart they are all
+        dead) in the background: the pool's lock may be held by a connect to a frozen server,
+        and the caller answers now."""
+        if time.monotonic() >= self._down_until[db]:
+            log.warning(
+                "database %s unavailable (%s); failing fast for %.1f s", self.layout.db_name(db), exc, BREAKER_S
+            )
+        self._down_until[db] = time.monotonic() + BREAKER_S
+        pool = self._pools[db]
+        if pool is not None:
+            task = asyncio.get_running_loop().create_task(pool.clear())
+            self._clearing.add(task)
+            task.add_done_callback(self._clearing.discard)
+
+    async def _run(self, db: int, op: Callable[[Connection], Awaitable[T]], limit: float) -> T:
+        """``op(conn)`` on a connection of ``db`` (see ``_conn``), within ``limit`` seconds from the
+        moment it has one; again after a deadlock (the server rolled the loser back), 3 times at
+        most. Past ``limit``: Degraded, the connection closed (its state is unknown), and the
+        breaker opens after TIMEOUTS_TO_TRIP in a row (a server that hangs)."""
+        for tries in range(1, DEADLOCK_RETRIES + 1):
+            try:
+                async with self._conn(db) as conn:
+                    try:  # wait_for, not asyncio.timeout: the HTTP protocol runs handlers outside any Task
+                        result = await asyncio.wait_for(op(conn), limit)
+                    except TimeoutError:
+                        conn.close()
+                        self._timed_out(db, limit)
+                        raise Degraded(
+                            f"database {self.layout.db_name(db)} did not answer within {limit * 1000:.0f} ms"
+                        ) from None
+                    self._timeouts[db] = 0
+                    return result
+            except OperationalError as exc:
+                if exc.args[:1] != (DEADLOCK,) or tries == DEADLOCK_RETRIES:
+                    raise
+                log.info("deadlock on %s; retrying", self.layout.db_name(db))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _timed_out(self, db: int, limit: float) -> None:
+        self._timeouts[db] += 1
+        if self._timeouts[db] >= TIMEOUTS_TO_TRIP:
+            self._timeouts[db] = 0
+            self._trip(db, TimeoutError(f"{TIMEOUTS_TO_TRIP} calls in a row past {limit * 1000:.0f} ms"))
+
+    async def transaction(
+        self, db: int, body: Callable[[Cursor], Awaitable[T]], *, timeout_s: float | None = None
+    ) -> T:
+        """Run ``body(cursor)`` in one transaction on database ``db``: commit on return, roll back
+        on any exception; a deadlock reruns the whole body (up to 3 times); each run within
+        ``timeout_s`` (None: ``transaction_timeout_s``) of having its connection. Raises Degraded
+        when the database is unreachable, the connection is lost or the bound passes (nothing is
+        committed then, or, when the bound passed during the COMMIT, maybe everything: every
+        transaction here is idempotent)."""
+
+        async def run(conn: Connection) -> T:
+            await conn.begin()
+            try:
+                async with conn.cursor() as cur:
+                    result = await body(cur)
+                await conn.commit()
+                return result
+            except Exception as exc:
+                if not (isinstance(exc, OperationalError) and _lost(exc)):
+                    with suppress(MySQLError, OSError):
+                        await conn.rollback()
+                raise
+
+        return await self._run(db, run, self.transaction_timeout_s if timeout_s is None else timeout_s)
+
+    async def execute(self, db: int, sql: str, args: Sequence[object] = (), *, timeout_s: float | None = None) -> int:
+        """One autocommitted statement (retried after a deadlock) within ``timeout_s`` (None:
+        ``timeout_s`` of the shards) of having its connection; returns the rows it changed."""
+
+        async def run(conn: Connection) -> int:
+            async with conn.cursor() as cur:
+                return await cur.execute(sql, tuple(args))
+
+        return await self._run(db, run, self.timeout_s if timeout_s is None else timeout_s)
+
+    async def fetchone(
+        self, db: int, sql: str, args: Sequence[object] = (), *, timeout_s: float | None = None
+    ) -> Row | None:
+        """The first row of an autocommitted query (within ``timeout_s``, as ``execute``), or None."""
+
+        async def run(conn: Connection) -> Row | None:
+            async with conn.cursor() as cur:
+                await cur.execute(sql, tuple(args))
+                row = await cur.fetchone()
+                return None if row is None else tuple(row)
+
+        return await self._run(db, run, self.timeout_s if timeout_s is None else timeout_s)
+
+    async def fetchall(
+        self, db: int, sql: str, args: Sequence[object] = (), *, timeout_s: float | None = None
+    ) -> list[Row]:
+        """Every row of an autocommitted query (within ``timeout_s``, as ``execute``; scans pass SCAN_TIMEOUT_S)."""
+
+        async def run(conn: Connection) -> list[Row]:
+            async with conn.cursor() as cur:
+                await cur.execute(sql, tuple(args))
+                return [tuple(r) for r in await cur.fetchall()]
+
+        return await self._run(db, run, self.timeout_s if timeout_s is None else timeout_s)

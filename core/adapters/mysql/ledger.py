@@ -1,0 +1,144 @@
+"""LedgerStore on the sharded MySQL/MariaDB schema: ``t_account_{t}`` and ``t_ledger_{t}`` on the
+user's shard, each movement applied exactly once.
+
+The (kind, ref) unique key of the user's ledger table is the idempotency of every movement
+(docs/architecture.md section 5). A ref always belongs to one user (the order id to its sender, a receipt
+to its receiver, a top-up key is prefixed with its user), so a key unique per shard is unique.
+A debit locks its account row (SELECT ... FOR UPDATE) before it changes, and the ``balance_fen >= 0``
+CHECK backs the overdraft test; credits go to their accounts in one upsert per table at the end
+of the transaction (a balance only grows there, so nothing needs checking).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections import defaultdict
+from collections.abc import Sequence
+
+from asyncmy.cursors import Cursor
+from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, MysqlShards
+from hongbao.core.errors import InsufficientBalance
+from hongbao.core.ports import LedgerEntry
+from hongbao.core.vocabulary import EntryKind
+
+
+class MysqlLedgerStore:
+    """The production LedgerStore (see hongbao.core.ports.LedgerStore for the contract)."""
+
+    __slots__ = ("_shards",)
+
+    def __init__(self, shards: MysqlShards) -> None:
+        self._shards = shards
+
+    async def post(self, entry: LedgerEntry) -> bool:
+        """Apply ``entry`` once; False if already applied. Raises InsufficientBalance on overdraft
+        (and changes nothing)."""
+        return (await self.post_many([entry]))[0]
+
+    async def post_many(self, entries: Sequence[LedgerEntry]) -> list[bool]:
+        """Apply each entry once, in one transaction per database (every database at once); per
+        entry, True if applied now. Raises InsufficientBalance on an overdraft (that database's
+        entries roll back; another database's may have committed, which a retry finds applied)."""
+        by_db: dict[int, list[int]] = defaultdict(list)
+        for i, entry in enumerate(entries):
+            by_db[self._shards.layout.key_shard(entry.user_id)[0]].append(i)
+        applied = [False] * len(entries)
+
+        async def one_db(db: int, indices: list[int]) -> None:
+            # Locks in one order (ledger keys, then accounts by user), so two batches never deadlock.
+            mine = sorted(indices, key=lambda i: (entries[i].kind, entries[i].ref))
+            done = await self._shards.transaction(db, lambda cur: self._apply(cur, [entries[i] for i in mine]))
+            for i, ok in zip(mine, done, strict=True):
+                applied[i] = ok
+
+        await asyncio.gather(*(one_db(db, indices) for db, indices in by_db.items()))
+        return applied
+
+    async def _apply(self, cur: Cursor, entries: list[LedgerEntry]) -> list[bool]:
+        """In the caller's transaction: insert each ledger row (a (kind, ref) already there is
+        skipped), check and apply each debit under its account's row lock, then add the credits
+        to their accounts in one multi-row upsert; per entry, True if applied."""
+        applied: list[bool] = []
+        gains: dict[str, int] = defaultdict(int)
+        for entry in entries:
+            _, t = self._shards.layout.key_shard(entry.user_id)
+            inserted = await cur.execute(
+                f"INSERT INTO t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) VALUES (%s, %s, %s, %s, %s) "
+                "ON DUPLICATE KEY UPDATE id = id",
+                (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms),
+            )
+            applied.append(inserted == 1)
+            if inserted != 1:
+                continue
+            if entry.amount_fen >= 0:
+                gains[entry.user_id] += entry.amount_fen
+                continue
+            await cur.execute(
+                f"SELECT balance_fen FROM t_account_{t:02} WHERE user_id = %s FOR UPDATE", (entry.user_id,)
+            )
+            row = await cur.fetchone()
+            if row is None or int(row[0]) + entry.amount_fen < 0:  # (credits of this batch are not counted yet)
+                raise InsufficientBalance(f"balance of {entry.user_id} is below {-entry.amount_fen} fen")
+            await cur.execute(
+                f"UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s WHERE user_id = %s",
+                (entry.amount_fen, entry.user_id),
+            )
+        by_table: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        for user_id in sorted(gains):
+            by_table[self._shards.layout.key_shard(user_id)[1]].append((user_id, gains[user_id]))
+        for t, rows in sorted(by_table.items()):  # a first credit of a user inserts the account row
+            await cur.execute(
+                f"INSERT INTO t_account_{t:02} (user_id, balance_fen) VALUES {', '.join(['(%s, %s)'] * len(rows))} "
+                "ON DUPLICATE KEY UPDATE balance_fen = balance_fen + VALUES(balance_fen)",
+                [v for row in rows for v in row],
+            )
+        return applied
+
+    async def balance(self, user_id: str) -> int:
+        """The balance in fen; 0 for a user with no account row."""
+        db, t = self._shards.layout.key_shard(user_id)
+        row = await self._shards.fetchone(
+            db, f"SELECT balance_fen FROM t_account_{t:02} WHERE user_id = %s", (user_id,)
+        )
+        return 0 if row is None else int(row[0])
+
+    async def amount(self, user_id: str, kind: EntryKind, ref: str) -> int | None:
+        """The signed amount in fen of the user's entry (kind, ref); None if there is none."""
+        db, t = self._shards.layout.key_shard(user_id)
+        row = await self._shards.fetchone(
+            db,
+            f"SELECT amount_fen FROM t_ledger_{t:02} WHERE kind = %s AND ref = %s AND user_id = %s",
+            (kind, ref, user_id),
+        )
+        return None if row is None else int(row[0])
+
+    async def entries(self, user_id: str, offset: int, limit: int) -> list[LedgerEntry]:
+        """The user's entries, newest first."""
+        db, t = self._shards.layout.key_shard(user_id)
+        rows = await self._shards.fetchall(
+            db,
+            f"SELECT user_id, kind, ref, amount_fen, created_at FROM t_ledger_{t:02} WHERE user_id = %s "
+            "ORDER BY id DESC LIMIT %s OFFSET %s",
+            (user_id, limit, offset),
+        )
+        return [LedgerEntry(str(u), EntryKind(k), str(r), int(a), int(c)) for u, k, r, a, c in rows]
+
+    async def entries_between(self, kind: EntryKind, start_ms: int, end_ms: int, limit: int) -> list[LedgerEntry]:
+        """Entries of ``kind`` created in [start_ms, end_ms), oldest first, at most ``limit``: one
+        UNION ALL over the ledger tables of each database (index ``by_kind``), every database at once."""
+        parts = [
+            f"(SELECT created_at, user_id, kind, ref, amount_fen FROM t_ledger_{t:02} "
+            "WHERE kind = %s AND created_at >= %s AND created_at < %s ORDER BY created_at LIMIT %s)"
+            for t in range(self._shards.layout.n_tables)
+        ]
+        sql = f"SELECT * FROM ({' UNION ALL '.join(parts)}) AS due ORDER BY created_at LIMIT %s"
+        values = [*[v for _ in parts for v in (kind, start_ms, end_ms, limit)], limit]
+        found = await asyncio.gather(
+            *(
+                self._shards.fetchall(db, sql, values, timeout_s=SCAN_TIMEOUT_S)
+                for db in range(self._shards.layout.n_dbs)
+            )
+        )
+        rows = list(heapq.merge(*found, key=lambda row: int(row[0])))[:limit]
+        return [LedgerEntry(str(u), EntryKind(k), str(r), int(a), int(c)) for c, u, k, r, a in rows]

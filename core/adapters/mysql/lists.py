@@ -1,0 +1,141 @@
+"""UserListStore and ProfileStore on the sharded MySQL/MariaDB schema: list rows in
+``t_user_list_{t}`` on the user's shard, greetings on the packet's database, profiles on the user's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+
+from asyncmy.cursors import Cursor
+from hongbao.core.adapters.mysql.db import MysqlShards
+from hongbao.core.ports import ListItem, ListRow
+from hongbao.core.vocabulary import Direction
+
+
+class MysqlUserListStore:
+    """The production UserListStore (hongbao.core.ports.UserListStore)."""
+
+    __slots__ = ("_shards",)
+
+    def __init__(self, shards: MysqlShards) -> None:
+        self._shards = shards
+
+    async def write(self, rows: Sequence[ListRow], best_luck: Sequence[tuple[str, str]]) -> None:
+        """Record the rows once each, then flag the (user_id, order_id) received rows: per user
+        database one transaction of one multi-row INSERT and one UPDATE per list table, every
+        database at once."""
+        inserts: dict[int, dict[int, list[object]]] = defaultdict(lambda: defaultdict(list))
+        flags: dict[int, dict[int, list[object]]] = defaultdict(lambda: defaultdict(list))
+        for r in sorted(rows, key=lambda r: (r.user_id, r.direction, r.order_id)):  # one lock order for every writer
+            db, t = self._shards.layout.key_shard(r.user_id)
+            inserts[db][t] += (r.user_id, r.direction, r.order_id, r.amount_fen, r.created_at_ms)
+        for user_id, order_id in best_luck:
+            db, t = self._shards.layout.key_shard(user_id)
+            flags[db][t] += (user_id, order_id)
+
+        def body(db: int) -> Callable[[Cursor], Awaitable[None]]:
+            async def run(cur: Cursor) -> None:
+                for t, args in sorted(inserts[db].items()):
+                    await cur.execute(
+                        f"INSERT INTO t_user_list_{t:02} (user_id, direction, order_id, amount_fen, created_at) VALUES "
+                        + ", ".join(["(%s, %s, %s, %s, %s)"] * (len(args) // 5))
+                        + " ON DUPLICATE KEY UPDATE order_id = order_id",
+                        args,
+                    )
+                for t, args in sorted(flags[db].items()):
+                    await cur.execute(
+                        f"UPDATE t_user_list_{t:02} SET best_luck = 1 WHERE direction = 'received' AND ("
+                        + " OR ".join(["(user_id = %s AND order_id = %s)"] * (len(args) // 2))
+                        + ")",
+                        args,
+                    )
+
+            return run
+
+        await asyncio.gather(*(self._shards.transaction(db, body(db)) for db in {*inserts, *flags}))
+
+    async def page(
+        self, user_id: str, direction: Direction, start_ms: int, end_ms: int, offset: int, limit: int
+    ) -> list[ListItem]:
+        """Rows in [start_ms, end_ms), newest first."""
+        db, t = self._shards.layout.key_shard(user_id)
+        rows = await self._shards.fetchall(
+            db,
+            f"SELECT order_id, amount_fen, created_at, best_luck FROM t_user_list_{t:02} "
+            "WHERE user_id = %s AND direction = %s "
+            "AND created_at >= %s AND created_at < %s ORDER BY created_at DESC, order_id DESC LIMIT %s OFFSET %s",
+            (user_id, direction, start_ms, end_ms, limit, offset),
+        )
+        return [ListItem(str(o), int(a), int(c), bool(b)) for o, a, c, b in rows]
+
+    async def summary(self, user_id: str, direction: Direction, start_ms: int, end_ms: int) -> tuple[int, int, int]:
+        """(count, total fen, best-luck count) in [start_ms, end_ms)."""
+        db, t = self._shards.layout.key_shard(user_id)
+        row = await self._shards.fetchone(
+            db,
+            f"SELECT COUNT(*), COALESCE(SUM(amount_fen), 0), COALESCE(SUM(best_luck), 0) FROM t_user_list_{t:02} "
+            "WHERE user_id = %s AND direction = %s AND created_at >= %s AND created_at < %s",
+            (user_id, direction, start_ms, end_ms),
+        )
+        assert row is not None  # an aggregate always returns its row
+        return int(row[0]), int(row[1]), int(row[2])
+
+    async def recorded(self, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], bool]:
+        """Of the (user_id, direction, order_id) keys, those recorded, with their best-luck flags:
+        one SELECT by primary key per list table, every database at once."""
+        by_table: dict[tuple[int, int], list[object]] = defaultdict(list)
+        for k in dict.fromkeys(keys):
+            by_table[self._shards.layout.key_shard(k[0])] += k
+        found = await asyncio.gather(
+            *(
+                self._shards.fetchall(
+                    db,
+                    f"SELECT user_id, direction, order_id, best_luck FROM t_user_list_{t:02} WHERE "
+                    + " OR ".join(["(user_id = %s AND direction = %s AND order_id = %s)"] * (len(args) // 3)),
+                    args,
+                )
+                for (db, t), args in by_table.items()
+            )
+        )
+        return {(str(u), str(d), str(o)): bool(b) for rows in found for u, d, o, b in rows}
+
+
+class MysqlProfileStore:
+    """The production ProfileStore (hongbao.core.ports.ProfileStore), for a deployment that keeps
+    these non-critical fields in MySQL rather than in Redis."""
+
+    __slots__ = ("_shards",)
+
+    def __init__(self, shards: MysqlShards) -> None:
+        self._shards = shards
+
+    async def set_greeting(self, order_id: str, greeting: str) -> None:
+        """Keep the greeting."""
+        db, _, _ = self._shards.layout.order_shard(order_id)
+        await self._shards.execute(
+            db, "REPLACE INTO t_packet_note (order_id, greeting) VALUES (%s, %s)", (order_id, greeting)
+        )
+
+    async def greeting(self, order_id: str) -> str | None:
+        """The greeting, or None."""
+        db, _, _ = self._shards.layout.order_shard(order_id)
+        row = await self._shards.fetchone(db, "SELECT greeting FROM t_packet_note WHERE order_id = %s", (order_id,))
+        return None if row is None else str(row[0])
+
+    async def set_profile(self, user_id: str, nickname: str, avatar_url: str) -> None:
+        """Keep the profile fields."""
+        db, _ = self._shards.layout.key_shard(user_id)
+        await self._shards.execute(
+            db,
+            "REPLACE INTO t_profile (user_id, nickname, avatar_url) VALUES (%s, %s, %s)",
+            (user_id, nickname, avatar_url),
+        )
+
+    async def profile(self, user_id: str) -> tuple[str, str] | None:
+        """(nickname, avatar_url), or None."""
+        db, _ = self._shards.layout.key_shard(user_id)
+        row = await self._shards.fetchone(
+            db, "SELECT nickname, avatar_url FROM t_profile WHERE user_id = %s", (user_id,)
+        )
+        return None if row is None else (str(row[0]), str(row[1]))

@@ -1,0 +1,261 @@
+"""PacketStore on the sharded MySQL/MariaDB schema: the batched open transaction of docs/architecture.md
+section 6 (lock the packet row once with SELECT ... FOR UPDATE, insert the batch's receipts in
+one multi-row INSERT, update the remainder once), and the refund serialised by that same row lock.
+
+Point updates by order id name the primary key (FORCE INDEX): on small tables the optimizer
+would otherwise range-scan the (status, expires_at) index and lock its neighbours, which turns
+concurrent refunds of different packets into deadlocks. Scans (due refunds, uncredited receipts,
+unpaid refunds) send one UNION ALL query per database over its day tables, every database at once,
+instead of a round trip per table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections import defaultdict
+from collections.abc import Sequence
+
+from asyncmy.cursors import Cursor
+from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, MysqlShards, Row
+from hongbao.core.adapters.mysql.schema import day_tables
+from hongbao.core.adapters.sql import (
+    PACKET_COLUMNS,
+    RECEIPT_COLUMNS,
+    packet_from_row,
+    packet_table,
+    packet_values,
+    plan_opens,
+    receipt_from_row,
+    receipt_table,
+)
+from hongbao.core.packet import Packet, Receipt, Status
+from hongbao.core.ports import Draw, OpenResult
+from hongbao.core.vocabulary import Refusal
+
+_INSERT_PACKET = (
+    f"INSERT INTO {{table}} ({PACKET_COLUMNS}) VALUES ({', '.join(['%s'] * 14)}) "
+    "ON DUPLICATE KEY UPDATE order_id = order_id"
+)
+
+
+class MysqlPacketStore:
+    """The production PacketStore (see hongbao.core.ports.PacketStore for the contract)."""
+
+    __slots__ = ("_shards",)
+
+    def __init__(self, shards: MysqlShards) -> None:
+        self._shards = shards
+
+    def _where(self, order_id: str) -> tuple[int, str, str]:
+        db, table, day = self._shards.layout.order_shard(order_id)
+        return db, packet_table(table, day), receipt_table(table, day)
+
+    async def insert_packet(self, packet: Packet) -> bool:
+        """Insert the packet row; False if the order id exists (idempotent pay)."""
+        db, ptable, _ = self._where(packet.order_id)
+        return await self._shards.execute(db, _INSERT_PACKET.format(table=ptable), packet_values(packet)) == 1
+
+    async def get_packet(self, order_id: str) -> Packet | None:
+        """The packet row, or None."""
+        db, ptable, _ = self._where(order_id)
+        row = await self._shards.fetchone(db, f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = %s", (order_id,))
+        return None if row is None else packet_from_row(row)
+
+    async def open_batch(self, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
+        """The batched open transaction (hongbao.core.ports.PacketStore.open_batch)."""
+        db, ptable, rtable = self._where(order_id)
+
+        async def body(cur: Cursor) -> list[OpenResult]:
+            await cur.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = %s FOR UPDATE", (order_id,))
+            row = await cur.fetchone()
+            if row is None:
+                return [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
+            marks = ", ".join(["%s"] * len(user_ids))
+            await cur.execute(
+                f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = %s AND user_id IN ({marks})",
+                (order_id, *user_ids),
+            )
+            existing = {str(r[1]): receipt_from_row(r) for r in await cur.fetchall()}
+            plan = plan_opens(packet_from_row(row), existing, user_ids, now_ms, draw)
+            if plan.inserts:
+                rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(plan.inserts))
+                await cur.execute(
+                    f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES {rows}",
+                    [value for insert in plan.inserts for value in insert],
+                )
+                best = None
+                if plan.finished:
+                    await cur.execute(
+                        f"SELECT user_id FROM {rtable} WHERE order_id = %s ORDER BY amount_fen DESC, position LIMIT 1",
+                        (order_id,),
+                    )
+                    best = str((await cur.fetchone())[0])
+                await cur.execute(
+                    f"UPDATE {ptable} SET remaining_fen = %s, remaining_count = %s, status = %s, "
+                    "best_luck_user_id = %s WHERE order_id = %s",
+                    (
+                        plan.remaining_fen,
+                        plan.remaining_count,
+                        (Status.FINISHED if plan.finished else Status.ACTIVE).value,
+                        best,
+                        order_id,
+                    ),
+                )
+            return plan.results
+
+        return await self._shards.transaction(db, body)
+
+    async def best_luck(self, order_id: str) -> str | None:
+        """The best-luck user id once the packet is finished (largest share, earliest open on ties)."""
+        db, ptable, _ = self._where(order_id)
+        row = await self._shards.fetchone(
+            db, f"SELECT best_luck_user_id FROM {ptable} WHERE order_id = %s", (order_id,)
+        )
+        return None if row is None or row[0] is None else str(row[0])
+
+    async def receipts(self, order_id: str) -> list[Receipt]:
+        """Every receipt of the packet, in open order."""
+        db, _, rtable = self._where(order_id)
+        rows = await self._shards.fetchall(
+            db, f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = %s ORDER BY position", (order_id,)
+        )
+        return [receipt_from_row(r) for r in rows]
+
+    async def receipt(self, order_id: str, user_id: str) -> Receipt | None:
+        """The user's receipt for the packet, or None."""
+        db, _, rtable = self._where(order_id)
+        row = await self._shards.fetchone(
+            db, f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = %s AND user_id = %s", (order_id, user_id)
+        )
+        return None if row is None else receipt_from_row(row)
+
+    async def refund(self, order_id: str, now_ms: int) -> Packet | None:
+        """Record the refund of the remainder once, at or after expiry (PacketStore.refund); the
+        row lock serialises it with any open of the same packet."""
+        db, ptable, _ = self._where(order_id)
+
+        async def body(cur: Cursor) -> Packet | None:
+            # MySQL assigns left to right: status must read remaining_fen before it is zeroed.
+            changed = await cur.execute(
+                f"UPDATE {ptable} FORCE INDEX (PRIMARY) SET status = CASE WHEN remaining_fen > 0 THEN %s ELSE %s END, "
+                "refunded_fen = remaining_fen, remaining_fen = 0 "
+                "WHERE order_id = %s AND status = %s AND expires_at <= %s",
+                (Status.EXPIRED.value, Status.FINISHED.value, order_id, Status.ACTIVE.value, now_ms),
+            )
+            if changed != 1:
+                return None
+            await cur.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = %s", (order_id,))
+            packet = packet_from_row(await cur.fetchone())
+            return packet if packet.status is Status.EXPIRED else None
+
+        return await self._shards.transaction(db, body)
+
+    async def mark_refunded(self, order_id: str) -> None:
+        """Expired -> refunded once the sender's refund is in the ledger."""
+        db, ptable, _ = self._where(order_id)
+        await self._shards.execute(
+            db,
+            f"UPDATE {ptable} FORCE INDEX (PRIMARY) SET status = %s WHERE order_id = %s AND status = %s",
+            (Status.REFUNDED.value, order_id, Status.EXPIRED.value),
+        )
+
+    async def mark_credited(self, receipts: Sequence[tuple[str, str]]) -> None:
+        """Mark each (order_id, user_id) receipt credited: one UPDATE per receipt table (the
+        receipts' unique key, one range per receipt), every table at once."""
+        by_table: dict[tuple[int, str], list[str]] = defaultdict(list)
+        for order_id, user_id in receipts:
+            db, _, rtable = self._where(order_id)
+            by_table[(db, rtable)] += (order_id, user_id)
+        await asyncio.gather(
+            *(
+                self._shards.execute(
+                    db,
+                    f"UPDATE {rtable} SET credit_status = 'credited' WHERE "
+                    + " OR ".join(["(order_id = %s AND user_id = %s)"] * (len(args) // 2)),
+                    args,
+                )
+                for (db, rtable), args in by_table.items()
+            )
+        )
+
+    async def _scan(
+        self, select: str, where: str, order: str, args: Sequence[object], limit: int, receipts: bool
+    ) -> list[Row]:
+        """Run ``SELECT {select} FROM <each day table> WHERE {where} ORDER BY {order} LIMIT limit``
+        over every database (one UNION ALL each) and merge the rows, the ``limit`` first by ``order``."""
+        parts = [
+            f"(SELECT {select} FROM {rtable if receipts else ptable} WHERE {where} ORDER BY {order} LIMIT %s)"
+            for ptable, rtable in day_tables(self._shards.layout)
+        ]
+        sql = f"SELECT * FROM ({' UNION ALL '.join(parts)}) AS due ORDER BY {order} LIMIT %s"
+        values = [*[v for _ in parts for v in (*args, limit)], limit]
+        found = await asyncio.gather(
+            *(
+                self._shards.fetchall(db, sql, values, timeout_s=SCAN_TIMEOUT_S)
+                for db in range(self._shards.layout.n_dbs)
+            )
+        )
+        return list(heapq.merge(*found, key=lambda row: row[0]))[:limit]
+
+    async def unpaid_refunds(self, limit: int) -> list[Packet]:
+        """Expired packets whose refund has not been credited yet, oldest expiry first."""
+        rows = await self._scan(
+            f"expires_at AS sort_key, {PACKET_COLUMNS}",
+            "status = %s",
+            "sort_key",
+            (Status.EXPIRED.value,),
+            limit,
+            receipts=False,
+        )
+        return [packet_from_row(r[1:]) for r in rows]
+
+    async def due_refunds(self, now_ms: int, limit: int) -> list[str]:
+        """Active packets past expiry, oldest first (the scan behind the refund scheduler)."""
+        rows = await self._scan(
+            "expires_at AS sort_key, order_id",
+            "status = %s AND expires_at <= %s",
+            "sort_key",
+            (Status.ACTIVE.value, now_ms),
+            limit,
+            receipts=False,
+        )
+        return [str(r[1]) for r in rows]
+
+    async def uncredited(self, opened_before_ms: int, limit: int) -> list[Receipt]:
+        """Pending receipts opened before ``opened_before_ms``, oldest first (the reconciler's scan)."""
+        rows = await self._scan(
+            f"opened_at AS sort_key, {RECEIPT_COLUMNS}",
+            "credit_status = 'pending' AND opened_at < %s",
+            "sort_key",
+            (opened_before_ms,),
+            limit,
+            receipts=True,
+        )
+        return [receipt_from_row(r[1:]) for r in rows]
+
+    async def opened_between(self, start_ms: int, end_ms: int, limit: int) -> list[Receipt]:
+        """Receipts opened in [start_ms, end_ms), oldest first (ListScans; the ``pending`` index)."""
+        rows = await self._scan(
+            f"opened_at AS sort_key, {RECEIPT_COLUMNS}",
+            "credit_status IN ('pending', 'credited') AND opened_at >= %s AND opened_at < %s",
+            "sort_key",
+            (start_ms, end_ms),
+            limit,
+            receipts=True,
+        )
+        return [receipt_from_row(r[1:]) for r in rows]
+
+    async def paid_between(self, start_ms: int, end_ms: int, expiry_ms: int, limit: int) -> list[Packet]:
+        """Packets paid in [start_ms, end_ms), i.e. expiring ``expiry_ms`` later, oldest first
+        (ListScans; the ``expiry`` index)."""
+        paid = (Status.ACTIVE.value, Status.FINISHED.value, Status.EXPIRED.value, Status.REFUNDED.value)
+        rows = await self._scan(
+            f"expires_at AS sort_key, {PACKET_COLUMNS}",
+            "status IN (%s, %s, %s, %s) AND expires_at >= %s AND expires_at < %s",
+            "sort_key",
+            (*paid, start_ms + expiry_ms, end_ms + expiry_ms),
+            limit,
+            receipts=False,
+        )
+        return [packet_from_row(r[1:]) for r in rows]

@@ -1,0 +1,271 @@
+"""Redis adapters of the message ports of ``hongbao.core.push_ports``: the per-user message log
+(the offline queue) and the broadcast topic log, on a single Redis or a Redis Cluster.
+
+Per user (one hash tag, so every script below stays in one slot):
+
+- ``mlog:{uid}``    hash: ``seq`` (the last offset given out), ``epoch``, ``acked`` (the last
+  offset the client acked), ``nonce`` (of the last append, which makes a retried append
+  idempotent).
+- ``mstream:{uid}`` stream: one entry per message, id ``<offset>-0``, fields ``t`` (ms) and ``b``
+  (the encoded frame payload). Both keys expire ``max_age_s`` after the last append.
+
+The epoch is a random string made when ``mlog:{uid}`` has none (first use, or the history was
+lost: a flush, a restart without persistence, the keys expired, a ``seq`` that does not parse);
+offsets restart at 1 in a new epoch and a client from an older epoch is told its replay is not
+complete.
+
+Topics: ``{topics}:meta`` (hash of ``<topic>:seq|epoch|nonce``) and ``{topics}:log`` (one stream
+for every topic, capped at about ``max_len`` entries, fields ``topic o e b``); each node reads it
+with XREAD BLOCK from its own cursor (the last stream id it saw).
+
+An append takes two round trips whatever the batch: one pipeline reads each stream's next
+(offset, epoch); the bodies, which carry them, are built; a second pipeline runs one script per
+user that writes that user's messages only if nobody took those offsets meanwhile (else it
+answers the next free offset, and that user's bodies are built and sent again). So a user's
+offsets are consecutive in the order given and the stream is always in offset order.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from hongbao.core.adapters.redis.client import Pipelines, RedisClient, RedisPipeline, text
+from hongbao.core.adapters.redis.push_lua import (
+    GENERATION,
+    SCRIPTS,
+    TOPIC_PEEK,
+    TOPIC_PUT,
+    USER_ACK,
+    USER_PEEK,
+    USER_PUT,
+    USER_REPLAY,
+)
+from hongbao.core.push_ports import BodyMaker, Replay, Stored
+
+log = logging.getLogger("hongbao.redis_push")
+
+TOPIC_META = "{topics}:meta"
+TOPIC_STREAM = "{topics}:log"
+#: Longest XREAD BLOCK (seconds): below the client's socket timeout; callers read in a loop.
+MAX_BLOCK_S = 2.0
+
+
+def mlog_key(uid: str) -> str:
+    """``mlog:{uid}``: the user's log counters (hash)."""
+    return f"mlog:{{{uid}}}"
+
+
+def mstream_key(uid: str) -> str:
+    """``mstream:{uid}``: the user's held messages (stream)."""
+    return f"mstream:{{{uid}}}"
+
+
+def _peeked(name: str, reply: list[Any]) -> tuple[int, str]:
+    if int(reply[2]) == 2:
+        log.warning("message log of %s had an unreadable seq: new epoch, history reported lost", name)
+    return int(reply[0]), text(reply[1])
+
+
+def _epoch() -> str:
+    return secrets.token_urlsafe(6)
+
+
+#: The generation of every stream's incarnation (redis_push_lua): raised by a node that lost appends.
+GENERATION_KEY = "{push}:generation"
+
+
+class Generation:
+    """The incarnation generation one node's logs pass to their scripts (a decimal string; "0"
+    until read), shared by its message log and its topic log, and the ``run_id`` of the Redis
+    process holding GENERATION_KEY when last read."""
+
+    __slots__ = ("run", "value")
+
+    def __init__(self) -> None:
+        self.value, self.run = "0", ""
+
+    async def sync(self, pipes: Pipelines, *, raise_: bool = False) -> bool:
+        """Take the stored generation (GENERATION_KEY) when it is higher, store this one when it is
+        lower (a restore from an older dump lowered it), and one above both with ``raise_`` (every
+        stream starts a new epoch at its next use); True when the generation rose or the process
+        holding it changed (a restart, a failover) since the last call."""
+        value, run = await pipes.script(GENERATION, [GENERATION_KEY], [self.value, int(raise_)])
+        before, self.value = self.value, str(value)
+        was, self.run = self.run, text(run)
+        return self.value != before or (bool(was) and self.run != was)
+
+
+class RedisMessageLog:
+    """MessageLog on Redis: per-user streams, at most ``max_len`` messages none older than
+    ``max_age_s`` seconds (see the module for keys, epochs and the two round trips)."""
+
+    __slots__ = ("_generation", "_max_age_ms", "_max_len", "_pipes")
+
+    def __init__(self, pipes: Pipelines, max_len: int, max_age_s: float, generation: Generation | None = None) -> None:
+        self._pipes = pipes
+        self._max_len = max_len
+        self._max_age_ms = int(max_age_s * 1000)
+        self._generation = generation or Generation()
+
+    async def append(self, entries: Sequence[tuple[str, BodyMaker]], now_ms: int) -> list[Stored]:
+        """Append ``make_body(offset, epoch)`` to each (uid, make_body)'s stream (a uid's messages
+        take consecutive offsets in the order given), trimming what is past the bounds; the Stored
+        messages in the order of ``entries``. Safe to retry."""
+        positions: dict[str, list[int]] = {}
+        for i, (uid, _) in enumerate(entries):
+            positions.setdefault(uid, []).append(i)
+        users = list(positions)
+
+        def peek(pipe: RedisPipeline) -> None:
+            for uid in users:
+                USER_PEEK.queue(pipe, _keys(uid), [_epoch(), self._generation.value])
+
+        heads = {
+            uid: _peeked(uid, reply) for uid, reply in zip(users, await self._pipes.run(peek, SCRIPTS), strict=True)
+        }
+        stored: list[Stored | None] = [None] * len(entries)
+        nonce = secrets.token_urlsafe(8)
+        while users:
+            bodies = {
+                uid: [entries[i][1](heads[uid][0] + k, heads[uid][1]) for k, i in enumerate(positions[uid])]
+                for uid in users
+            }
+
+            def put(pipe: RedisPipeline, users: list[str] = users, bodies: dict[str, list[bytes]] = bodies) -> None:
+                for uid in users:
+                    start, epoch = heads[uid]
+                    USER_PUT.queue(
+                        pipe,
+                        _keys(uid),
+                        [
+                            start,
+                            epoch,
+                            nonce,
+                            now_ms,
+                            self._max_len,
+                            now_ms - self._max_age_ms,
+                            self._max_age_ms,
+                            _epoch(),
+                            self._generation.value,
+                            *bodies[uid],
+                        ],
+                    )
+
+            taken: list[str] = []
+            for uid, reply in zip(users, await self._pipes.run(put, SCRIPTS), strict=True):
+                start, epoch = heads[uid]
+                if int(reply[0]) == 1:
+                    for k, i in enumerate(positions[uid]):
+                        stored[i] = Stored(start + k, epoch, bodies[uid][k])
+                else:
+                    heads[uid] = (int(reply[1]), text(reply[2]))
+                    taken.append(uid)
+            users = taken
+        return [message for message in stored if message is not None]
+
+    async def lost(self) -> None:
+        """Raise the generation: every stream (and topic) starts a new epoch at its next use."""
+        await self._generation.sync(self._pipes, raise_=True)
+
+    async def sync(self) -> bool:
+        """Read the generation other nodes may have raised; True when it rose or Redis restarted."""
+        return await self._generation.sync(self._pipes)
+
+    async def ack(self, acks: Sequence[tuple[str, int]]) -> None:
+        """For each (uid, offset): drop the user's messages up to ``offset`` (past the last: the
+        last), and remember it as the acked offset; one pipeline."""
+
+        def ack(pipe: RedisPipeline) -> None:
+            for uid, offset in acks:
+                USER_ACK.queue(pipe, _keys(uid), [offset])
+
+        if acks:
+            await self._pipes.run(ack, SCRIPTS)
+
+    async def replay(self, uid: str, after: int | None, epoch: str | None, now_ms: int) -> Replay:
+        """The held messages after ``after`` (None: after the acked offset) in order, or every
+        held one when ``epoch`` is given and is not the stream's. Not ``complete`` then, nor
+        when ``after`` is past the last offset or a message after it is no longer held (length,
+        age). ``last``: the stream's last offset. Creates the stream (new epoch) when there is none."""
+        args: list[str | int | bytes] = [
+            _epoch(),
+            now_ms - self._max_age_ms,
+            self._max_len,
+            epoch or "",
+            "" if after is None else after,
+            self._generation.value,
+        ]
+        reply = await self._pipes.script(USER_REPLAY, _keys(uid), args)
+        current = text(reply[0])
+        messages = [
+            Stored(int(text(entry_id).split("-")[0]), current, _field(fields, b"b")) for entry_id, fields in reply[2]
+        ]
+        return Replay(current, messages, bool(reply[1]), int(reply[3]))
+
+
+def _keys(uid: str) -> list[str]:
+    return [mlog_key(uid), mstream_key(uid)]
+
+
+def _field(flat: list[bytes], name: bytes) -> bytes:
+    """The value of ``name`` in a flat [field, value, ...] stream entry."""
+    return flat[flat.index(name) + 1]
+
+
+class RedisTopicLog:
+    """TopicLog on Redis: one stream for every topic, about ``max_len`` entries long; ``reader``:
+    the client of the blocking reads (XREAD BLOCK waits up to MAX_BLOCK_S, longer than the request
+    path's bound on a reply; None: the client of ``pipes``, whose bound must then exceed MAX_BLOCK_S)."""
+
+    __slots__ = ("_generation", "_max_len", "_pipes", "_reader")
+
+    def __init__(
+        self, pipes: Pipelines, max_len: int, *, reader: RedisClient | None = None, generation: Generation | None = None
+    ) -> None:
+        self._pipes = pipes
+        self._max_len = max_len
+        self._reader = reader or pipes.client
+        self._generation = generation or Generation()
+
+    async def publish(self, topic: str, make_body: BodyMaker) -> Stored:
+        """Append ``make_body(offset, epoch)`` to ``topic`` (per-topic offsets, in order)."""
+        keys = [TOPIC_META, TOPIC_STREAM]
+        prefix = f"{topic}:"
+        offset, epoch = _peeked(
+            topic, await self._pipes.script(TOPIC_PEEK, keys, [prefix, _epoch(), self._generation.value])
+        )
+        nonce = secrets.token_urlsafe(8)
+        while True:
+            body = make_body(offset, epoch)
+            reply = await self._pipes.script(
+                TOPIC_PUT,
+                keys,
+                [offset, epoch, nonce, body, prefix, self._max_len, _epoch(), topic, self._generation.value],
+            )
+            if int(reply[0]) == 1:
+                return Stored(offset, epoch, body)
+            offset, epoch = int(reply[1]), text(reply[2])
+
+    async def read(self, cursor: str | None, timeout_s: float) -> tuple[str, list[tuple[str, Stored]]]:
+        """(new cursor, [(topic, message)]) after ``cursor`` (None: the stream's current end),
+        waiting at most ``min(timeout_s, MAX_BLOCK_S)`` seconds (XREAD BLOCK) for the first one.
+        Entries missing a field are logged and skipped (left in the stream)."""
+        if cursor is None:
+            last: Any = await self._pipes.one(lambda pipe: pipe.xrevrange(TOPIC_STREAM, count=1))
+            cursor = text(last[0][0]) if last else "0-0"
+        block_ms = max(1, int(min(timeout_s, MAX_BLOCK_S) * 1000))
+        reply: Any = await self._reader.xread({TOPIC_STREAM: cursor}, count=1000, block=block_ms)  # blocks: not batched
+        messages: list[tuple[str, Stored]] = []
+        for _stream, entries in reply:
+            for entry_id, fields in entries:
+                cursor = text(entry_id)
+                try:
+                    messages.append(
+                        (text(fields[b"topic"]), Stored(int(fields[b"o"]), text(fields[b"e"]), fields[b"b"]))
+                    )
+                except (KeyError, ValueError):
+                    log.warning("topic log entry %s is unreadable; skipped", cursor)
+        return cursor, messages

@@ -1,0 +1,61 @@
+"""Who may see a packet: the members of its group, or the sender and receiver of an exclusive
+packet; reading its details, also whoever took part and has left the group since (their own
+money is in it). A pre-order is shown (as NotPaid) to the same audience only."""
+
+from __future__ import annotations
+
+import hongbao_native
+from hongbao.core import errors
+from hongbao.core.clock import Clock
+from hongbao.core.messages import PreOrder
+from hongbao.core.packet import Packet
+from hongbao.core.ports import GroupStore, PacketStore, PreOrderStore
+
+
+def check_order_id(order_id: str) -> str:
+    """Return ``order_id`` if it decodes (region, date, source, Damm check digit); else BadOrderId."""
+    try:
+        hongbao_native.decode_order_id(order_id)
+    except (ValueError, TypeError) as exc:
+        raise errors.BadOrderId(f"bad order id: {exc}") from None
+    return order_id
+
+
+class Audience:
+    """The visibility rules over ``packets``, ``preorders`` and ``groups``."""
+
+    __slots__ = ("packets", "preorders", "groups", "clock")
+
+    def __init__(self, packets: PacketStore, preorders: PreOrderStore, groups: GroupStore, clock: Clock) -> None:
+        self.packets, self.preorders, self.groups, self.clock = packets, preorders, groups, clock
+
+    async def visible_packet(self, user_id: str, order_id: str, *, reading: bool = False) -> Packet:
+        """The packet if ``user_id`` may see it (``reading``: its details). Raises BadOrderId,
+        NotFound, NotPaid (a pre-order, to its audience), NotMember."""
+        check_order_id(order_id)
+        packet = await self.packets.get_packet(order_id)
+        if packet is not None:
+            await self.check(user_id, order_id, packet.sender_id, packet.receiver_id, packet.group_id, reading)
+            return packet
+        raw = await self.preorders.get(order_id, self.clock.now_ms())
+        if raw is None:
+            raise errors.NotFound(f"no packet {order_id}")
+        pre = PreOrder.decode(raw)  # a non-member learns no more of a pre-order than of a packet
+        await self.check(user_id, order_id, pre.sender_id, pre.receiver_id, pre.group_id, reading)
+        raise errors.NotPaid(f"packet {order_id} is awaiting payment")
+
+    async def check(
+        self, user_id: str, order_id: str, sender_id: str, receiver_id: str | None, group_id: str | None, reading: bool
+    ) -> None:
+        """Raise NotMember unless ``user_id`` may see packet ``order_id``: its sender or receiver
+        when it has no group, else a member of ``group_id`` (or, ``reading``, one who took part)."""
+        if group_id is None:
+            if user_id not in (sender_id, receiver_id):
+                raise errors.NotMember(f"packet {order_id} is for someone else")
+        elif not await self.groups.is_member(group_id, user_id):
+            if not (reading and await self.took_part(order_id, sender_id, user_id)):
+                raise errors.NotMember(f"{user_id} is not a member of the packet's group")
+
+    async def took_part(self, order_id: str, sender_id: str, user_id: str) -> bool:
+        """Whether ``user_id`` sent packet ``order_id`` (of ``sender_id``) or opened a share of it."""
+        return user_id == sender_id or await self.packets.receipt(order_id, user_id) is not None

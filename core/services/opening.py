@@ -1,0 +1,134 @@
+"""Opening: the admission table and the per-packet batcher (hongbao.core.batching) in front of
+the open transaction, then the batch's follow-ups in one queue write (list rows, the best-luck
+flag, queued credits), the grab filter's levels, the details' invalidation, the push of the
+opener's share and, with the last share, the packet's finish (the push goes with the open, not
+after the lists queue)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import hongbao_native
+from hongbao.core import errors, events
+from hongbao.core.batching import OpenBatcher
+from hongbao.core.clock import Clock
+from hongbao.core.faults import NO_FAULTS, Faults
+from hongbao.core.messages import Outgoing, best_luck_due, credit_due, list_row_due
+from hongbao.core.packet import Kind, Receipt
+from hongbao.core.ports import Draw, OpenResult, PacketStore
+from hongbao.core.services.audience import Audience
+from hongbao.core.services.crediting import Crediting
+from hongbao.core.services.grabbing import GrabFilter
+from hongbao.core.services.outbox import Outbox
+from hongbao.core.view_cache import details_entry
+from hongbao.core.vocabulary import Direction, Refusal
+
+log = logging.getLogger("hongbao.service")
+#: An open's refusal -> (its error, its message about order id {}), worded as grab's.
+_REFUSALS: dict[str, tuple[type[errors.HongbaoError], str]] = {
+    Refusal.FINISHED: (errors.Finished, "packet {} is finished"),
+    Refusal.EXPIRED: (errors.Expired, "packet {} has expired"),
+    Refusal.NOT_FOUND: (errors.NotFound, "no packet {}"),
+}
+
+
+class Opening:
+    """open over ``packets`` through the host's ``admission`` table, at most ``max_in_db`` open
+    transactions per packet in the database at once (K); ``draw`` computes a lucky share (native
+    split_lucky by default); ``faults``: the crash points armed (tests: ``open_committed``)."""
+
+    __slots__ = (
+        "packets",
+        "clock",
+        "audience",
+        "grabbing",
+        "crediting",
+        "outbox",
+        "shared",
+        "draw",
+        "faults",
+        "batcher",
+    )
+
+    def __init__(
+        self,
+        packets: PacketStore,
+        clock: Clock,
+        audience: Audience,
+        grabbing: GrabFilter,
+        crediting: Crediting,
+        outbox: Outbox,
+        admission: hongbao_native.AdmissionTable,
+        *,
+        max_in_db: int = 2,
+        draw: Draw = hongbao_native.split_lucky,
+        faults: Faults = NO_FAULTS,
+    ) -> None:
+        self.packets, self.clock, self.audience, self.grabbing = packets, clock, audience, grabbing
+        self.crediting, self.outbox, self.shared = crediting, outbox, grabbing.shared
+        self.draw, self.faults = draw, faults
+        self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
+
+    async def open(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
+        """Open the packet for ``user_id``: (receipt, repeat). A repeat returns the first amount.
+        Raises Finished/Expired (410), NotFound, NotPaid, NotMember, Busy (429)."""
+        packet = await self.audience.visible_packet(user_id, order_id)
+        if packet.kind is Kind.EXCLUSIVE and user_id != packet.receiver_id:
+            raise errors.NotMember(f"packet {order_id} is for someone else")
+        result = await self.batcher.open(order_id, user_id)
+        if result.receipt is None:
+            self.grabbing.forget(order_id)
+            error, message = _REFUSALS.get(
+                result.refusal or "", (errors.HongbaoError, f"packet {{}}: {result.refusal}")
+            )
+            raise error(message.format(order_id))
+        self.grabbing.opened(order_id, user_id, result.receipt.amount_fen)
+        if not result.repeat:
+            self.outbox.notify(events.opened(result.receipt))
+        if not result.repeat and self.crediting.in_request(result.receipt):
+            try:
+                await self.crediting.credit(order_id, user_id)
+            except Exception:  # the receipt is committed: the reconciler credits it later
+                log.exception("realtime credit of %s/%s failed; left to the reconciler", order_id, user_id)
+        return result.receipt, result.repeat
+
+    async def open_batch(self, order_id: str, user_ids: Sequence[str]) -> list[OpenResult]:
+        """The batcher's transaction: open for ``user_ids`` at the clock's current time, then queue
+        the batch's follow-ups (list rows, best luck, queued credits) in one queue write, and
+        announce the packet finished when this batch took its last share."""
+        results = await self.packets.open_batch(order_id, user_ids, self.clock.now_ms(), self.draw)
+        self.faults.point("open_committed")
+        messages: list[Outgoing] = []
+        for result in results:
+            receipt = result.receipt
+            if receipt is None or result.repeat:
+                continue
+            messages.append(
+                list_row_due(Direction.RECEIVED, receipt.user_id, order_id, receipt.amount_fen, receipt.opened_at_ms)
+            )
+            if result.last:
+                messages.append(best_luck_due(order_id))
+            if self.crediting.queued(receipt):
+                messages.append(credit_due(order_id, receipt.user_id))
+        await self.outbox.publish(messages)
+        updates = [self.shared.opened(order_id, results)] if self.shared is not None else []
+        if any(r.refusal is not None or not r.repeat for r in results):  # the details show the batch
+            updates.append(self.outbox.changed([details_entry(order_id)]))
+        await asyncio.gather(*updates)  # one Redis pipeline
+        if any(result.last for result in results):
+            await self._announce_finished(order_id)
+        return results
+
+    async def _announce_finished(self, order_id: str) -> None:
+        """Notify ``finished`` with best luck (user and fen) for a packet whose last share went."""
+        try:
+            best = await self.packets.best_luck(order_id)
+            packet = await self.packets.get_packet(order_id)
+            receipt = None if best is None else await self.packets.receipt(order_id, best)
+        except Exception:  # the packet is finished all the same; only its push is lost
+            log.exception("could not read packet %s for its finished event", order_id)
+            return
+        if packet is not None and receipt is not None:
+            self.outbox.notify(events.finished(packet, receipt.user_id, receipt.amount_fen))

@@ -1,0 +1,135 @@
+"""Sending and paying: a send validates and stores a pre-order under a fresh order id; a pay
+debits the sender, activates the packet and follows it up (the grab filter's shared level, the
+greeting, the push to its audience, the sender's list row); a cancel drops an unpaid pre-order.
+A pay and a cancel never both succeed (the pre-order store's claim decides)."""
+
+from __future__ import annotations
+
+import hongbao_native
+from hongbao.core import errors, events
+from hongbao.core.faults import NO_FAULTS, Faults
+from hongbao.core.grab_state import SharedGrabState
+from hongbao.core.messages import PreOrder, list_row_due
+from hongbao.core.packet import Packet, Status
+from hongbao.core.ports import LedgerEntry, Ports
+from hongbao.core.rules import Limits, validate_send
+from hongbao.core.services.audience import check_order_id
+from hongbao.core.services.outbox import Outbox
+from hongbao.core.times import business_yymmdd
+from hongbao.core.vocabulary import Direction, EntryKind
+
+
+class Sending:
+    """send -> pay (or cancel) over ``ports`` under ``limits``; ``region``: the order ids' region
+    (1 north, 2 south); ``shared``: the grab filter's shared level, told of every activation;
+    ``faults``: the crash points armed (tests: ``pay_debited``, ``pay_inserted``)."""
+
+    __slots__ = ("ports", "limits", "outbox", "shared", "region", "faults")
+
+    def __init__(
+        self,
+        ports: Ports,
+        limits: Limits,
+        outbox: Outbox,
+        shared: SharedGrabState | None,
+        *,
+        region: int = 1,
+        faults: Faults = NO_FAULTS,
+    ) -> None:
+        self.ports, self.limits, self.outbox, self.shared, self.region = ports, limits, outbox, shared, region
+        self.faults = faults
+
+    async def send(self, sender_id: str, body: dict[str, object]) -> tuple[str, int]:
+        """Validate, assign an order id, store the pre-order; returns (order_id, pay_by_ms).
+
+        Raises InvalidAmount/InvalidCount/InvalidRequest, NotMember for a group the sender is not in."""
+        spec = validate_send(body, sender_id, self.limits)
+        if spec.group_id is not None and not await self.ports.groups.is_member(spec.group_id, sender_id):
+            raise errors.NotMember(f"{sender_id} is not a member of group {spec.group_id}")
+        now = self.ports.clock.now_ms()
+        yymmdd = business_yymmdd(now)
+        source, sequence = await self.ports.sequence.next(self.region, yymmdd)
+        order_id = hongbao_native.encode_order_id(self.region, yymmdd, source, sequence)
+        pay_by = now + self.limits.pay_ttl_ms
+        preorder = PreOrder(
+            sender_id,
+            spec.kind,
+            spec.count,
+            spec.total_fen,
+            spec.group_id,
+            spec.receiver_id,
+            spec.greeting,
+            now,
+            pay_by,
+        )
+        await self.ports.preorders.put(order_id, preorder.encode(), pay_by, now)
+        return order_id, pay_by
+
+    async def pay(self, sender_id: str, order_id: str) -> Packet:
+        """Debit the sender and activate the packet; a repeat (or a retry of a half-done pay)
+        completes it and changes nothing else: a packet whose pre-order is still there was cut
+        before its follow-ups, which the repeat does. Raises NotFound (unknown or lapsed
+        pre-order), Forbidden (not the sender), InsufficientBalance."""
+        check_order_id(order_id)
+        now = self.ports.clock.now_ms()
+        packet = await self.ports.packets.get_packet(order_id)
+        if packet is not None:
+            if packet.sender_id != sender_id:
+                raise errors.Forbidden("only the sender can pay for a packet")
+            raw = await self.ports.preorders.get(order_id, now)
+            if raw is not None and packet.status is Status.ACTIVE:
+                await self.follow_up(packet, PreOrder.decode(raw).greeting, now)
+            return packet
+        raw = await self.ports.preorders.get(order_id, now)
+        if raw is not None and PreOrder.decode(raw).sender_id != sender_id:
+            raise errors.Forbidden("only the sender can pay for a packet")
+        raw = await self.ports.preorders.claim_for_pay(order_id, now)  # from here on, no cancel
+        if raw is None:
+            packet = await self.ports.packets.get_packet(order_id)  # a racing pay of the same packet just finished
+            if packet is not None and packet.sender_id == sender_id:
+                return packet
+            raise errors.NotFound(f"no pre-order {order_id} awaiting payment (unknown, cancelled or past pay_by)")
+        pre = PreOrder.decode(raw)
+        try:
+            await self.ports.ledger.post(LedgerEntry(sender_id, EntryKind.SEND, order_id, -pre.total_fen, now))
+        except errors.InsufficientBalance:
+            await self.ports.preorders.release(order_id)  # nothing moved: the sender may cancel again
+            raise
+        self.faults.point("pay_debited")
+        packet = pre.active_packet(order_id, now + self.limits.expiry_ms)
+        if await self.ports.packets.insert_packet(packet):
+            self.faults.point("pay_inserted")
+            await self.follow_up(packet, pre.greeting, now)
+        stored = await self.ports.packets.get_packet(order_id)  # a racing pay's (or the reconciler's) packet
+        return stored if stored is not None else packet
+
+    async def follow_up(self, packet: Packet, greeting: str, now_ms: int) -> None:
+        """What follows a packet's activation (by a pay, a repeated pay or the reconciler): the grab
+        state, the greeting, the push to its audience, the sender's list row; then the pre-order
+        goes, which marks these done (a pay cut before that point is followed up again)."""
+        if self.shared is not None:
+            await self.shared.put(packet, now_ms)
+        await self.outbox.note_greeting(packet.order_id, greeting)
+        self.outbox.notify(events.packet_received(packet, greeting))
+        paid_at = packet.expires_at_ms - self.limits.expiry_ms
+        await self.outbox.publish(
+            [list_row_due(Direction.SENT, packet.sender_id, packet.order_id, packet.total_fen, paid_at)]
+        )
+        await self.ports.preorders.delete(packet.order_id)
+
+    async def cancel(self, sender_id: str, order_id: str) -> None:
+        """The sender drops an unpaid pre-order. Raises NotFound, Forbidden, or Conflict (409)
+        once a pay has claimed it (a pay and a cancel never both succeed)."""
+        check_order_id(order_id)
+        if await self.ports.packets.get_packet(order_id) is not None:
+            raise errors.Conflict("the packet is already paid and cannot be cancelled")
+        now = self.ports.clock.now_ms()
+        raw = await self.ports.preorders.get(order_id, now)
+        if raw is None:
+            if await self.ports.packets.get_packet(order_id) is not None:  # a pay completed since the first look
+                raise errors.Conflict("the packet is already paid and cannot be cancelled")
+            raise errors.NotFound(f"no pre-order {order_id}")
+        if PreOrder.decode(raw).sender_id != sender_id:
+            raise errors.Forbidden("only the sender can cancel a pre-order")
+        if not await self.ports.preorders.cancel(order_id, now):
+            raise errors.Conflict("the packet is being paid and cannot be cancelled")

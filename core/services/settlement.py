@@ -1,0 +1,172 @@
+"""Settlement: the credit queue drained, the refunds of expired packets, and the reconciler that
+completes every money movement cut between its steps (a crash, a restart, a dependency down).
+Every step is idempotent, so any number of workers may run any of them at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from hongbao.core import events
+from hongbao.core.grab_state import SharedGrabState
+from hongbao.core.messages import CREDIT_STREAM, PreOrder
+from hongbao.core.packet import Kind, Packet, Status
+from hongbao.core.ports import LedgerEntry, Ports
+from hongbao.core.rules import Limits
+from hongbao.core.services.crediting import Crediting
+from hongbao.core.services.lists import ListKeeper
+from hongbao.core.services.outbox import Outbox
+from hongbao.core.services.scans import scan_window
+from hongbao.core.services.sending import Sending
+from hongbao.core.view_cache import details_entry
+from hongbao.core.vocabulary import EntryKind
+
+log = logging.getLogger("hongbao.service")
+PAYS_CURSOR = "pays_reconciled_until"  # the flag: send debits are settled up to this time (ms)
+PAYS_LOOKBACK_MS = 24 * 3600_000  # how far back the first (or a long-stalled) pay reconciliation looks
+
+
+class Settlement:
+    """Credits, refunds and reconciliation over ``ports``: ``crediting`` applies credits,
+    ``sending`` follows up a pay the reconciler completes, ``lists`` repairs the user lists;
+    ``shared``: the grab filter's shared level, told of every refund."""
+
+    __slots__ = ("ports", "limits", "crediting", "sending", "lists", "outbox", "shared")
+
+    def __init__(
+        self,
+        ports: Ports,
+        limits: Limits,
+        crediting: Crediting,
+        sending: Sending,
+        lists: ListKeeper,
+        outbox: Outbox,
+        shared: SharedGrabState | None,
+    ) -> None:
+        self.ports, self.limits, self.crediting, self.sending = ports, limits, crediting, sending
+        self.lists, self.outbox, self.shared = lists, outbox, shared
+
+    async def drain_credits(self, max_messages: int = 100, lease_ms: int = 30_000) -> int:
+        """Credit what the queue holds: one claim of up to ``max_messages``, their receipts
+        credited together (Crediting.apply), then one ack of them all; returns how many messages."""
+        queue = self.ports.queue
+        messages = await queue.claim(CREDIT_STREAM, max_messages, lease_ms, self.ports.clock.now_ms())
+        if not messages:
+            return 0
+        await self.crediting.apply_queued([body for _, body in messages])
+        await queue.ack(CREDIT_STREAM, *(message_id for message_id, _ in messages))
+        return len(messages)
+
+    async def credits_pending(self) -> int:
+        """How many credit messages the queue holds (raises as the queue does when it is down)."""
+        return await self.ports.queue.depth(CREDIT_STREAM)
+
+    async def refund_due(self, limit: int = 500) -> int:
+        """Record and pay the refund of every packet past expiry; returns how many were refunded
+        now. Exactly once per packet however many workers run it at the same time."""
+        now = self.ports.clock.now_ms()
+        done = 0
+        for order_id in await self.ports.packets.due_refunds(now, limit):
+            packet = await self.ports.packets.refund(order_id, now)
+            if packet is not None:
+                if self.shared is not None:
+                    await self.shared.ended(order_id, packet.status)
+                await self.outbox.changed([details_entry(order_id)])
+                self.outbox.notify(events.expired(packet))
+                await self.pay_refund(packet)
+                done += 1
+        return done
+
+    async def pay_refund(self, packet: Packet) -> None:
+        """Credit an expired packet's refunded fen to its sender (ref = order id), then mark it refunded."""
+        now = self.ports.clock.now_ms()
+        entry = LedgerEntry(packet.sender_id, EntryKind.REFUND, packet.order_id, packet.refunded_fen, now)
+        if await self.ports.ledger.post(entry):
+            self.outbox.notify(events.refunded(packet))
+        await self.ports.packets.mark_refunded(packet.order_id)
+        await self.outbox.changed([details_entry(packet.order_id)])
+
+    async def reconcile(self, window_ms: int, limit: int = 500) -> int:
+        """Complete every money movement that spans two shards and was cut between its steps,
+        once it is ``window_ms`` old; returns how many movements it completed:
+
+        - pay: the sender's debit (their shard), then the packet row (the packet's shard), then the
+          follow-ups (``reconcile_pays``: a debit with no packet is activated from its claimed
+          pre-order, or undone when the pre-order is gone; a packet whose pre-order is still there
+          is followed up);
+        - open: the receipts (the packet's shard), then each credit: the receiver's ledger entry
+          (their shard), then the receipt's mark (receipts still pending are credited here);
+        - refund: the refund recorded on the packet (its shard), then the sender's ledger entry,
+          then the mark refunded (recorded refunds not yet paid are paid here);
+        - the user lists, written from a queue (ListKeeper.repair)."""
+        done = await self.reconcile_pays(window_ms, limit)
+        receipts = await self.ports.packets.uncredited(self.ports.clock.now_ms() - window_ms, limit)
+        await self.crediting.apply(receipts)
+        done += len(receipts)
+        for packet in await self.ports.packets.unpaid_refunds(limit):
+            await self.pay_refund(packet)
+            done += 1
+        await self.lists.repair(window_ms, 4 * limit)
+        return done
+
+    async def reconcile_pays(self, window_ms: int, limit: int = 500) -> int:
+        """Settle the pays cut between their steps, for the send debits made since the last run
+        (the PAYS_CURSOR flag; at most PAYS_LOOKBACK_MS back) until ``window_ms`` ago, at most
+        ``limit``; returns how many it settled. A debit with no packet is activated from its
+        pre-order (claimed for that pay) with the expiry counted from the debit; with the pre-order
+        gone (a cache that lost it), the pay is undone: the packet is recorded expired with its
+        whole total refunded, and the refund is paid at once (ledger entry ``refund`` keyed by the
+        order id, exactly once). The packet row's key decides a race with a retried pay: whichever
+        inserts first stands, so a pay is never both undone and activated. A packet whose
+        pre-order is still there gets the follow-ups its pay did not reach."""
+        ports = self.ports
+        now = ports.clock.now_ms()
+        start, end = await scan_window(ports.flags, ports.clock, PAYS_CURSOR, window_ms, PAYS_LOOKBACK_MS)
+        if start >= end:
+            return 0
+        debits = await ports.ledger.entries_between(EntryKind.SEND, start, end, limit)
+        found = await asyncio.gather(
+            *(asyncio.gather(ports.packets.get_packet(d.ref), ports.preorders.get(d.ref, now)) for d in debits)
+        )
+        settled = 0
+        for debit, (packet, raw) in zip(debits, found, strict=True):
+            if packet is None:
+                settled += await self._settle_pay(debit, raw, now)
+            elif raw is not None and packet.status is Status.ACTIVE:
+                await self.sending.follow_up(packet, PreOrder.decode(raw).greeting, now)
+                settled += 1
+        if len(debits) == limit:  # more to do: the next run goes on from the last debit seen
+            end = debits[-1].created_at_ms
+        await ports.flags.set(PAYS_CURSOR, str(end))
+        return settled
+
+    async def _settle_pay(self, debit: LedgerEntry, raw: bytes | None, now_ms: int) -> int:
+        """Activate (pre-order ``raw``) or undo (None) the pay of send ``debit`` whose packet is
+        missing; 1 when this call did it, 0 when a racing pay inserted the packet first."""
+        order_id = debit.ref
+        pre = None if raw is None else PreOrder.decode(raw)
+        if pre is not None:
+            packet = pre.active_packet(order_id, debit.created_at_ms + self.limits.expiry_ms)
+        else:
+            packet = _undone_packet(order_id, debit)
+        if not await self.ports.packets.insert_packet(packet):
+            return 0
+        if pre is not None:
+            log.warning("reconciler: pay of %s was cut after its debit; packet activated", order_id)
+            await self.sending.follow_up(packet, pre.greeting, now_ms)
+        else:
+            log.warning(
+                "reconciler: pay of %s was cut after its debit and its pre-order is gone; %d fen refunded",
+                order_id,
+                packet.total_fen,
+            )
+            await self.pay_refund(packet)
+        return 1
+
+
+def _undone_packet(order_id: str, debit: LedgerEntry) -> Packet:
+    """The record of a pay undone after send ``debit``: a packet of the debit's total for its
+    sender, expired at the debit's time with the whole total to refund and nothing opened (its
+    pre-order is gone: kind lucky, one share, no audience)."""
+    total, at = -debit.amount_fen, debit.created_at_ms
+    return Packet(order_id, debit.user_id, Kind.LUCKY, 1, total, None, None, 0, 1, Status.EXPIRED, at, at, at, total)
