@@ -117,6 +117,7 @@ class PushHub:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listener: asyncio.AbstractServer | None = None
         self._lost = 0  # events this worker could not log since the store last took ``lost``
+        self._restore = False  # the store's process changed: the sessions here are to be written back
 
     async def start(self, *, after_crash: bool = False) -> None:
         """Before the worker accepts connections: open the internal listener, join as a live
@@ -232,7 +233,14 @@ class PushHub:
                 log.warning("push logout of a session failed: %s", exc)
 
     async def _kick(self, old: Route, uid: str) -> None:
-        address = await self.stores.nodes.address(old.node)
+        """Ask the node of the replaced session ``old`` to close it (4001). Best effort: with the
+        push store down the old session is closed by its own node's failure count, or expires."""
+        try:
+            address = await self.stores.nodes.address(old.node)
+        except Exception as exc:
+            if not isinstance(exc, BreakerOpen):
+                log.warning("push kick of a replaced session failed: %s", exc)
+            return
         if address is not None:
             await self.forwarder.kick(address, uid, old.sid)
 
@@ -431,20 +439,25 @@ class PushHub:
             if not isinstance(exc, BreakerOpen):
                 log.warning("push gap bookkeeping failed: %s", exc)
             return
-        if moved and self.sessions:  # the store's process changed: its routes to the sessions here may be gone
+        self._restore = self._restore or moved  # its routes to the sessions here may be gone
+        restored = False
+        if self._restore and self.sessions:
             held = [(uid, session.conn.sid) for uid, session in self.sessions.items()]
             try:
                 await self.stores.sessions.restore(held, self.node.id, now_ms())
-            except Exception as exc:  # the next tick's touches write back what they find lost
+                self._restore, restored = False, True
+            except Exception as exc:  # tried again at the next tick, until it is done
                 if not isinstance(exc, BreakerOpen):
                     log.warning("push sessions could not be written back: %s", exc)
-        if lost or moved:
+        if lost or moved or restored:  # (restored: what was logged while the routes were gone is sent)
             self._recheck_sessions()
 
-    def _recheck_sessions(self) -> None:
-        """Every session held here reads its stream again from what it has sent: one whose stream
-        started a new epoch gets its ``reset`` now, not at its next message."""
-        for session in list(self.sessions.values()):
+    def _recheck_sessions(self, uids: list[str] | None = None) -> None:
+        """Every session held here (or those of ``uids``) reads its stream again from what it has
+        sent: one whose stream started a new epoch gets its ``reset`` now, not at its next message,
+        and one that missed messages while the store had lost its route gets them now."""
+        sessions = self.sessions.values() if uids is None else [self.sessions[u] for u in uids if u in self.sessions]
+        for session in list(sessions):
             if session.held is None:  # (a replay under way reads the stream anyway)
                 session.held = []
                 self.spawn(self._catch_up(session))
@@ -475,6 +488,7 @@ class PushHub:
                 ]
                 if live:  # a session the store lost while its connection lives here (not one logged out meanwhile)
                     await self.stores.sessions.restore(live, self.node.id, now_ms())
+                    self._recheck_sessions([uid for uid, _ in live])  # what it missed meanwhile
             if acks:
                 await self.stores.log.ack(sorted(acks.items()))
         except Exception as exc:

@@ -167,6 +167,27 @@ def test_a_live_session_redis_lost_is_written_back(standalone_nodes: RedisNodes)
     asyncio.run(scenario())
 
 
+def test_a_push_missed_while_redis_lost_the_route_arrives_once_written_back(standalone_nodes: RedisNodes) -> None:
+    """Redis lost u1's session, route and online entry (not its stream) while u1 stays connected to
+    node a: a push through node b meanwhile is logged but finds u1 offline; the refresh after u1's
+    next frame writes the session back and sends u1 what it missed, with no other push to wake it."""
+    a, b = standalone_nodes.start("a", "b")
+
+    async def scenario() -> None:
+        async with await connect(a, "u1") as ws:
+            await eventually(lambda: (standalone_nodes.session_node("u1") or "").startswith("a/"), 10, "u1 logged in")
+            lost = [*standalone_nodes.keys("session:*"), *standalone_nodes.keys("route:*")]
+            with standalone_nodes.target.sync_client() as client:
+                client.delete(*lost, *standalone_nodes.keys("online:*"))
+            async with admin(b) as pusher:
+                assert (await push(pusher, user_id="u1", event="missed", data=1))["result"] == "queued"
+            await ws.ping()
+            [event] = await receive(ws, 1)
+            assert (event["event"], event["data"], event["offset"]) == ("missed", 1, 1)
+
+    asyncio.run(scenario())
+
+
 def test_group_push_survives_client_kill(standalone_nodes: RedisNodes) -> None:
     """P-05: the node's Redis connections are killed again and again during a 200-message group
     push: every member gets all 200, in order, each once; /readyz reports Redis degraded (200: the
