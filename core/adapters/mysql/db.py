@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import asyncmy
 from asyncmy.connection import Connection
 from asyncmy.cursors import Cursor
-from asyncmy.errors import MySQLError, OperationalError
+from asyncmy.errors import InterfaceError, MySQLError, OperationalError
 from asyncmy.pool import Pool
 from hongbao.core.errors import Degraded
 from hongbao.core.sharding import Layout, parse_dsn
@@ -149,7 +149,8 @@ class MysqlShards:
         be had (the server refuses, or does not answer a new connection within CONNECT_TIMEOUT_S:
         the breaker opens), or when none frees up within ``transaction_timeout_s`` (every one
         busy: congestion here, not a server that hangs, so the breaker stays shut); the breaker is
-        looked at again once one is had."""
+        looked at again once one is had. A link lost while in use (OperationalError 2006/2013...,
+        or asyncmy's InterfaceError "Not connected") opens the breaker and raises Degraded."""
         name = self.layout.db_name(db)
         if time.monotonic() < self._down_until[db]:
             raise Degraded(f"database {name} is unavailable")
@@ -177,6 +178,10 @@ class MysqlShards:
                 self._trip(db, exc)
                 raise Degraded(f"database {name} is unavailable") from exc
             raise
+        except InterfaceError as exc:  # (0, "Not connected"): the link went (a reset, a pool cleared by a trip)
+            conn.close()
+            self._trip(db, exc)
+            raise Degraded(f"database {name} is unavailable") from exc
         except Exception:
             raise
         except BaseException:  # cancelled mid-statement: the connection's state is unknown
