@@ -38,14 +38,13 @@ from hongbao.core.soon import Soon
 from hongbao.server.app import App
 from hongbao.server.responses import Response, error_response
 from hongbao.server.ws_connection import WsRegistry, take_over
+from hongbao_native import HttpParseError, RequestParser
 
+log = logging.getLogger("hongbao.http")
 #: What a connection's read deadline waits for: the parser's states ("idle": the next request,
 #: "head", "body"; "upgraded" and "failed" have no deadline), "busy" (a request is being answered:
 #: none), "lingering" (a refused connection draining before its close), "" (not armed yet).
 TimerState = Literal["", "idle", "head", "body", "upgraded", "failed", "busy", "lingering"]
-from hongbao_native import HttpParseError, RequestParser
-
-log = logging.getLogger("hongbao.http")
 MAX_PIPELINED = 32
 _PARSE_CODES = {
     400: "invalid_request",

@@ -116,7 +116,9 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the flags and run; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m hongbao.bench.storm.production", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m hongbao.bench.storm.production", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--scenario", choices=sorted(NAMED), default="new-year-eve")
     parser.add_argument("--scenario-file", type=Path)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")

@@ -1,6 +1,6 @@
 """The Redis SessionStore of ``hongbao.core.push_ports`` (docs/architecture.md section 7) and the keys it
-shares with the NodeDirectory (``redis_push_nodes``), on a single Redis or a Redis Cluster
-through the same code (``redis_client``).
+shares with the NodeDirectory (``push_nodes``), on a single Redis or a Redis Cluster
+through the same code (``client``).
 
 Keys (the braces are cluster hash tags: each key's slot follows the name inside them):
 

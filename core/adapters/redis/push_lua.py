@@ -1,4 +1,4 @@
-"""The Lua scripts of the Redis message and topic logs (``redis_push_logs``). Each runs on ONE
+"""The Lua scripts of the Redis message and topic logs (``push_logs``). Each runs on ONE
 slot: a user's ``mlog:{uid}`` + ``mstream:{uid}``, or ``{topics}:meta`` + ``{topics}:log`` (KEYS[1]
 the counters hash, KEYS[2] the stream), so they work alike on a single Redis and a cluster.
 Numbers in ARGV are decimal strings; times are ms since the epoch.

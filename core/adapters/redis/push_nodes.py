@@ -1,7 +1,7 @@
 """The Redis NodeDirectory of ``hongbao.core.push_ports``: ``node:{node}`` liveness keys (the
 node's internal address, with a short TTL), the ``nodes`` work list, and the sweep that removes
 the sessions of nodes whose liveness expired through each node's ``nodesessions:{node}`` index
-(keys: ``redis_push``)."""
+(keys: ``push``)."""
 
 from __future__ import annotations
 

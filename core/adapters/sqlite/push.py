@@ -1,4 +1,4 @@
-"""The push channel's ports (hongbao.core.push_ports) on the embedded push file (sqlite_push_db).
+"""The push channel's ports (hongbao.core.push_ports) on the embedded push file (``push_db``).
 
 Shared by every worker of one host through that file (``push.db``, apart from the money's, with
 its own write thread): point reads run on the event loop's thread over the read-only connection,

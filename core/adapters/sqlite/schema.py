@@ -14,7 +14,7 @@ import sqlite3
 from hongbao.core.adapters.sql import DAYS, packet_table, receipt_table
 
 SCHEMA_VERSION = 5  # 2: t_preorder.state; 3: the push tables (t_push_*); 4: they moved to push.db; 5: t_ledger_kind
-#: Tables of version 3 that version 4 drops (the push channel has its own file, sqlite_push_db).
+#: Tables of version 3 that version 4 drops (the push channel has its own file, push_db).
 MOVED_OUT_V4 = ("t_push_session", "t_push_node", "t_push_stream", "t_push_message", "t_push_topic", "t_push_broadcast")
 
 _PACKET = """CREATE TABLE IF NOT EXISTS {name} (
