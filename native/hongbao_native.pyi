@@ -71,7 +71,7 @@ class AdmissionTableFull(ValueError):
     """`AdmissionTable.try_enter` needed a new slot and the shared table has none free
     (its capacity in live (key, pid) pairs is reached); the table is unchanged."""
 
-# --- split.rs -------------------------------------------------------------------------------------
+# --- split/ ----------------------------------------------------------------------------------------
 
 def split_lucky(remaining_fen: int, remaining_count: int) -> int:
     """One lucky share, in fen, of `remaining_fen` fen still in a packet with `remaining_count`

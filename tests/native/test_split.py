@@ -1,4 +1,4 @@
-"""hongbao_native's split (native/src/split.rs) against tests/reference/split.py; money cases M-01..M-06, M-18."""
+"""hongbao_native's split (native/src/split/) against tests/reference/split.py; money cases M-01..M-06, M-18."""
 
 import os
 import random
