@@ -12,11 +12,13 @@ import errno
 import logging
 import os
 import random
+import re
 import resource
 import signal
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import hongbao_native
 from hongbao.server.composition import create_admission, prepare
@@ -31,6 +33,34 @@ RESTART_BASE_S, RESTART_CAP_S = 0.1, 30.0  # a dead worker's restart delay doubl
 RESET_AFTER_S = 60.0  # ... counting the deaths of this last span only
 #: Descriptors a worker needs besides its connections: databases, Redis, logs, listeners (a margin).
 FD_RESERVE = 256
+SHM_DIR = Path("/dev/shm")
+#: A master's segments (the native core names them hongbao-<name>, hongbao-rl-<name>): the
+#: admission table hongbao-<port>-<pid> and the WebSocket rate limiter ws-<port>-<pid>.
+_SEGMENT = re.compile(r"hongbao-(?:hongbao|rl-ws)-\d+-(\d+)")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_orphan_segments(shm_dir: Path = SHM_DIR) -> list[str]:
+    """Unlink the shared-memory segments (admission table, WebSocket rate limiter) that masters
+    which died without their graceful stop (SIGKILL, the OOM killer) left in ``shm_dir``: each
+    name ends in its master's pid, and a master that no longer runs has no worker left (they get
+    SIGTERM when it dies, see ``_die_with_parent``). Returns the file names removed."""
+    removed = []
+    for path in sorted(shm_dir.glob("hongbao-*")):
+        found = _SEGMENT.fullmatch(path.name)
+        if found is not None and not _alive(int(found.group(1))):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
 
 
 def _check_port(host: str, port: int) -> None:
@@ -131,6 +161,8 @@ def serve(settings: Settings) -> int:
     settings, reserved = _reserve_port(settings)
     _raise_open_files(settings)
     prepare(settings, METRICS_DIR)
+    if orphans := remove_orphan_segments():
+        log.warning("removed the shared memory of masters that died without stopping: %s", ", ".join(orphans))
     admission = create_admission(f"hongbao-{settings.port}-{os.getpid()}")
     ws_limiter = hongbao_native.RateLimiter.create(
         f"ws-{settings.port}-{os.getpid()}", settings.ws_rate_per_s, settings.ws_burst

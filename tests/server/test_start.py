@@ -146,3 +146,38 @@ def _answers(url: str) -> bool:
         except httpx.TransportError:
             time.sleep(0.05)  # the dying worker's socket closes within milliseconds
     return False
+
+
+def test_a_killed_masters_shared_memory_is_removed_by_the_next_start(tmp_path: Path) -> None:
+    """A master SIGKILLed leaves its admission table and WebSocket rate limiter in /dev/shm (its
+    workers die with it); the next `serve` removes them and says so, and a live master's stay."""
+    for name in ("live", "killed", "again"):
+        (tmp_path / name).mkdir()
+    live, live_log = _serve(tmp_path / "live", "--port", "0")
+    killed, killed_log = _serve(tmp_path / "killed", "--port", "0")
+    try:
+        _serving_port(live, live_log)
+        port = _serving_port(killed, killed_log)
+        mine = sorted(p.name for p in Path("/dev/shm").glob(f"hongbao-*-{port}-{killed.pid}"))
+        assert len(mine) == 2, mine
+        theirs = sorted(p.name for p in Path("/dev/shm").glob(f"hongbao-*-{live.pid}"))
+        workers = _children(killed.pid)
+        killed.kill()
+        killed.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while any(Path(f"/proc/{pid}").exists() for pid in workers):
+            assert time.monotonic() < deadline, "the killed master's workers still run"
+            time.sleep(0.05)
+        assert all((Path("/dev/shm") / name).exists() for name in mine)
+        again, again_log = _serve(tmp_path / "again", "--port", "0")
+        try:
+            _serving_port(again, again_log)
+            assert not any((Path("/dev/shm") / name).exists() for name in mine)
+            assert all((Path("/dev/shm") / name).exists() for name in theirs) and len(theirs) == 2
+            assert "removed the shared memory of masters that died" in again_log.read_text()
+        finally:
+            assert _stop(again) == 0
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+        assert _stop(live) == 0
