@@ -117,6 +117,7 @@ def free_ports(count: int) -> list[int]:
 
 
 def _start_server(directory: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+    directory = directory.resolve()  # redis-server enters --dir before it opens a relative --logfile
     directory.mkdir(parents=True, exist_ok=True)
     command = [
         _require("redis-server"),
