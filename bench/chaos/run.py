@@ -147,7 +147,7 @@ def _restarts(log: Path) -> int:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """One chaos run (see the module); the report. Raises ServiceError / BenchError / StormError
     when it cannot start."""
-    out: Path = args.out
+    out: Path = args.out.resolve()  # the servers it starts run in their own directories
     work = out / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
