@@ -12,7 +12,7 @@ BENCH_JSON   := bench-results/native.json
 
 CHAOS_DURATION ?= 600
 
-.PHONY: chaos demo install test lint lint-rust format test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-grab bench-push clean
+.PHONY: chaos demo install test lint lint-rust format test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-grab bench-idle bench-push clean
 
 install: $(STAMP_NATIVE) $(STAMP_DEPS)
 
@@ -95,6 +95,11 @@ bench-storm: install
 # vs one redis-py round trip per request, and Redis bytes per packet: bench-results/grab.json (bench/http/grab.py).
 bench-grab: install
 	$(BIN)/python -m hongbao.bench.http.grab --out bench-results/grab.json
+
+# Statements/s an idle production node puts on MariaDB with 2 and 4 workers (floor: < 5/s at each):
+# bench-results/idle.json (bench/idle.py; starts its own MariaDB and Redis).
+bench-idle: install
+	$(BIN)/python -m hongbao.bench.idle --out bench-results/idle.json
 
 clean:
 	rm -rf $(VENV) native/target build bench-results *.egg-info

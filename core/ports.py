@@ -322,6 +322,36 @@ class Flags(Protocol):
         ...
 
 
+class Leases(Protocol):
+    """Leases on the periodic jobs, so that one worker of every node sharing them runs each job at
+    a time and the idle load on the databases does not grow with workers or nodes."""
+
+    async def hold(self, name: str, ttl_ms: int) -> bool:
+        """True when this worker holds lease ``name`` for the next ``ttl_ms``: taken when free or
+        lapsed, renewed when already its own. True as well when the lease cannot be looked at
+        (its store is down): every job is safe on any number of workers, and must go on."""
+        ...
+
+
+class ExpiryIndex(Protocol):
+    """The active packets by expiry, so that the refund job finds the expired ones without
+    scanning every day table of every database (docs/architecture.md section 6: "delay index")."""
+
+    async def add(self, order_id: str, expires_at_ms: int) -> None:
+        """Index an activated packet. Never raises: one the index missed is found by the
+        database scan the refund job still runs now and then."""
+        ...
+
+    async def due(self, now_ms: int, limit: int) -> list[str] | None:
+        """At most ``limit`` indexed order ids expired at ``now_ms`` (ms, UTC), earliest first; None
+        when the index cannot answer (not kept, or its store is down): scan the database."""
+        ...
+
+    async def remove(self, order_ids: Sequence[str]) -> None:
+        """Drop settled packets from the index. Never raises."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Ports:
     """The adapters one backend's services run on."""
@@ -336,3 +366,4 @@ class Ports:
     lists: UserListStore
     profiles: ProfileStore
     flags: Flags
+    expiries: ExpiryIndex

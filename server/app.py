@@ -230,11 +230,24 @@ class App:
         return json_response(200, {"now_ms": clock.now_ms(), "frozen": frozen})
 
     def background_jobs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
-        """The periodic money jobs every worker runs: crediting, lists, refunds, reconciliation,
-        flags, metrics. Each is safe on any number of workers at once (every step is idempotent),
-        and each ends after its current step once ``stopping`` is set (a stop never cuts a credit
+        """The periodic money jobs of a worker: crediting and lists (every worker: a consumer
+        group shares the queue), refunds and reconciliation (one worker at a time: the holder of
+        the job's lease, so the databases' idle load does not grow with workers or nodes), flags,
+        metrics. Each is safe on any number of workers at once (every step is idempotent), and
+        each ends after its current step once ``stopping`` is set (a stop never cuts a credit
         between its ledger entry and its mark)."""
-        svc, s = self.backend.services, self.settings
+        svc, s, leases = self.backend.services, self.settings, self.backend.leases
+
+        def leased(name: str, interval_s: float, job: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+            """``job`` run only while this worker holds the lease ``name`` (renewed each run; a
+            holder that dies is replaced after LEASE_INTERVALS of its interval)."""
+            ttl_ms = max(1_000, round(LEASE_INTERVALS * interval_s * 1000))
+
+            async def step() -> None:
+                if await leases.hold(name, ttl_ms):
+                    await job()
+
+            return step
 
         async def credits() -> None:
             await svc.settlement.drain_credits()
@@ -245,11 +258,16 @@ class App:
 
         return [
             every("credits", s.credit_interval_s, credits, self.stopping),
-            every("refunds", s.refund_interval_s, svc.settlement.refund_due, self.stopping),
+            every(
+                "refunds",
+                s.refund_interval_s,
+                leased("refunds", s.refund_interval_s, svc.settlement.refund_due),
+                self.stopping,
+            ),
             every(
                 "reconcile",
                 s.reconcile_interval_s,
-                lambda: svc.settlement.reconcile(s.reconcile_window_ms),
+                leased("reconcile", s.reconcile_interval_s, lambda: svc.settlement.reconcile(s.reconcile_window_ms)),
                 self.stopping,
             ),
             every("flags", 1.0, svc.crediting.sync, self.stopping),
@@ -289,6 +307,7 @@ async def _until_done(what: str, step: Callable[[], Awaitable[int]], deadline: f
     return handled
 
 
+LEASE_INTERVALS = 3  # a job's lease lasts this many of its intervals: a dead holder is replaced after it
 CLOCK_RANGE_MS = (946_684_800_000, 4_102_444_799_999)  # 2000-01-01T00:00:00Z .. 2099-12-31T23:59:59.999Z
 _HEALTHY = prebuilt(json_response(200, {"status": "ok"}))
 

@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import hongbao_native
@@ -52,7 +52,14 @@ from hongbao.core.adapters.redis.push import RedisSessionStore
 from hongbao.core.adapters.redis.push_logs import MAX_BLOCK_S, Generation, RedisMessageLog, RedisTopicLog
 from hongbao.core.adapters.redis.push_nodes import RedisNodeDirectory
 from hongbao.core.adapters.redis.queue import RedisQueue
-from hongbao.core.adapters.redis.state import RedisPreOrderStore, RedisSequenceSource, redis_breaker
+from hongbao.core.adapters.redis.state import (
+    RedisExpiryIndex,
+    RedisFlags,
+    RedisLeases,
+    RedisPreOrderStore,
+    RedisSequenceSource,
+    redis_breaker,
+)
 from hongbao.core.adapters.redis.views import RedisViews
 from hongbao.core.adapters.sqlite.audit import audit_sqlite
 from hongbao.core.adapters.sqlite.db import DB_FILE, SqliteDb
@@ -62,8 +69,10 @@ from hongbao.core.adapters.sqlite.packets import SqlitePacketStore
 from hongbao.core.adapters.sqlite.push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
 from hongbao.core.adapters.sqlite.push_db import PUSH_DB_FILE, open_push_db
 from hongbao.core.adapters.sqlite.state import (
+    SqliteExpiryIndex,
     SqliteFlags,
     SqliteGroupStore,
+    SqliteLeases,
     SqlitePreOrderStore,
     SqliteQueue,
     SqliteSequenceSource,
@@ -72,7 +81,7 @@ from hongbao.core.audit import AuditReport
 from hongbao.core.breaker import Breaker
 from hongbao.core.clock import Clock, SystemClock
 from hongbao.core.faults import NO_FAULTS, Faults
-from hongbao.core.ports import Draw, Ports, PreOrderStore, Queue, SequenceSource
+from hongbao.core.ports import Draw, Leases, Ports, PreOrderStore, Queue, SequenceSource
 from hongbao.core.push_ports import PushStores
 from hongbao.core.rules import Limits
 from hongbao.core.services import Services
@@ -99,8 +108,9 @@ class Backend:
     """One worker's running backend: the ``services`` over its ports, the host's ``admission``
     table, what it runs on (``sqlite``: the embedded money file; ``shards``: the production MySQL
     pools; ``redis``/``breaker``: the worker's Redis commands and their circuit breaker, shared
-    with the push stores) and the ``push`` stores (None when built without a push channel, as
-    the service tests are)."""
+    with the push stores), the ``push`` stores (None when built without a push channel, as the
+    service tests are) and the ``leases`` of the periodic jobs (on Redis in production; every
+    worker holds every one embedded)."""
 
     services: Services
     admission: hongbao_native.AdmissionTable
@@ -109,6 +119,7 @@ class Backend:
     redis: Pipelines | None = None
     breaker: Breaker | None = None
     push: PushStores | None = None
+    leases: Leases = field(default_factory=SqliteLeases)
 
     async def databases(self) -> dict[str, bool]:
         """Each money database -> whether it answers (a shard: a trivial query within the
@@ -164,6 +175,7 @@ def embedded(
         SqliteUserListStore(db),
         SqliteProfileStore(db),
         SqliteFlags(db),
+        SqliteExpiryIndex(),
     )
     services = Services.build(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw, faults=faults)
     return Backend(services, admission, sqlite=db)
@@ -209,7 +221,8 @@ def production(
         clock or SystemClock(),
         MysqlUserListStore(shards),
         MysqlProfileStore(shards),
-        MysqlFlags(shards),
+        RedisFlags(redis, breaker, MysqlFlags(shards), counts),
+        RedisExpiryIndex(redis, breaker, counts),
     )
     services = Services.build(
         ports,
@@ -222,7 +235,8 @@ def production(
         list_scans=packets,
         faults=faults,
     )
-    return Backend(services, admission, shards=shards, redis=redis, breaker=breaker)
+    leases = RedisLeases(redis, breaker, consumer, counts)
+    return Backend(services, admission, shards=shards, redis=redis, breaker=breaker, leases=leases)
 
 
 # --- the push stores ------------------------------------------------------------------------------

@@ -93,6 +93,7 @@ class Services:
         )
         opening = Opening(
             ports.packets,
+            ports.expiries,
             ports.clock,
             audience,
             grabbing,

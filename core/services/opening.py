@@ -17,7 +17,7 @@ from hongbao.core.clock import Clock
 from hongbao.core.faults import NO_FAULTS, Faults
 from hongbao.core.messages import Outgoing, best_luck_due, credit_due, list_row_due
 from hongbao.core.packet import Kind, Receipt
-from hongbao.core.ports import Draw, OpenResult, PacketStore
+from hongbao.core.ports import Draw, ExpiryIndex, OpenResult, PacketStore
 from hongbao.core.services.audience import Audience
 from hongbao.core.services.crediting import Crediting
 from hongbao.core.services.grabbing import GrabFilter
@@ -41,6 +41,7 @@ class Opening:
 
     __slots__ = (
         "packets",
+        "expiries",
         "clock",
         "audience",
         "grabbing",
@@ -55,6 +56,7 @@ class Opening:
     def __init__(
         self,
         packets: PacketStore,
+        expiries: ExpiryIndex,
         clock: Clock,
         audience: Audience,
         grabbing: GrabFilter,
@@ -66,7 +68,8 @@ class Opening:
         draw: Draw = hongbao_native.split_lucky,
         faults: Faults = NO_FAULTS,
     ) -> None:
-        self.packets, self.clock, self.audience, self.grabbing = packets, clock, audience, grabbing
+        self.packets, self.expiries, self.clock = packets, expiries, clock
+        self.audience, self.grabbing = audience, grabbing
         self.crediting, self.outbox, self.shared = crediting, outbox, grabbing.shared
         self.draw, self.faults = draw, faults
         self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
@@ -97,7 +100,8 @@ class Opening:
     async def open_batch(self, order_id: str, user_ids: Sequence[str]) -> list[OpenResult]:
         """The batcher's transaction: open for ``user_ids`` at the clock's current time, then queue
         the batch's follow-ups (list rows, best luck, queued credits) in one queue write, and
-        announce the packet finished when this batch took its last share."""
+        when this batch took the last share drop the packet from the expiry index and announce
+        it finished."""
         results = await self.packets.open_batch(order_id, user_ids, self.clock.now_ms(), self.draw)
         self.faults.point("open_committed")
         messages: list[Outgoing] = []
@@ -116,8 +120,11 @@ class Opening:
         updates = [self.shared.opened(order_id, results)] if self.shared is not None else []
         if any(r.refusal is not None or not r.repeat for r in results):  # the details show the batch
             updates.append(self.outbox.changed([details_entry(order_id)]))
+        finished = any(result.last for result in results)
+        if finished:  # nothing left to refund
+            updates.append(self.expiries.remove([order_id]))
         await asyncio.gather(*updates)  # one Redis pipeline
-        if any(result.last for result in results):
+        if finished:
             await self._announce_finished(order_id)
         return results
 

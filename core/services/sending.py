@@ -5,6 +5,8 @@ A pay and a cancel never both succeed (the pre-order store's claim decides)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import hongbao_native
 from hongbao.core import errors, events
 from hongbao.core.faults import NO_FAULTS, Faults
@@ -105,10 +107,13 @@ class Sending:
 
     async def follow_up(self, packet: Packet, greeting: str, now_ms: int) -> None:
         """What follows a packet's activation (by a pay, a repeated pay or the reconciler): the grab
-        state, the greeting, the push to its audience, the sender's list row; then the pre-order
-        goes, which marks these done (a pay cut before that point is followed up again)."""
+        state and the expiry index (in one round trip), the greeting, the push to its audience, the
+        sender's list row; then the pre-order goes, which marks these done (a pay cut before that
+        point is followed up again)."""
+        updates = [self.ports.expiries.add(packet.order_id, packet.expires_at_ms)]
         if self.shared is not None:
-            await self.shared.put(packet, now_ms)
+            updates.append(self.shared.put(packet, now_ms))
+        await asyncio.gather(*updates)  # one Redis round trip
         await self.outbox.note_greeting(packet.order_id, greeting)
         self.outbox.notify(events.packet_received(packet, greeting))
         paid_at = packet.expires_at_ms - self.limits.expiry_ms

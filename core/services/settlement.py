@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 
 from hongbao.core import events
 from hongbao.core.grab_state import SharedGrabState
@@ -22,6 +24,7 @@ from hongbao.core.view_cache import details_entry
 from hongbao.core.vocabulary import EntryKind
 
 log = logging.getLogger("hongbao.service")
+REFUND_SCAN_S = 60.0  # seconds between the refund job's scans of the databases (the index answers between)
 PAYS_CURSOR = "pays_reconciled_until"  # the flag: send debits are settled up to this time (ms)
 PAYS_LOOKBACK_MS = 24 * 3600_000  # how far back the first (or a long-stalled) pay reconciliation looks
 
@@ -31,7 +34,7 @@ class Settlement:
     ``sending`` follows up a pay the reconciler completes, ``lists`` repairs the user lists;
     ``shared``: the grab filter's shared level, told of every refund."""
 
-    __slots__ = ("ports", "limits", "crediting", "sending", "lists", "outbox", "shared")
+    __slots__ = ("ports", "limits", "crediting", "sending", "lists", "outbox", "shared", "scan_every_s", "_scanned_at")
 
     def __init__(
         self,
@@ -45,6 +48,8 @@ class Settlement:
     ) -> None:
         self.ports, self.limits, self.crediting, self.sending = ports, limits, crediting, sending
         self.lists, self.outbox, self.shared = lists, outbox, shared
+        self.scan_every_s = REFUND_SCAN_S  # the refund job's database scan, besides the expiry index
+        self._scanned_at = -math.inf  # time.monotonic() of the last scan
 
     async def drain_credits(self, max_messages: int = 100, lease_ms: int = 30_000) -> int:
         """Credit what the queue holds: one claim of up to ``max_messages``, their receipts
@@ -63,10 +68,19 @@ class Settlement:
 
     async def refund_due(self, limit: int = 500) -> int:
         """Record and pay the refund of every packet past expiry; returns how many were refunded
-        now. Exactly once per packet however many workers run it at the same time."""
+        now. Exactly once per packet however many workers run it at the same time. The expired
+        packets come from the expiry index, and from a scan of the databases on the first run,
+        every ``scan_every_s`` seconds after it (what a lost or unreachable index missed) and
+        whenever the index cannot answer."""
         now = self.ports.clock.now_ms()
+        due = None
+        if time.monotonic() < self._scanned_at + self.scan_every_s:
+            due = await self.ports.expiries.due(now, limit)
+        if due is None:
+            due = await self.ports.packets.due_refunds(now, limit)
+            self._scanned_at = time.monotonic()
         done = 0
-        for order_id in await self.ports.packets.due_refunds(now, limit):
+        for order_id in due:
             packet = await self.ports.packets.refund(order_id, now)
             if packet is not None:
                 if self.shared is not None:
@@ -75,6 +89,7 @@ class Settlement:
                 self.outbox.notify(events.expired(packet))
                 await self.pay_refund(packet)
                 done += 1
+        await self.ports.expiries.remove(due)  # refunded, finished or not there: settled either way
         return done
 
     async def pay_refund(self, packet: Packet) -> None:

@@ -12,13 +12,13 @@ tagged, so nothing is ever CROSSSLOT): ``seq:{<region>:<yymmdd>}``, ``preorder:{
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from hongbao.core.adapters.mysql.db import MysqlShards
 from hongbao.core.adapters.redis.client import LuaScript, Pipelines
 from hongbao.core.breaker import Breaker, BreakerOpen, tally
-from hongbao.core.ports import PreOrderStore, SequenceSource
+from hongbao.core.ports import Flags, PreOrderStore, SequenceSource
 from redis.exceptions import ClusterError, ConnectionError, RedisClusterException, TimeoutError
 
 #: The errors that mean "Redis is down" (a cluster's lost slots included); others are bugs and propagate.
@@ -219,3 +219,118 @@ class RedisPreOrderStore(_RedisFirst):
         except BreakerOpen:
             deleted = 0
         return deleted == 1 or await self._fallback.delete(order_id)
+
+
+FLAG_TTL_MS = 10_000  # a flag's copy in Redis lives this long: a switch missed there is seen within it
+# KEYS the lease. ARGV the holder, the TTL (ms): taken when free, renewed when the holder's; 1 if held.
+_HOLD = LuaScript("""
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+""")
+
+
+class RedisFlags(_RedisFirst):
+    """Flags in ``fallback`` (the database: the record) with a copy of each in Redis
+    (``flag:{<name>}``: ``=<value>``, or ``-`` for a flag known unset; FLAG_TTL_MS), so that
+    workers following a flag every second read Redis, not the database: a missing copy is read
+    from ``fallback`` and put back; a set writes ``fallback``, then the copy. While Redis is
+    down every call goes to ``fallback``."""
+
+    __slots__ = ("_fallback",)
+
+    def __init__(self, pipes: Pipelines, breaker: Breaker, fallback: Flags, counts: dict[str, int]) -> None:
+        super().__init__(pipes, breaker, counts, "redis_fallback_flags")
+        self._fallback = fallback
+
+    @staticmethod
+    def _key(name: str) -> str:
+        return f"flag:{{{name}}}"
+
+    async def get(self, name: str) -> str | None:
+        """The flag's value, or None when unset."""
+        try:
+            value = await self._redis(lambda: self._pipes.one(lambda p: p.get(self._key(name))))
+        except BreakerOpen:
+            return await self._fallback.get(name)
+        if value is not None:  # b"=<value>", or b"-": known unset
+            copy = bytes(value).decode()
+            return copy[1:] if copy.startswith("=") else None
+        found = await self._fallback.get(name)
+        await self._copy(name, found)
+        return found
+
+    async def set(self, name: str, value: str) -> None:
+        """Set the flag in ``fallback``, then its copy (a copy not written expires within FLAG_TTL_MS)."""
+        await self._fallback.set(name, value)
+        await self._copy(name, value)
+
+    async def _copy(self, name: str, value: str | None) -> None:
+        copy = "-" if value is None else f"={value}"
+        try:
+            await self._redis(lambda: self._pipes.one(lambda p: p.set(self._key(name), copy, px=FLAG_TTL_MS)))
+        except BreakerOpen:
+            pass
+
+
+class RedisLeases(_RedisFirst):
+    """Leases as ``lease:{<name>}`` keys naming their ``holder`` (this worker), with a TTL; one
+    single-key script takes or renews one. While Redis is down every worker holds every lease
+    (the jobs are safe on any number of workers; counted as ``redis_fallback_leases``)."""
+
+    __slots__ = ("_holder",)
+
+    def __init__(self, pipes: Pipelines, breaker: Breaker, holder: str, counts: dict[str, int]) -> None:
+        super().__init__(pipes, breaker, counts, "redis_fallback_leases")
+        self._holder = holder
+
+    async def hold(self, name: str, ttl_ms: int) -> bool:
+        """True when this worker holds lease ``name`` for the next ``ttl_ms`` (or Redis is down)."""
+        try:
+            held = await self._redis(lambda: self._pipes.script(_HOLD, [f"lease:{{{name}}}"], [self._holder, ttl_ms]))
+        except BreakerOpen:
+            return True
+        return bool(held)
+
+
+EXPIRIES_KEY = "expiries"  # the sorted set of active packets by expires_at (ms)
+
+
+class RedisExpiryIndex(_RedisFirst):
+    """ExpiryIndex on the sorted set ``expiries`` (member: order id, score: expires_at in ms),
+    written at activation and trimmed as the refund job settles packets. While Redis is down
+    ``due`` answers None (the refund job scans the databases) and writes are dropped (counted as
+    ``redis_fallback_expiries``; the scan finds those packets); a Redis that lost the set is
+    covered by the same scan."""
+
+    __slots__ = ()
+
+    def __init__(self, pipes: Pipelines, breaker: Breaker, counts: dict[str, int]) -> None:
+        super().__init__(pipes, breaker, counts, "redis_fallback_expiries")
+
+    async def add(self, order_id: str, expires_at_ms: int) -> None:
+        """ZADD the packet (never raises)."""
+        try:
+            await self._redis(lambda: self._pipes.one(lambda p: p.zadd(EXPIRIES_KEY, {order_id: expires_at_ms})))
+        except Exception:  # BreakerOpen, or a reply error: the scan finds it
+            return
+
+    async def due(self, now_ms: int, limit: int) -> list[str] | None:
+        """The earliest ``limit`` members scored at most ``now_ms``, or None while Redis is down."""
+        try:
+            found = await self._redis(
+                lambda: self._pipes.one(lambda p: p.zrangebyscore(EXPIRIES_KEY, "-inf", now_ms, start=0, num=limit))
+            )
+        except BreakerOpen:
+            return None
+        return [bytes(member).decode() for member in found]
+
+    async def remove(self, order_ids: Sequence[str]) -> None:
+        """ZREM the packets (never raises)."""
+        if not order_ids:
+            return
+        try:
+            await self._redis(lambda: self._pipes.one(lambda p: p.zrem(EXPIRIES_KEY, *order_ids)))
+        except Exception:  # left there: settling them again changes nothing
+            return

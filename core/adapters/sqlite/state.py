@@ -270,3 +270,31 @@ class SqliteFlags:
                 )
 
         await self._db.run(put)
+
+
+class SqliteLeases:
+    """The embedded backend's leases: every worker holds every one (its jobs are idempotent, and
+    SQLite's write lock serialises their writes), so nothing is written to share them."""
+
+    __slots__ = ()
+
+    async def hold(self, name: str, ttl_ms: int) -> bool:
+        """Always True."""
+        return True
+
+
+class SqliteExpiryIndex:
+    """The embedded backend keeps no expiry index: its refund job scans the day tables of its one
+    local file (``due`` answers None)."""
+
+    __slots__ = ()
+
+    async def add(self, order_id: str, expires_at_ms: int) -> None:
+        """Nothing to index."""
+
+    async def due(self, now_ms: int, limit: int) -> list[str] | None:
+        """None: scan the database."""
+        return None
+
+    async def remove(self, order_ids: Sequence[str]) -> None:
+        """Nothing to drop."""
