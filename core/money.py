@@ -24,7 +24,7 @@ def parse_fen(value: object, field: str = "amount_fen") -> int:
     values beyond int64, naming ``field``.
     """
     if type(value) is not int:
-        raise InvalidAmount(f"{field} must be an integer number of fen in 1..2**63-1, got {_json_kind(value)}")
+        raise InvalidAmount(f"{field} must be a positive integer number of fen, got {_json_kind(value)}")
     if value <= 0:
         raise InvalidAmount(f"{field} must be positive, got {value}")
     if value > _INT64_MAX:

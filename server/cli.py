@@ -164,14 +164,18 @@ def parser(*, with_storm: bool = True) -> argparse.ArgumentParser:
         "--config", type=Path, default=argparse.SUPPRESS, help="TOML file (also accepted before the command)"
     )
     serve = sub.add_parser("serve", parents=[common], help="run the server (master + workers)")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--host", help="address to listen on (default: 127.0.0.1; also HONGBAO_HOST)")
+    serve.add_argument(
+        "--port", type=int, help="port to listen on (default: 8080; 0: a free port, the same for every worker)"
+    )
     serve.add_argument(
         "--workers",
         type=int,
         help="worker processes (default, or 0: one per core with --backend production, 1 on the embedded backend)",
     )
-    serve.add_argument("--data-dir", dest="data_dir", type=Path)
+    serve.add_argument(
+        "--data-dir", dest="data_dir", type=Path, help="the embedded data and the token key jwt.key (default: ./var)"
+    )
     serve.add_argument(
         "--backend",
         choices=["embedded", "production"],
@@ -207,7 +211,9 @@ def parser(*, with_storm: bool = True) -> argparse.ArgumentParser:
     token.add_argument(
         "--ttl", type=_ttl, default=24 * 3600, help=f"lifetime in seconds, up to {MAX_TOKEN_TTL_S} (default: 86400)"
     )
-    token.add_argument("--data-dir", dest="data_dir", type=Path)
+    token.add_argument(
+        "--data-dir", dest="data_dir", type=Path, help="the server's data directory: its jwt.key signs (default: ./var)"
+    )
     token.set_defaults(run=_token)
     audit = sub.add_parser(
         "audit",
