@@ -10,6 +10,10 @@ from hongbao.core.clock import Clock
 from hongbao.core.messages import PreOrder
 from hongbao.core.packet import Packet
 from hongbao.core.ports import GroupStore, PacketStore, PreOrderStore
+from hongbao.core.ttl_cache import TtlCache
+
+FIXED_TTL_MS = 60_000  # how long a worker keeps a packet's fixed fields (they never change once paid)
+FIXED_MAX_ENTRIES = 20_000
 
 
 def check_order_id(order_id: str) -> str:
@@ -22,22 +26,34 @@ def check_order_id(order_id: str) -> str:
 
 
 class Audience:
-    """The visibility rules over ``packets``, ``preorders`` and ``groups``."""
+    """The visibility rules over ``packets``, ``preorders`` and ``groups``, with this worker's
+    memory of the packets' fixed fields (sender, group, receiver, kind, count, total, expiry: a
+    paid packet never changes them) for the callers that need only those."""
 
-    __slots__ = ("packets", "preorders", "groups", "clock")
+    __slots__ = ("packets", "preorders", "groups", "clock", "_fixed")
 
     def __init__(self, packets: PacketStore, preorders: PreOrderStore, groups: GroupStore, clock: Clock) -> None:
         self.packets, self.preorders, self.groups, self.clock = packets, preorders, groups, clock
+        self._fixed: TtlCache[str, Packet] = TtlCache(FIXED_TTL_MS, FIXED_MAX_ENTRIES)
 
-    async def visible_packet(self, user_id: str, order_id: str, *, reading: bool = False) -> Packet:
-        """The packet if ``user_id`` may see it (``reading``: its details). Raises BadOrderId,
-        NotFound, NotPaid (a pre-order, to its audience), NotMember."""
+    async def visible_packet(
+        self, user_id: str, order_id: str, *, reading: bool = False, fixed: bool = False
+    ) -> Packet:
+        """The packet if ``user_id`` may see it (``reading``: its details). With ``fixed`` the
+        packet may come from this worker's memory (up to FIXED_TTL_MS old): only its fixed fields
+        are to be read then, not its status or remainder. Raises BadOrderId, NotFound, NotPaid (a
+        pre-order, to its audience), NotMember."""
         check_order_id(order_id)
-        packet = await self.packets.get_packet(order_id)
+        now_ms = self.clock.now_ms()
+        packet = self._fixed.get(order_id, now_ms) if fixed else None
+        if packet is None:
+            packet = await self.packets.get_packet(order_id)
+            if packet is not None:
+                self._fixed.put(order_id, packet, now_ms)
         if packet is not None:
             await self.check(user_id, order_id, packet.sender_id, packet.receiver_id, packet.group_id, reading)
             return packet
-        raw = await self.preorders.get(order_id, self.clock.now_ms())
+        raw = await self.preorders.get(order_id, now_ms)
         if raw is None:
             raise errors.NotFound(f"no packet {order_id}")
         pre = PreOrder.decode(raw)  # a non-member learns no more of a pre-order than of a packet

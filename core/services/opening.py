@@ -77,7 +77,7 @@ class Opening:
     async def open(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
         """Open the packet for ``user_id``: (receipt, repeat). A repeat returns the first amount.
         Raises Finished/Expired (410), NotFound, NotPaid, NotMember, Busy (429)."""
-        packet = await self.audience.visible_packet(user_id, order_id)
+        packet = await self.audience.visible_packet(user_id, order_id, fixed=True)  # the transaction checks the rest
         if packet.kind is Kind.EXCLUSIVE and user_id != packet.receiver_id:
             raise errors.NotMember(f"packet {order_id} is for someone else")
         result = await self.batcher.open(order_id, user_id)
