@@ -6,6 +6,7 @@ about a second. Faults: the redis-server process frozen (SIGSTOP), and a fault-i
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,9 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
+from hongbao.core.adapters.mysql.db import BREAKER_S, CONNECT_TIMEOUT_S, MysqlShards
+from hongbao.core.errors import Degraded
 
 from tests.e2e.proxy import ThreadProxy
-from tests.integration.mariadb import MariaDb
+from tests.integration.mariadb import SERVICE_LAYOUT, MariaDb, migrated
 from tests.integration.production import audit_cli, start_production
 from tests.integration.test_redis_push_down import PrivateRedis, private_redis  # noqa: F401  (fixture)
 from tests.server.conftest import Server, stop_server
@@ -160,6 +163,30 @@ def test_frozen_mysql_link_answers_503_fast(
         assert topup(server, "B", 5, key="t") == 1005  # applied once
     finally:
         assert stop_server(server) == 0
+
+
+def test_the_first_statement_over_a_frozen_link_is_bounded(mariadb: MariaDb, mysql_proxy: ThreadProxy) -> None:
+    """A worker that has not used a database yet (its pool not made), the link frozen: the first
+    statement answers Degraded within the connect bound, not when the link thaws; thawed, it works."""
+    migrated(mariadb, SERVICE_LAYOUT)
+    port = int(mysql_proxy.url.rsplit(":", 1)[1])
+
+    async def scenario() -> None:
+        shards = MysqlShards(mariadb.dsn.rsplit(":", 1)[0] + f":{port}", SERVICE_LAYOUT, pool_size=2)
+        mysql_proxy.freeze()
+        try:
+            started = time.monotonic()
+            with pytest.raises(Degraded):
+                await shards.fetchone(0, "SELECT 1", ())
+            assert time.monotonic() - started < BOUND_S + CONNECT_TIMEOUT_S
+        finally:
+            mysql_proxy.thaw()
+            mysql_proxy.drop()
+        await asyncio.sleep(BREAKER_S)
+        assert await shards.fetchone(0, "SELECT 1", ()) == (1,)
+        await shards.close()
+
+    asyncio.run(scenario())
 
 
 def test_cut_mysql_links_during_pays_and_opens_lose_no_money(

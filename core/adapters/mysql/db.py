@@ -132,6 +132,8 @@ class MysqlShards:
             await pool.wait_closed()
 
     async def _pool(self, db: int) -> Pool:
+        """The pool of ``db``, made on first use with no connection (minsize 0): its first connect
+        happens in an acquire, under the connect bound, never unbounded here under the lock."""
         pool = self._pools[db]
         if pool is None:
             async with self._lock:
@@ -139,7 +141,7 @@ class MysqlShards:
                 if pool is None:
                     args = connect_args(self._servers[db % len(self._servers)])
                     pool = self._pools[db] = await asyncmy.create_pool(
-                        minsize=1, maxsize=self._pool_size, db=self.layout.db_name(db), **args
+                        minsize=0, maxsize=self._pool_size, db=self.layout.db_name(db), **args
                     )
         return pool
 
