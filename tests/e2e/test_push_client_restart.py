@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from hongbao.bench.http.run import free_port
+from hongbao.bench.services.process import free_port
 from hongbao.server.push_client import PushClient, PushEvent
 
 from tests.e2e.conftest import apush, until

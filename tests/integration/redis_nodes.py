@@ -56,9 +56,9 @@ class RedisNodes:
             return start_server(self.tmp_path / name, 1, config)
 
         with ThreadPoolExecutor(len(names)) as pool:
-            servers = list(pool.map(one, names))
-        self.started.extend(servers)
-        return servers
+            starts = [pool.submit(one, name) for name in names]
+        self.started.extend(start.result() for start in starts if start.exception() is None)  # stopped at the end
+        return [start.result() for start in starts]  # the first failure raises
 
     def kill(self, server: Server) -> None:
         """SIGKILL the server's workers and master at once (stopped first, so nothing restarts or

@@ -4,6 +4,7 @@ test suite does), its own data directory, a test clock, and tokens minted with i
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hongbao.bench.services.process import free_port, terminate
+from hongbao.bench.services.process import terminate
 from hongbao.core.adapters.sqlite.audit import audit_sqlite
 from hongbao.server.auth import embedded_secret, mint
 
+SERVING = re.compile(r"serving http://127\.0\.0\.1:(\d+) with")
 TEST_CONFIG = """
 test_clock = true
 credit_interval_s = 0.02
@@ -65,14 +67,15 @@ def start_server(
 ) -> Server:
     """Start ``hongbao serve`` and wait until /healthz answers (or fail with its log). The keys of
     ``extra_config`` (TOML) replace those of TEST_CONFIG. A ``name`` keeps the config and log files
-    of several servers on one data directory apart. ``port``: the port to serve on (default: a free one)."""
+    of several servers on one data directory apart. ``port``: the port to serve on (default: 0, a
+    free port the master picks and logs: no other process can take it between the pick and the
+    bind, as one picked here could be by a worker's ephemeral listener)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     suffix = f"-{name}" if name else ""
     config = data_dir / f"hongbao{suffix}.toml"
     replaced = {line.split("=")[0].strip() for line in extra_config.splitlines() if "=" in line}
     defaults = [line for line in TEST_CONFIG.splitlines() if line.split("=")[0].strip() not in replaced]
     config.write_text("\n".join(defaults) + "\n" + extra_config)
-    port = port or free_port()
     log_path = data_dir / f"server{suffix}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HONGBAO_")}
     process = subprocess.Popen(
@@ -84,7 +87,7 @@ def start_server(
             str(config),
             "serve",
             "--port",
-            str(port),
+            str(port or 0),
             "--data-dir",
             str(data_dir),
             "--workers",
@@ -99,6 +102,13 @@ def start_server(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
+        if not port:
+            found = SERVING.search(server.log())
+            if found is None:
+                time.sleep(0.05)
+                continue
+            port = int(found.group(1))
+            server = Server(f"http://127.0.0.1:{port}", data_dir, process, log_path)
         try:
             if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
                 return server
