@@ -70,9 +70,10 @@ class SessionStore(Protocol):
         the pairs whose session is gone (lost by the store, or logged out meanwhile), unwritten."""
         ...
 
-    async def restore(self, sessions: Sequence[tuple[str, str]], node: str, now_ms: int) -> None:
-        """Write back these (uid, sid) sessions of ``node`` (live connections whose session the
-        store lost) where the user has no session now; a newer session is left alone."""
+    async def restore(self, sessions: Sequence[tuple[str, str, int]], node: str, now_ms: int) -> None:
+        """Write back these (uid, sid, login ms) sessions of ``node`` (live connections whose
+        session the store lost) where the user has no session now, or one that logged in before
+        (an older session a restore from a dump brought back); one logged in since is left alone."""
         ...
 
     async def logout(self, uid: str, sid: str, node: str) -> bool:

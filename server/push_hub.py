@@ -88,10 +88,10 @@ class _Session:
     while a replay runs (None: live); ``epoch`` and ``sent`` (the last offset sent, or covered by
     the replay) are set by the first replay."""
 
-    __slots__ = ("conn", "epoch", "sent", "held")
+    __slots__ = ("conn", "login_ms", "epoch", "sent", "held")
 
-    def __init__(self, conn: Conn) -> None:
-        self.conn, self.epoch, self.sent = conn, "", 0
+    def __init__(self, conn: Conn, login_ms: int) -> None:
+        self.conn, self.login_ms, self.epoch, self.sent = conn, login_ms, "", 0
         self.held: list[Stored] | None = []
 
 
@@ -154,8 +154,9 @@ class PushHub:
         register it, and replay the stream after (``offset``, ``epoch``), first with the hello
         frame (the stream's epoch) when ``hello`` and the replay is whole (an incomplete one starts
         with its reset, which names the epoch); raises on store failure."""
-        old = await self.stores.sessions.login(conn.uid, conn.sid, self.node.id, now_ms())
-        session = _Session(conn)
+        login_ms = now_ms()
+        old = await self.stores.sessions.login(conn.uid, conn.sid, self.node.id, login_ms)
+        session = _Session(conn, login_ms)
         previous = self.sessions.get(conn.uid)
         self.sessions[conn.uid] = session
         if previous is not None and previous.conn is not conn:
@@ -442,7 +443,7 @@ class PushHub:
         self._restore = self._restore or moved  # its routes to the sessions here may be gone
         restored = False
         if self._restore and self.sessions:
-            held = [(uid, session.conn.sid) for uid, session in self.sessions.items()]
+            held = [(uid, session.conn.sid, session.login_ms) for uid, session in self.sessions.items()]
             try:
                 await self.stores.sessions.restore(held, self.node.id, now_ms())
                 self._restore, restored = False, True
@@ -484,11 +485,13 @@ class PushHub:
             if touched:
                 lost = await self.stores.sessions.touch(sorted(touched), now_ms())
                 live = [
-                    (uid, sid) for uid, sid in lost if (s := self.sessions.get(uid)) is not None and s.conn.sid == sid
+                    (uid, sid, s.login_ms)
+                    for uid, sid in lost
+                    if (s := self.sessions.get(uid)) is not None and s.conn.sid == sid
                 ]
                 if live:  # a session the store lost while its connection lives here (not one logged out meanwhile)
                     await self.stores.sessions.restore(live, self.node.id, now_ms())
-                    self._recheck_sessions([uid for uid, _ in live])  # what it missed meanwhile
+                    self._recheck_sessions([uid for uid, _, _ in live])  # what it missed meanwhile
             if acks:
                 await self.stores.log.ack(sorted(acks.items()))
         except Exception as exc:

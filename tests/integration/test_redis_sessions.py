@@ -108,7 +108,7 @@ async def test_touch_reports_a_lost_session_and_restore_writes_it_back(redis_tar
         redis_target.flush()
         assert await store.touch([("u1", "s1")], T0 + 30_000) == [("u1", "s1")]
         assert await client.exists(session_key("u1")) == 0
-        await store.restore([("u1", "s1")], "a/1", T0 + 30_000)
+        await store.restore([("u1", "s1", T0)], "a/1", T0 + 30_000)
         assert await client.hmget(session_key("u1"), ["sessionId", "nodeId"]) == [b"s1", b"a/1"]
         assert 500 < await client.ttl(session_key("u1")) <= 600
         assert await client.get(route_key("s1")) == b"a/1"
@@ -126,9 +126,21 @@ async def test_touch_overtaken_by_logout_leaves_no_session(redis_target: RedisTa
         assert await store.touch([("u1", "s1")], T0 + 1) == [("u1", "s1")]
         assert (await client.exists(session_key("u1"), route_key("s1")), await store.online_count()) == (0, 0)
         await store.login("u1", "s2", "b/1", T0 + 2)
-        await store.restore([("u1", "s1")], "a/1", T0 + 3)
+        await store.restore([("u1", "s1", T0)], "a/1", T0 + 3)
         assert await client.hmget(session_key("u1"), ["sessionId", "nodeId"]) == [b"s2", b"b/1"]
         assert await client.exists(route_key("s1")) == 0
+
+
+async def test_restore_replaces_an_older_session_a_dump_brought_back(redis_target: RedisTarget) -> None:
+    """Redis restarted from an older dump holds u1's earlier session (s0 on a dead node): restore of
+    the live s1 replaces it, so pushes find s1; a session logged in after s1 would have stayed."""
+    async with redis_target.connect() as client:
+        store = RedisSessionStore(Pipelines(client), 600)
+        await store.login("u1", "s0", "dead/1", T0)  # what the dump holds
+        await store.restore([("u1", "s1", T0 + 10)], "a/1", T0 + 30_000)
+        assert await client.hmget(session_key("u1"), ["sessionId", "nodeId"]) == [b"s1", b"a/1"]
+        assert await client.get(route_key("s1")) == b"a/1"
+        assert await store.touch([("u1", "s1")], T0 + 30_001) == []  # current again
 
 
 async def test_tolerant_session_reads(redis_target: RedisTarget) -> None:

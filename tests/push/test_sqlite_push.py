@@ -108,8 +108,10 @@ async def test_touch_names_a_lost_session_and_restore_writes_it(dbs: tuple[Sqlit
     assert await sessions.logout("u1", "s1", "h/1") is True
     assert await sessions.touch([("u1", "s1"), ("u2", "s2")], now + 2) == [("u1", "s1")]
     assert await sessions.lookup("u1") is None
-    await sessions.restore([("u1", "s1"), ("u2", "older")], "h/1", now + 3)
+    await sessions.restore([("u1", "s1", now), ("u2", "older", now - 1)], "h/1", now + 3)
     assert (await sessions.lookup("u1"), await sessions.lookup("u2")) == (Route("h/1", "s1"), Route("h/1", "s2"))
+    await sessions.restore([("u2", "s3", now + 4)], "h/1", now + 5)  # the row it finds logged in before it
+    assert await sessions.lookup("u2") == Route("h/1", "s3")
 
 
 async def test_append_offsets_epoch_and_replay(dbs: tuple[SqliteDb, SqliteDb]) -> None:

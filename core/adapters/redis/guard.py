@@ -82,7 +82,7 @@ class GuardedSessionStore(_Guarded):
         """SessionStore.touch (background: may be the trial call)."""
         return await self._breaker.call(lambda: self._store.touch(sessions, now_ms))
 
-    async def restore(self, sessions: Sequence[tuple[str, str]], node: str, now_ms: int) -> None:
+    async def restore(self, sessions: Sequence[tuple[str, str, int]], node: str, now_ms: int) -> None:
         """SessionStore.restore (background: may be the trial call)."""
         await self._breaker.call(lambda: self._store.restore(sessions, node, now_ms))
 

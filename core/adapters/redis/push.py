@@ -60,11 +60,13 @@ end
 if sid or redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 return -1
 """)
-#: Write session ARGV[1] of node ARGV[2], logged in at ARGV[3] ms, TTL ARGV[4] ms, unless there
-#: is a key (a newer session: left alone) -> 1 written, 0 not.
+#: Write session ARGV[1] of node ARGV[2], logged in at ARGV[5] ms, active at ARGV[3] ms, TTL ARGV[4]
+#: ms, unless the key holds a session logged in since (a newer one: left alone) -> 1 written, 0 not.
+#: One logged in before is an older session a Redis restart from a dump brought back: replaced.
 RESTORE = LuaScript("""
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'sessionId', ARGV[1], 'nodeId', ARGV[2], 'loginTime', ARGV[3], 'lastActiveTime', ARGV[3])
+local login = tonumber(redis.call('HGET', KEYS[1], 'loginTime') or '')
+if login and login >= tonumber(ARGV[5]) then return 0 end
+redis.call('HSET', KEYS[1], 'sessionId', ARGV[1], 'nodeId', ARGV[2], 'loginTime', ARGV[5], 'lastActiveTime', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
 """)
@@ -140,19 +142,22 @@ class RedisSessionStore:
         verdicts = (await self._pipes.run(build, SCRIPTS))[::2]
         return [pair for pair, verdict in zip(sessions, verdicts, strict=True) if verdict == -1]
 
-    async def restore(self, sessions: Sequence[tuple[str, str]], node: str, now_ms: int) -> None:
-        """Write back the (uid, sid) sessions of ``node`` whose ``session:{uid}`` is gone (a Redis
-        restart, a sweep that took the node for dead), with their route, online and index
-        entries (a second pipeline, for those written); a key there meanwhile is left alone."""
+    async def restore(self, sessions: Sequence[tuple[str, str, int]], node: str, now_ms: int) -> None:
+        """Write back the (uid, sid, login ms) sessions of ``node`` whose ``session:{uid}`` is gone
+        (a Redis restart, a sweep that took the node for dead) or holds a session logged in before
+        (an older one, from a dump), with their route, online and index entries (a second
+        pipeline, for those written); a session logged in since is left alone."""
         if not sessions:
             return
 
         def build(pipe: RedisPipeline) -> None:
-            for uid, sid in sessions:
-                RESTORE.queue(pipe, [session_key(uid)], [sid, node, now_ms, self._ttl_ms])
+            for uid, sid, login_ms in sessions:
+                RESTORE.queue(pipe, [session_key(uid)], [sid, node, now_ms, self._ttl_ms, login_ms])
 
         written = [
-            pair for pair, verdict in zip(sessions, await self._pipes.run(build, SCRIPTS), strict=True) if verdict == 1
+            (uid, sid)
+            for (uid, sid, _), verdict in zip(sessions, await self._pipes.run(build, SCRIPTS), strict=True)
+            if verdict == 1
         ]
 
         def around(pipe: RedisPipeline) -> None:

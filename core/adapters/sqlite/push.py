@@ -91,14 +91,18 @@ class SqliteSessionStore:
 
         return await self._db.run(touch)
 
-    async def restore(self, sessions: Sequence[tuple[str, str]], node: str, now_ms: int) -> None:
-        """Insert each (uid, sid) session of ``node`` whose user has no session row (a newer one stays)."""
-        rows = [(uid, sid, node, now_ms, now_ms) for uid, sid in sessions]
+    async def restore(self, sessions: Sequence[tuple[str, str, int]], node: str, now_ms: int) -> None:
+        """Write each (uid, sid, login ms) session of ``node`` whose user has no session row, or
+        one that logged in before it; one logged in since stays."""
+        rows = [(uid, sid, node, login_ms, now_ms) for uid, sid, login_ms in sessions]
 
         def restore() -> None:
             with self._db.immediate() as conn:
                 conn.executemany(
-                    "INSERT OR IGNORE INTO t_push_session (uid, sid, node, login_at, active_at) VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO t_push_session (uid, sid, node, login_at, active_at) VALUES (?, ?, ?, ?, ?)"
+                    " ON CONFLICT (uid) DO UPDATE SET sid = excluded.sid, node = excluded.node,"
+                    " login_at = excluded.login_at, active_at = excluded.active_at"
+                    " WHERE t_push_session.login_at < excluded.login_at",
                     rows,
                 )
 
