@@ -63,24 +63,14 @@ def redis_client(
     client with a longer bound. Only a lost connection is retried (RETRIES times). Replies are bytes.
     Raises ValueError for a malformed URL."""
     retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), RETRIES, supported_errors=(ConnectionError,))
-    errors: list[type[Exception]] = [ConnectionError]
-    if cluster:
-        return RedisCluster.from_url(
-            url,
-            retry=retry,
-            retry_on_error=errors,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            max_connections=max_connections,
-        )
-    return Redis.from_url(
-        url,
-        retry=retry,
-        retry_on_error=errors,
-        socket_timeout=socket_timeout_s,
-        socket_connect_timeout=CONNECT_TIMEOUT_S,
-        max_connections=max_connections,
-    )
+    options: dict[str, Any] = {
+        "retry": retry,
+        "retry_on_error": [ConnectionError],
+        "socket_timeout": socket_timeout_s,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "max_connections": max_connections,
+    }
+    return RedisCluster.from_url(url, **options) if cluster else Redis.from_url(url, **options)
 
 
 def text(reply: bytes | str) -> str:
