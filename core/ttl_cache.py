@@ -34,9 +34,10 @@ class TtlCache(Generic[K, V]):
             return None
         return entry[1]
 
-    def put(self, key: K, value: V, now_ms: int) -> None:
-        """Keep ``value`` until ``now_ms`` + the TTL, evicting the oldest entry when full."""
-        self._data[key] = (now_ms + self._ttl_ms, value)
+    def put(self, key: K, value: V, now_ms: int, ttl_ms: int | None = None) -> None:
+        """Keep ``value`` until ``now_ms`` + ``ttl_ms`` (None: the cache's TTL), evicting the oldest
+        entry when full."""
+        self._data[key] = (now_ms + (self._ttl_ms if ttl_ms is None else ttl_ms), value)
         self._data.move_to_end(key)
         if len(self._data) > self._max:
             self._data.popitem(last=False)
@@ -44,3 +45,7 @@ class TtlCache(Generic[K, V]):
     def drop(self, key: K) -> None:
         """Forget ``key``."""
         self._data.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._data.clear()

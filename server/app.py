@@ -20,6 +20,7 @@ from typing import Any
 from hongbao.core import errors
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import OffsetFileClock
+from hongbao.core.membership import FOLLOW_S
 from hongbao.core.soon import Soon
 from hongbao.server.auth import TokenVerifier
 from hongbao.server.composition import Backend
@@ -271,6 +272,7 @@ class App:
                 self.stopping,
             ),
             every("flags", 1.0, svc.crediting.sync, self.stopping),
+            *(every("follow", FOLLOW_S, follow, self.stopping) for follow in self.backend.follow),
             every("metrics", 1.0, metrics, self.stopping),
         ]
 

@@ -24,7 +24,7 @@ import asyncio
 import dataclasses
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +48,7 @@ from hongbao.core.adapters.redis.guard import (
     GuardedSessionStore,
     GuardedTopicLog,
 )
+from hongbao.core.adapters.redis.members import RedisMembershipFeed
 from hongbao.core.adapters.redis.push import RedisSessionStore
 from hongbao.core.adapters.redis.push_logs import MAX_BLOCK_S, Generation, RedisMessageLog, RedisTopicLog
 from hongbao.core.adapters.redis.push_nodes import RedisNodeDirectory
@@ -81,6 +82,7 @@ from hongbao.core.audit import AuditReport
 from hongbao.core.breaker import Breaker
 from hongbao.core.clock import Clock, SystemClock
 from hongbao.core.faults import NO_FAULTS, Faults
+from hongbao.core.membership import CachedGroups
 from hongbao.core.ports import Draw, Leases, Ports, PreOrderStore, Queue, SequenceSource
 from hongbao.core.push_ports import PushStores
 from hongbao.core.rules import Limits
@@ -109,8 +111,9 @@ class Backend:
     table, what it runs on (``sqlite``: the embedded money file; ``shards``: the production MySQL
     pools; ``redis``/``breaker``: the worker's Redis commands and their circuit breaker, shared
     with the push stores), the ``push`` stores (None when built without a push channel, as the
-    service tests are) and the ``leases`` of the periodic jobs (on Redis in production; every
-    worker holds every one embedded)."""
+    service tests are), the ``leases`` of the periodic jobs (on Redis in production; every
+    worker holds every one embedded) and the jobs each worker runs every FOLLOW_S (``follow``:
+    the membership feed of the production group cache, hongbao.core.membership)."""
 
     services: Services
     admission: hongbao_native.AdmissionTable
@@ -120,6 +123,7 @@ class Backend:
     breaker: Breaker | None = None
     push: PushStores | None = None
     leases: Leases = field(default_factory=SqliteLeases)
+    follow: tuple[Callable[[], Awaitable[None]], ...] = ()
 
     async def databases(self) -> dict[str, bool]:
         """Each money database -> whether it answers (a shard: a trivial query within the
@@ -211,14 +215,17 @@ def production(
     sequence: SequenceSource = RedisSequenceSource(redis, breaker, shards, MysqlSequenceSource(shards), counts)
     queue: Queue = GuardedQueue(RedisQueue(redis, consumer), breaker, counts)  # down at open: the reconciler credits
     packets = MysqlPacketStore(shards)
+    clock = clock or SystemClock()
+    shared_views = RedisViews(redis, breaker, counts)
+    groups = CachedGroups(MysqlGroupStore(shards), shared_views, RedisMembershipFeed(redis, breaker), clock, counts)
     ports = Ports(
         packets,
         MysqlLedgerStore(shards),
         preorders,
-        MysqlGroupStore(shards),
+        groups,
         sequence,
         queue,
-        clock or SystemClock(),
+        clock,
         MysqlUserListStore(shards),
         MysqlProfileStore(shards),
         RedisFlags(redis, breaker, MysqlFlags(shards), counts),
@@ -231,12 +238,14 @@ def production(
         max_in_db=max_in_db,
         draw=draw,
         grab_state=RedisGrabState(redis, breaker, counts, db_rate_per_s=grab_db_rate_per_s),
-        views=ViewCache(RedisViews(redis, breaker, counts), counts),
+        views=ViewCache(shared_views, counts),
         list_scans=packets,
         faults=faults,
     )
     leases = RedisLeases(redis, breaker, consumer, counts)
-    return Backend(services, admission, shards=shards, redis=redis, breaker=breaker, leases=leases)
+    return Backend(
+        services, admission, shards=shards, redis=redis, breaker=breaker, leases=leases, follow=(groups.follow,)
+    )
 
 
 # --- the push stores ------------------------------------------------------------------------------

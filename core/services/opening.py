@@ -92,7 +92,7 @@ class Opening:
             self.outbox.notify(events.opened(result.receipt))
         if not result.repeat and self.crediting.in_request(result.receipt):
             try:
-                await self.crediting.credit(order_id, user_id)
+                await self.crediting.apply([result.receipt])  # the receipt in hand: nothing to read again
             except Exception:  # the receipt is committed: the reconciler credits it later
                 log.exception("realtime credit of %s/%s failed; left to the reconciler", order_id, user_id)
         return result.receipt, result.repeat

@@ -70,27 +70,20 @@ class Sending:
     async def pay(self, sender_id: str, order_id: str) -> Packet:
         """Debit the sender and activate the packet; a repeat (or a retry of a half-done pay)
         completes it and changes nothing else: a packet whose pre-order is still there was cut
-        before its follow-ups, which the repeat does. Raises NotFound (unknown or lapsed
-        pre-order), Forbidden (not the sender), InsufficientBalance."""
+        before its follow-ups, which the repeat does. The sequential steps of a first pay: the
+        pre-order read and claimed (cache), the debit (the sender's shard), the packet row (the
+        packet's shard), the follow-ups (one cache round trip), the pre-order dropped. Raises
+        NotFound (unknown or lapsed pre-order), Forbidden (not the sender), InsufficientBalance."""
         check_order_id(order_id)
         now = self.ports.clock.now_ms()
-        packet = await self.ports.packets.get_packet(order_id)
-        if packet is not None:
-            if packet.sender_id != sender_id:
-                raise errors.Forbidden("only the sender can pay for a packet")
-            raw = await self.ports.preorders.get(order_id, now)
-            if raw is not None and packet.status is Status.ACTIVE:
-                await self.follow_up(packet, PreOrder.decode(raw).greeting, now)
-            return packet
         raw = await self.ports.preorders.get(order_id, now)
-        if raw is not None and PreOrder.decode(raw).sender_id != sender_id:
+        if raw is None:  # paid and followed up (its pre-order is gone), or unknown, cancelled, lapsed
+            return _paid(sender_id, order_id, await self.ports.packets.get_packet(order_id))
+        if PreOrder.decode(raw).sender_id != sender_id:
             raise errors.Forbidden("only the sender can pay for a packet")
         raw = await self.ports.preorders.claim_for_pay(order_id, now)  # from here on, no cancel
-        if raw is None:
-            packet = await self.ports.packets.get_packet(order_id)  # a racing pay of the same packet just finished
-            if packet is not None and packet.sender_id == sender_id:
-                return packet
-            raise errors.NotFound(f"no pre-order {order_id} awaiting payment (unknown, cancelled or past pay_by)")
+        if raw is None:  # cancelled or lapsed since, or a racing pay of the same packet just finished
+            return _paid(sender_id, order_id, await self.ports.packets.get_packet(order_id))
         pre = PreOrder.decode(raw)
         try:
             await self.ports.ledger.post(LedgerEntry(sender_id, EntryKind.SEND, order_id, -pre.total_fen, now))
@@ -101,25 +94,29 @@ class Sending:
         packet = pre.active_packet(order_id, now + self.limits.expiry_ms)
         if await self.ports.packets.insert_packet(packet):
             self.faults.point("pay_inserted")
+        else:  # a retried half-done pay, a racing pay or the reconciler inserted it: theirs stands
+            packet = _paid(sender_id, order_id, await self.ports.packets.get_packet(order_id))
+        if packet.status is Status.ACTIVE:
             await self.follow_up(packet, pre.greeting, now)
-        stored = await self.ports.packets.get_packet(order_id)  # a racing pay's (or the reconciler's) packet
-        return stored if stored is not None else packet
+        return packet
 
     async def follow_up(self, packet: Packet, greeting: str, now_ms: int) -> None:
-        """What follows a packet's activation (by a pay, a repeated pay or the reconciler): the grab
-        state and the expiry index (in one round trip), the greeting, the push to its audience, the
-        sender's list row; then the pre-order goes, which marks these done (a pay cut before that
-        point is followed up again)."""
-        updates = [self.ports.expiries.add(packet.order_id, packet.expires_at_ms)]
+        """What follows a packet's activation (by a pay, a repeated pay or the reconciler), in one
+        cache round trip: the grab state, the expiry index, the greeting, the sender's list row;
+        the push to its audience; then the pre-order goes, which marks these done (a pay cut
+        before that point is followed up again)."""
+        paid_at = packet.expires_at_ms - self.limits.expiry_ms
+        updates = [
+            self.ports.expiries.add(packet.order_id, packet.expires_at_ms),
+            self.outbox.note_greeting(packet.order_id, greeting),
+            self.outbox.publish(
+                [list_row_due(Direction.SENT, packet.sender_id, packet.order_id, packet.total_fen, paid_at)]
+            ),
+        ]
         if self.shared is not None:
             updates.append(self.shared.put(packet, now_ms))
-        await asyncio.gather(*updates)  # one Redis round trip
-        await self.outbox.note_greeting(packet.order_id, greeting)
+        await asyncio.gather(*updates)
         self.outbox.notify(events.packet_received(packet, greeting))
-        paid_at = packet.expires_at_ms - self.limits.expiry_ms
-        await self.outbox.publish(
-            [list_row_due(Direction.SENT, packet.sender_id, packet.order_id, packet.total_fen, paid_at)]
-        )
         await self.ports.preorders.delete(packet.order_id)
 
     async def cancel(self, sender_id: str, order_id: str) -> None:
@@ -138,3 +135,12 @@ class Sending:
             raise errors.Forbidden("only the sender can cancel a pre-order")
         if not await self.ports.preorders.cancel(order_id, now):
             raise errors.Conflict("the packet is being paid and cannot be cancelled")
+
+
+def _paid(sender_id: str, order_id: str, packet: Packet | None) -> Packet:
+    """The paid ``packet`` for its sender; NotFound when there is none, Forbidden for another user."""
+    if packet is None:
+        raise errors.NotFound(f"no pre-order {order_id} awaiting payment (unknown, cancelled or past pay_by)")
+    if packet.sender_id != sender_id:
+        raise errors.Forbidden("only the sender can pay for a packet")
+    return packet

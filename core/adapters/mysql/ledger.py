@@ -4,9 +4,10 @@ user's shard, each movement applied exactly once.
 The (kind, ref) unique key of the user's ledger table is the idempotency of every movement
 (docs/architecture.md section 5). A ref always belongs to one user (the order id to its sender, a receipt
 to its receiver, a top-up key is prefixed with its user), so a key unique per shard is unique.
-A debit locks its account row (SELECT ... FOR UPDATE) before it changes, and the ``balance_fen >= 0``
-CHECK backs the overdraft test; credits go to their accounts in one upsert per table at the end
-of the transaction (a balance only grows there, so nothing needs checking).
+A debit is one conditional UPDATE of its account row (it locks the row, tests the balance and
+changes it), and the ``balance_fen >= 0`` CHECK backs the overdraft test; credits go to their
+accounts in one upsert per table at the end of the transaction (a balance only grows there, so
+nothing needs checking).
 """
 
 from __future__ import annotations
@@ -74,16 +75,13 @@ class MysqlLedgerStore:
             if entry.amount_fen >= 0:
                 gains[entry.user_id] += entry.amount_fen
                 continue
-            await cur.execute(
-                f"SELECT balance_fen FROM t_account_{t:02} WHERE user_id = %s FOR UPDATE", (entry.user_id,)
+            debited = await cur.execute(  # one statement: the row lock, the test and the change
+                f"UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s "
+                "WHERE user_id = %s AND balance_fen + %s >= 0",
+                (entry.amount_fen, entry.user_id, entry.amount_fen),
             )
-            row = await cur.fetchone()
-            if row is None or int(row[0]) + entry.amount_fen < 0:  # (credits of this batch are not counted yet)
+            if debited != 1:  # no account, or too little in it (credits of this batch are not counted yet)
                 raise InsufficientBalance(f"balance of {entry.user_id} is below {-entry.amount_fen} fen")
-            await cur.execute(
-                f"UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s WHERE user_id = %s",
-                (entry.amount_fen, entry.user_id),
-            )
         by_table: dict[int, list[tuple[str, int]]] = defaultdict(list)
         for user_id in sorted(gains):
             by_table[self._shards.layout.key_shard(user_id)[1]].append((user_id, gains[user_id]))

@@ -1,0 +1,79 @@
+"""Group membership behind worker memory and Redis (core/membership.py, core/adapters/redis/members.py),
+on a standalone Redis and on the 3-master cluster: a change made on one worker reaches every
+other worker's memory through the membership feed; a worker that cannot read the feed keeps its
+copies short-lived and clears them when the feed is back."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from hongbao.core.breaker import BreakerOpen
+from hongbao.core.clock import ManualClock
+from hongbao.core.membership import SHORT_TTL_MS, CachedGroups
+from hongbao.server.composition import Backend
+
+from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
+from tests.integration.conftest import RedisTarget
+from tests.integration.private_redis import PrivateRedis
+from tests.integration.test_redis_money import Open, open_on  # noqa: F401  (fixture)
+
+
+def _groups(backend: Backend) -> CachedGroups:
+    groups = backend.services.ports.groups
+    assert isinstance(groups, CachedGroups)
+    return groups
+
+
+async def _drop_in_database(backend: Backend, group_id: str, user_id: str) -> None:
+    """Remove a member behind the caches' back (no announcement): what only a cache would still show."""
+    assert await _groups(backend).inner.remove_member(group_id, user_id)
+
+
+async def _follow(backend: Backend) -> None:
+    for follow in backend.follow:
+        await follow()
+
+
+async def test_a_change_on_one_worker_reaches_the_others(open_on: Open, redis_target: RedisTarget) -> None:
+    """Worker 2 answers from memory (a row deleted behind its back still reads as a member), and a
+    removal made on worker 1 reaches worker 2 with its next read of the feed."""
+    one, _ = await open_on(redis_target.url, redis_target.cluster)
+    two, _ = await open_on(redis_target.url, redis_target.cluster)
+    await _follow(one)
+    await _follow(two)  # both follow the feed from here on
+    group_id, _ = await one.services.groups.create("A", ["B", "C"])
+    assert await _groups(two).is_member(group_id, "C")
+    await _drop_in_database(one, group_id, "C")
+    assert await _groups(two).is_member(group_id, "C")  # memory: the database was not asked
+    assert await _groups(one).members(group_id) == ["A", "B", "C"]  # the shared level still had it too
+    await _groups(one).remove_member(group_id, "B")
+    assert not await _groups(one).is_member(group_id, "B")
+    assert await _groups(two).is_member(group_id, "B")  # not followed yet
+    await _follow(two)
+    assert await _groups(two).members(group_id) == ["A"]  # dropped, and the shared level was bumped
+
+
+async def test_feed_down_keeps_copies_short(
+    open_on: Open, tmp_path: Path, clock: ManualClock, loop_cleanups: list[Callable[[], Awaitable[None]]]
+) -> None:
+    """While Redis is down a worker forgets its copies and keeps new ones SHORT_TTL_MS; when the
+    feed is readable again it clears them once more (announcements may have been missed)."""
+    redis = PrivateRedis(tmp_path / "redis")
+    redis.start()
+    loop_cleanups.append(redis.stop)
+    one, _ = await open_on(redis.url, False)
+    groups = _groups(one)
+    await _follow(one)
+    group_id, _ = await one.services.groups.create("A", ["B"])
+    assert await groups.is_member(group_id, "B")
+    await redis.stop()
+    with pytest.raises(BreakerOpen):
+        await _follow(one)
+    await _drop_in_database(one, group_id, "B")
+    assert not await groups.is_member(group_id, "B")  # memory was cleared: read from the database
+    await groups.inner.add_members(group_id, ["B"])
+    assert not await groups.is_member(group_id, "B")  # kept briefly ...
+    clock.advance_ms(SHORT_TTL_MS + 1)
+    assert await groups.is_member(group_id, "B")  # ... SHORT_TTL_MS only
