@@ -1,8 +1,10 @@
 """One asyncmy pool per database of the sharded MySQL/MariaDB layout (hongbao.core.sharding), the
 DSN's parsing, and the bounds and breaker of every call.
 
-Connections: autocommit for single statements, READ COMMITTED for transactions (the open
-transaction locks the packet row first, so every later read sees every committed open), utf8mb4,
+Connections: two pools per database, one in autocommit mode for single statements, one with
+autocommit off for transactions (a transaction starts with its first statement: no BEGIN round
+trip), both READ COMMITTED (the open transaction locks the packet row first, so every later read
+sees every committed open), utf8mb4,
 and server-side prepared statements (asyncmy's statement cache: every ``%s`` query is prepared
 once per connection and then runs in the binary protocol). A lost or refused connection becomes
 ``Degraded`` (503), and a short circuit breaker per database answers the next requests at once
@@ -46,12 +48,16 @@ def _lost(exc: OperationalError) -> bool:
     return bool(exc.args) and exc.args[0] in CONNECTION_LOST
 
 
-def connect_args(server: dict[str, Any], *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, Any]:
-    """asyncmy arguments shared by every hongbao connection to ``server``."""
+def connect_args(
+    server: dict[str, Any], *, connect_timeout_s: float = CONNECT_TIMEOUT_S, autocommit: bool = True
+) -> dict[str, Any]:
+    """asyncmy arguments shared by every hongbao connection to ``server`` (``autocommit`` off: a
+    connection of the transactions' pool, whose every statement runs in a transaction that a
+    COMMIT or ROLLBACK ends)."""
     return {
         **server,
         "charset": "utf8mb4",
-        "autocommit": True,
+        "autocommit": autocommit,
         "connect_timeout": max(1, round(connect_timeout_s)),
         "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
         "stmt_cache_size": STATEMENT_CACHE,
@@ -60,7 +66,8 @@ def connect_args(server: dict[str, Any], *, connect_timeout_s: float = CONNECT_T
 
 class MysqlShards:
     """The pools of every database of ``layout`` on the servers of ``dsn`` (database i on the
-    i-th DSN, cyclically), ``pool_size`` connections each. Pools open on first use, on the
+    i-th DSN, cyclically), two per database (single statements, transactions), ``pool_size``
+    connections each. Pools open on first use, on the
     running event loop; ``connect()`` opens them all at once. Once it has its connection, every
     statement is bounded by ``timeout_s`` seconds and every transaction by
     ``transaction_timeout_s`` (a scan may ask for more): past it the call raises Degraded, and
@@ -94,7 +101,7 @@ class MysqlShards:
         self.layout, self._servers, self._pool_size = layout, parse_dsn(dsn), pool_size
         self.timeout_s, self.transaction_timeout_s = timeout_s, transaction_timeout_s
         self._clearing: set[asyncio.Task[None]] = set()
-        self._pools: list[Pool | None] = [None] * layout.n_dbs
+        self._pools: list[Pool | None] = [None] * (2 * layout.n_dbs)  # [db]: statements, [n + db]: transactions
         self._lock = asyncio.Lock()
         self._down_until = [0.0] * layout.n_dbs
         self._timeouts = [0] * layout.n_dbs
@@ -125,40 +132,43 @@ class MysqlShards:
         for task in list(self._clearing):
             task.cancel()
         pools = [pool for pool in self._pools if pool is not None]
-        self._pools = [None] * self.layout.n_dbs
+        self._pools = [None] * (2 * self.layout.n_dbs)
         for pool in pools:
             pool.close()
         for pool in pools:
             await pool.wait_closed()
 
-    async def _pool(self, db: int) -> Pool:
-        """The pool of ``db``, made on first use with no connection (minsize 0): its first connect
-        happens in an acquire, under the connect bound, never unbounded here under the lock."""
-        pool = self._pools[db]
+    async def _pool(self, db: int, tx: bool) -> Pool:
+        """The pool of ``db`` (``tx``: its transactions' pool), made on first use with no connection
+        (minsize 0): its first connect happens in an acquire, under the connect bound, never
+        unbounded here under the lock."""
+        index = self.layout.n_dbs + db if tx else db
+        pool = self._pools[index]
         if pool is None:
             async with self._lock:
-                pool = self._pools[db]
+                pool = self._pools[index]
                 if pool is None:
-                    args = connect_args(self._servers[db % len(self._servers)])
-                    pool = self._pools[db] = await asyncmy.create_pool(
+                    args = connect_args(self._servers[db % len(self._servers)], autocommit=not tx)
+                    pool = self._pools[index] = await asyncmy.create_pool(
                         minsize=0, maxsize=self._pool_size, db=self.layout.db_name(db), **args
                     )
         return pool
 
     @asynccontextmanager
-    async def _conn(self, db: int) -> AsyncIterator[Connection]:
-        """A pooled connection of ``db``: Degraded at once while its breaker is open, when it cannot
-        be had (the server refuses, or does not answer a new connection within CONNECT_TIMEOUT_S:
-        the breaker opens), or when none frees up within ``transaction_timeout_s`` (every one
-        busy: congestion here, not a server that hangs, so the breaker stays shut); the breaker is
-        looked at again once one is had. A link lost while in use (OperationalError 2006/2013...,
-        or asyncmy's InterfaceError "Not connected") opens the breaker and raises Degraded."""
+    async def _conn(self, db: int, tx: bool = False) -> AsyncIterator[Connection]:
+        """A pooled connection of ``db`` (``tx``: of its transactions' pool): Degraded at once while
+        its breaker is open, when it cannot be had (the server refuses, or does not answer a new
+        connection within CONNECT_TIMEOUT_S: the breaker opens), or when none frees up within
+        ``transaction_timeout_s`` (every one busy: congestion here, not a server that hangs, so the
+        breaker stays shut); the breaker is looked at again once one is had. A link lost while in
+        use (OperationalError 2006/2013..., or asyncmy's InterfaceError "Not connected") opens the
+        breaker and raises Degraded."""
         name = self.layout.db_name(db)
         if time.monotonic() < self._down_until[db]:
             raise Degraded(f"database {name} is unavailable")
         dialing = False
         try:
-            pool = await self._pool(db)
+            pool = await self._pool(db, tx)
             dialing = pool.freesize == 0 and pool.size < pool.maxsize  # the acquire opens a connection
             wait_s = CONNECT_TIMEOUT_S if dialing else self.transaction_timeout_s
             conn = await asyncio.wait_for(pool.acquire(), wait_s)
@@ -201,20 +211,21 @@ class MysqlShards:
                 "database %s unavailable (%s); failing fast for %.1f s", self.layout.db_name(db), exc, BREAKER_S
             )
         self._down_until[db] = time.monotonic() + BREAKER_S
-        pool = self._pools[db]
-        if pool is not None:
-            task = asyncio.get_running_loop().create_task(pool.clear())
-            self._clearing.add(task)
-            task.add_done_callback(self._clearing.discard)
+        for pool in (self._pools[db], self._pools[self.layout.n_dbs + db]):
+            if pool is not None:
+                task = asyncio.get_running_loop().create_task(pool.clear())
+                self._clearing.add(task)
+                task.add_done_callback(self._clearing.discard)
 
-    async def _run(self, db: int, op: Callable[[Connection], Awaitable[T]], limit: float) -> T:
-        """``op(conn)`` on a connection of ``db`` (see ``_conn``), within ``limit`` seconds from the
-        moment it has one; again after a deadlock (the server rolled the loser back), 3 times at
-        most. Past ``limit``: Degraded, the connection closed (its state is unknown), and the
-        breaker opens after TIMEOUTS_TO_TRIP in a row (a server that hangs)."""
+    async def _run(self, db: int, op: Callable[[Connection], Awaitable[T]], limit: float, tx: bool = False) -> T:
+        """``op(conn)`` on a connection of ``db`` (see ``_conn``; ``tx``: of its transactions' pool),
+        within ``limit`` seconds from the moment it has one; again after a deadlock (the server
+        rolled the loser back), 3 times at most. Past ``limit``: Degraded, the connection closed
+        (its state is unknown), and the breaker opens after TIMEOUTS_TO_TRIP in a row (a server
+        that hangs)."""
         for tries in range(1, DEADLOCK_RETRIES + 1):
             try:
-                async with self._conn(db) as conn:
+                async with self._conn(db, tx) as conn:
                     try:  # wait_for, not asyncio.timeout: the HTTP protocol runs handlers outside any Task
                         result = await asyncio.wait_for(op(conn), limit)
                     except TimeoutError:
@@ -247,8 +258,7 @@ class MysqlShards:
         committed then, or, when the bound passed during the COMMIT, maybe everything: every
         transaction here is idempotent)."""
 
-        async def run(conn: Connection) -> T:
-            await conn.begin()
+        async def run(conn: Connection) -> T:  # autocommit is off: the first statement begins it
             try:
                 async with conn.cursor() as cur:
                     result = await body(cur)
@@ -260,7 +270,7 @@ class MysqlShards:
                         await conn.rollback()
                 raise
 
-        return await self._run(db, run, self.transaction_timeout_s if timeout_s is None else timeout_s)
+        return await self._run(db, run, self.transaction_timeout_s if timeout_s is None else timeout_s, tx=True)
 
     async def execute(self, db: int, sql: str, args: Sequence[object] = (), *, timeout_s: float | None = None) -> int:
         """One autocommitted statement (retried after a deadlock) within ``timeout_s`` (None:

@@ -1,6 +1,7 @@
 """PacketStore on the sharded MySQL/MariaDB schema: the batched open transaction of docs/architecture.md
-section 6 (lock the packet row once with SELECT ... FOR UPDATE, insert the batch's receipts in
-one multi-row INSERT, update the remainder once), and the refund serialised by that same row lock.
+section 6 (lock the packet row once with SELECT ... FOR UPDATE, joined with the batch's receipts
+already there, insert the new receipts in one multi-row INSERT, update the remainder once), and
+the refund serialised by that same row lock.
 
 Point updates by order id name the primary key (FORCE INDEX): on small tables the optimizer
 would otherwise range-scan the (status, expires_at) index and lock its neighbours, which turns
@@ -33,6 +34,10 @@ from hongbao.core.packet import Packet, Receipt, Status
 from hongbao.core.ports import Draw, OpenResult
 from hongbao.core.vocabulary import Refusal
 
+#: The packet's and the receipt's columns, qualified for the open's join (p: packet, r: receipt).
+_P_COLUMNS = ", ".join(f"p.{c.strip()}" for c in PACKET_COLUMNS.split(","))
+_R_COLUMNS = ", ".join(f"r.{c.strip()}" for c in RECEIPT_COLUMNS.split(","))
+_N_P = len(PACKET_COLUMNS.split(","))
 _INSERT_PACKET = (
     f"INSERT INTO {{table}} ({PACKET_COLUMNS}) VALUES ({', '.join(['%s'] * 14)}) "
     "ON DUPLICATE KEY UPDATE order_id = order_id"
@@ -67,17 +72,17 @@ class MysqlPacketStore:
         db, ptable, rtable = self._where(order_id)
 
         async def body(cur: Cursor) -> list[OpenResult]:
-            await cur.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = %s FOR UPDATE", (order_id,))
-            row = await cur.fetchone()
-            if row is None:
-                return [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
             marks = ", ".join(["%s"] * len(user_ids))
-            await cur.execute(
-                f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = %s AND user_id IN ({marks})",
-                (order_id, *user_ids),
+            await cur.execute(  # one round trip: the packet row locked, with the batch's receipts
+                f"SELECT {_P_COLUMNS}, {_R_COLUMNS} FROM {ptable} p LEFT JOIN {rtable} r "
+                f"ON r.order_id = p.order_id AND r.user_id IN ({marks}) WHERE p.order_id = %s FOR UPDATE",
+                (*user_ids, order_id),
             )
-            existing = {str(r[1]): receipt_from_row(r) for r in await cur.fetchall()}
-            plan = plan_opens(packet_from_row(row), existing, user_ids, now_ms, draw)
+            found = await cur.fetchall()
+            if not found:
+                return [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
+            existing = {str(r[_N_P + 1]): receipt_from_row(r[_N_P:]) for r in found if r[_N_P] is not None}
+            plan = plan_opens(packet_from_row(found[0][:_N_P]), existing, user_ids, now_ms, draw)
             if plan.inserts:
                 rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(plan.inserts))
                 await cur.execute(
