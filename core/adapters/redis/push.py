@@ -184,7 +184,8 @@ class RedisSessionStore:
     async def lookup(self, uid: str) -> Route | None:
         """The route named by ``session:{uid}``, or None when there is none, it is unusable
         (logged) or its node's liveness expired."""
-        sid, node = await self._pipes.one(lambda pipe: pipe.hmget(session_key(uid), ["sessionId", "nodeId"]))
+        key = session_key(uid)
+        sid, node = await self._pipes.command(key, "HMGET", key, "sessionId", "nodeId")  # the lean path
         if sid is None or node is None:
             if sid is not None or node is not None:
                 log.warning(
@@ -215,7 +216,8 @@ class RedisSessionStore:
         cached = self._alive.get(node)
         if cached is not None and cached[0] > now:
             return cached[1]
-        alive = bool(await self._pipes.one(lambda pipe: pipe.exists(node_key(node))))
+        key = node_key(node)
+        alive = bool(await self._pipes.command(key, "EXISTS", key))
         if len(self._alive) > 1024:
             self._alive.clear()
         self._alive[node] = (now + LIVENESS_CACHE_S, alive)

@@ -41,7 +41,8 @@ class RedisNodeDirectory:
 
     async def address(self, node: str) -> str | None:
         """The internal address of a live ``node``, or None."""
-        value = await self._pipes.one(lambda pipe: pipe.get(node_key(node)))
+        key = node_key(node)
+        value = await self._pipes.command(key, "GET", key)
         return None if value is None else text(value)
 
     async def sweep(self, alive_node: str) -> int:

@@ -134,4 +134,5 @@ class RedisQueue:
 
     async def depth(self, stream: str) -> int:
         """Messages in ``stream`` not acked yet (leased or not)."""
-        return int(await self._pipes.one(lambda pipe: pipe.xlen(queue_key(stream))))
+        key = queue_key(stream)
+        return int(await self._pipes.command(key, "XLEN", key))

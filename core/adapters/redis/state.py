@@ -171,10 +171,9 @@ class RedisPreOrderStore(_RedisFirst):
 
     async def get(self, order_id: str, now_ms: int) -> bytes | None:
         """The body of a live pending pre-order or of one being paid, or None."""
+        key = self._key(order_id)
         try:
-            body, state, expires = await self._redis(
-                lambda: self._pipes.one(lambda p: p.hmget(self._key(order_id), "b", "s", "e"))
-            )
+            body, state, expires = await self._redis(lambda: self._pipes.command(key, "HMGET", key, "b", "s", "e"))
         except BreakerOpen:
             return await self._fallback.get(order_id, now_ms)
         if body is None:
@@ -215,7 +214,8 @@ class RedisPreOrderStore(_RedisFirst):
     async def delete(self, order_id: str) -> bool:
         """Remove the pre-order once its packet is active; False if absent."""
         try:
-            deleted = await self._redis(lambda: self._pipes.one(lambda p: p.delete(self._key(order_id))))
+            key = self._key(order_id)
+            deleted = await self._redis(lambda: self._pipes.command(key, "DEL", key))
         except BreakerOpen:
             deleted = 0
         return deleted == 1 or await self._fallback.delete(order_id)
@@ -312,7 +312,7 @@ class RedisExpiryIndex(_RedisFirst):
     async def add(self, order_id: str, expires_at_ms: int) -> None:
         """ZADD the packet (never raises)."""
         try:
-            await self._redis(lambda: self._pipes.one(lambda p: p.zadd(EXPIRIES_KEY, {order_id: expires_at_ms})))
+            await self._redis(lambda: self._pipes.command(EXPIRIES_KEY, "ZADD", EXPIRIES_KEY, expires_at_ms, order_id))
         except Exception:  # BreakerOpen, or a reply error: the scan finds it
             return
 
@@ -331,6 +331,6 @@ class RedisExpiryIndex(_RedisFirst):
         if not order_ids:
             return
         try:
-            await self._redis(lambda: self._pipes.one(lambda p: p.zrem(EXPIRIES_KEY, *order_ids)))
+            await self._redis(lambda: self._pipes.command(EXPIRIES_KEY, "ZREM", EXPIRIES_KEY, *order_ids))
         except Exception:  # left there: settling them again changes nothing
             return

@@ -6,9 +6,9 @@ that one key, so a Redis Cluster never answers CROSSSLOT), holding
 - ``b:<field>`` a view's body and ``v:<field>`` the token it was stored under: the view is served
   only while ``v`` equals ``g``.
 
-A read is one HMGET, a store one HSET + PEXPIRE, a bump one HSET + PEXPIRE, all through
-:class:`~hongbao.core.adapters.redis.client.Pipelines` (the commands of one loop tick share a
-pipeline) and the worker's Redis :class:`~hongbao.core.breaker.Breaker` (shared with the other
+A read is one HMGET, a store one script (HSET + PEXPIRE), a bump one script (HSET + PEXPIRE),
+all on the lean path of :class:`~hongbao.core.adapters.redis.client.Pipelines` (the commands of
+one loop tick share a write) and the worker's Redis :class:`~hongbao.core.breaker.Breaker` (shared with the other
 Redis adapters), so a dead Redis costs a read microseconds. A bump lost to an outage is sent again
 with this worker's next read (counted as ``redis_views_lost_bumps`` in ``counts``); meanwhile the
 shared TTL bounds what a Redis that kept its data could serve.
@@ -16,11 +16,13 @@ shared TTL bounds what a Redis that kept its data could serve.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Any
 
-from hongbao.core.adapters.redis.client import Pipelines, RedisPipeline, text
+from hongbao.core.adapters.redis.client import LuaScript, Pipelines, text
 from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.view_cache import SHARED_TTL_MS
 
@@ -38,15 +40,16 @@ class RedisViews:
 
     async def get(self, entry: str, field: str) -> tuple[str, bytes | None]:
         """(the entry's token, the body under ``field`` stored with it, else None); bumps lost
-        earlier go out first. Raises BreakerOpen while Redis is down."""
+        earlier go out first, in the same tick. Raises BreakerOpen while Redis is down."""
         stale, self._stale = self._stale, {}
 
-        def build(pipe: RedisPipeline) -> None:
-            _bump(pipe, stale)
-            pipe.hmget(entry, "g", f"b:{field}", f"v:{field}")
+        def read() -> Awaitable[list[Any]]:
+            return asyncio.gather(
+                *self._bumps(stale), self._pipes.command(entry, "HMGET", entry, "g", f"b:{field}", f"v:{field}")
+            )
 
         try:
-            replies = await self._breaker.call(lambda: self._pipes.run(build))
+            replies = await self._breaker.call(read)
         except BreakerOpen:
             self._stale = stale | self._stale
             raise
@@ -56,27 +59,29 @@ class RedisViews:
 
     async def put(self, entry: str, field: str, token: str, body: bytes, ttl_ms: int) -> None:
         """Store ``body`` under ``field`` with ``token``; the entry lives ``ttl_ms``. Raises BreakerOpen."""
-
-        def build(pipe: RedisPipeline) -> None:
-            pipe.hset(entry, mapping={f"b:{field}": body, f"v:{field}": token})
-            pipe.pexpire(entry, ttl_ms)
-
-        await self._breaker.call(lambda: self._pipes.run(build))
+        await self._breaker.call(lambda: self._pipes.script(_PUT, [entry], [field, body, token, ttl_ms]))
 
     async def bump(self, entries: Sequence[str]) -> None:
-        """A fresh token for each entry (one pipeline); never raises: a lost bump is kept to be
-        sent again and counted."""
+        """A fresh token for each entry (the commands of one tick); never raises: a lost bump is
+        kept to be sent again and counted."""
         tokens = {entry: os.urandom(6).hex() for entry in entries}
         try:
-            await self._breaker.call(lambda: self._pipes.run(lambda pipe: _bump(pipe, tokens)))
+            await self._breaker.call(lambda: asyncio.gather(*self._bumps(tokens)))
         except Exception as exc:  # BreakerOpen, or a bug: the write stands, the cache is repaired
             if not isinstance(exc, BreakerOpen):
                 log.exception("view cache bump of %d entries failed", len(tokens))
             self._stale |= tokens
             tally(self._counts, "redis_views_lost_bumps", len(tokens))
 
+    def _bumps(self, tokens: dict[str, str]) -> list[Awaitable[Any]]:
+        """One bump script per entry (each on the lean path)."""
+        return [self._pipes.script(_BUMP, [entry], [token, SHARED_TTL_MS]) for entry, token in tokens.items()]
 
-def _bump(pipe: RedisPipeline, tokens: dict[str, str]) -> None:
-    for entry, token in tokens.items():
-        pipe.hset(entry, "g", token)
-        pipe.pexpire(entry, SHARED_TTL_MS)
+
+#: KEYS the entry. ARGV the new token, the TTL (ms).
+_BUMP = LuaScript("redis.call('HSET', KEYS[1], 'g', ARGV[1])\nreturn redis.call('PEXPIRE', KEYS[1], ARGV[2])")
+#: KEYS the entry. ARGV the field, the body, its token, the TTL (ms).
+_PUT = LuaScript(
+    "redis.call('HSET', KEYS[1], 'b:' .. ARGV[1], ARGV[2], 'v:' .. ARGV[1], ARGV[3])\n"
+    "return redis.call('PEXPIRE', KEYS[1], ARGV[4])"
+)
