@@ -72,12 +72,20 @@ class PacketStore(Protocol):
         """The best-luck user id once the packet is finished (largest share, earliest on ties)."""
         ...
 
+    async def best_lucks(self, order_ids: Sequence[str]) -> dict[str, str | None]:
+        """``best_luck`` of each of ``order_ids`` (None: unfinished or unknown), read together."""
+        ...
+
     async def receipts(self, order_id: str) -> list[Receipt]:
         """Every receipt of the packet, in open order."""
         ...
 
     async def receipt(self, order_id: str, user_id: str) -> Receipt | None:
         """The user's receipt for the packet, or None."""
+        ...
+
+    async def receipts_of(self, keys: Sequence[tuple[str, str]]) -> list[Receipt]:
+        """The receipts of the (order id, user id) ``keys`` that exist, read together (any order)."""
         ...
 
     async def refund(self, order_id: str, now_ms: int) -> Packet | None:

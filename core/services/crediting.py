@@ -3,7 +3,6 @@ time for every worker through a flag) and the credit itself, exactly once per re
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -93,6 +92,5 @@ class Crediting:
 
     async def apply_queued(self, bodies: Sequence[bytes]) -> None:
         """Credit the receipts the credit-queue messages ``bodies`` name (each once, read together)."""
-        keys = dict.fromkeys((m.order_id, m.user_id) for m in map(CreditDue.decode, bodies))
-        found = await asyncio.gather(*(self.packets.receipt(order_id, user_id) for order_id, user_id in keys))
-        await self.apply([r for r in found if r is not None])
+        keys = list(dict.fromkeys((m.order_id, m.user_id) for m in map(CreditDue.decode, bodies)))
+        await self.apply(await self.packets.receipts_of(keys) if keys else [])

@@ -4,7 +4,6 @@ queue that was down at a pay or an open did not carry."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from hongbao.core.clock import Clock
@@ -103,8 +102,7 @@ class ListKeeper:
 
     async def _best_lucks(self, order_ids: set[str]) -> dict[str, str | None]:
         """Each packet's best-luck user (None: not finished)."""
-        ordered = sorted(order_ids)
-        return dict(zip(ordered, await asyncio.gather(*(self.packets.best_luck(o) for o in ordered)), strict=True))
+        return await self.packets.best_lucks(sorted(order_ids)) if order_ids else {}
 
 
 def _best_rows(rows: Sequence[ListRow], bests: dict[str, str | None]) -> list[tuple[str, str]]:

@@ -7,11 +7,12 @@ import asyncio
 from collections.abc import Callable, Iterator
 from itertools import count
 
+import hongbao_native
 import pytest
 from hongbao.core import errors, events
 from hongbao.core.clock import ManualClock
 from hongbao.core.messages import CREDIT_STREAM
-from hongbao.core.packet import Status
+from hongbao.core.packet import Receipt, Status
 from hongbao.core.ports import LedgerEntry, ListRow
 from hongbao.core.services import Services
 from hongbao.core.services.crediting import CreditingMode
@@ -439,3 +440,28 @@ async def test_list_rows_of_a_batch(backend: Backend) -> None:
     await svc.ports.lists.write([ListRow("A", "received", done, 70, now)], [("A", done)])
     assert await rows("A", "received") == [(done, 70, True)]
     assert await svc.ports.lists.summary("A", "received", 0, now + 1) == (1, 70, 1)
+
+
+async def test_batch_reads_of_best_luck_and_receipts(backend: Backend) -> None:
+    """best_lucks and receipts_of read many packets at once (over every shard in production) and
+    answer as best_luck and receipt do one by one: None for an unfinished or unknown packet, only
+    the receipts that exist."""
+    svc = backend.services
+    await _group(svc, "g", ["A", "B", "C"])
+    order_ids = [await _paid(svc, "A", {"count": 2, "total_fen": 20, "group_id": "g"}, fund=20) for _ in range(6)]
+    for order_id in order_ids[:4]:
+        await svc.opening.open("B", order_id)
+    for order_id in order_ids[:3]:
+        await svc.opening.open("C", order_id)
+    packets = svc.ports.packets
+    unknown = hongbao_native.encode_order_id(1, 261130, 0, 999_999)
+    bests = await packets.best_lucks([*order_ids, unknown])
+    assert bests == {o: await packets.best_luck(o) for o in [*order_ids, unknown]}
+    assert all(bests[o] in ("B", "C") for o in order_ids[:3]) and bests[order_ids[3]] is None
+    keys = [(o, u) for o in [*order_ids, unknown] for u in ("B", "C", "Z")]
+    found = await packets.receipts_of(keys)
+    expected = [r for o, u in keys if (r := await packets.receipt(o, u)) is not None]
+    assert sorted(found, key=lambda r: (r.order_id, r.user_id)) == sorted(
+        expected, key=lambda r: (r.order_id, r.user_id)
+    )
+    assert len(found) == 4 + 3

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from asyncmy.cursors import Cursor
 from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, MysqlShards, Row
@@ -118,6 +118,53 @@ class MysqlPacketStore:
             db, f"SELECT best_luck_user_id FROM {ptable} WHERE order_id = %s", (order_id,)
         )
         return None if row is None or row[0] is None else str(row[0])
+
+    async def best_lucks(self, order_ids: Sequence[str]) -> dict[str, str | None]:
+        """``best_luck`` of each packet: one query per database (every database at once)."""
+        found: dict[str, str | None] = dict.fromkeys(order_ids)
+        tables: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        for order_id in found:
+            db, ptable, _ = self._where(order_id)
+            tables[db][ptable].add(order_id)
+
+        def select(table: str, ids: list[str]) -> tuple[str, list[str]]:
+            return f"SELECT order_id, best_luck_user_id FROM {table} WHERE order_id IN ({_marks(ids)})", ids
+
+        rows = await self._union(tables, select)
+        found.update((str(order_id), None if best is None else str(best)) for order_id, best in rows)
+        return found
+
+    async def receipts_of(self, keys: Sequence[tuple[str, str]]) -> list[Receipt]:
+        """The receipts of ``keys`` that exist: one query per database (every database at once)."""
+        wanted = set(keys)
+        tables: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        users: dict[str, set[str]] = defaultdict(set)  # receipt table -> the users asked for there
+        for order_id, user_id in wanted:
+            db, _, rtable = self._where(order_id)
+            tables[db][rtable].add(order_id)
+            users[rtable].add(user_id)
+
+        def select(table: str, ids: list[str]) -> tuple[str, list[str]]:
+            them = sorted(users[table])
+            where = f"order_id IN ({_marks(ids)}) AND user_id IN ({_marks(them)})"
+            return f"SELECT {RECEIPT_COLUMNS} FROM {table} WHERE {where}", [*ids, *them]
+
+        rows = await self._union(tables, select)
+        return [r for r in map(receipt_from_row, rows) if (r.order_id, r.user_id) in wanted]
+
+    async def _union(
+        self, tables: dict[int, dict[str, set[str]]], select: Callable[[str, list[str]], tuple[str, list[str]]]
+    ) -> list[Row]:
+        """The rows of ``select(table, order_ids) -> (sql, args)`` over each database's tables, as
+        one UNION ALL per database, every database at once."""
+
+        async def one_db(by_table: dict[str, set[str]], db: int) -> list[Row]:
+            parts = [select(table, sorted(ids)) for table, ids in sorted(by_table.items())]
+            sql = " UNION ALL ".join(part for part, _ in parts)
+            return await self._shards.fetchall(db, sql, [arg for _, args in parts for arg in args])
+
+        found = await asyncio.gather(*(one_db(by_table, db) for db, by_table in tables.items()))
+        return [row for rows in found for row in rows]
 
     async def receipts(self, order_id: str) -> list[Receipt]:
         """Every receipt of the packet, in open order."""
@@ -264,3 +311,8 @@ class MysqlPacketStore:
             receipts=False,
         )
         return [packet_from_row(r[1:]) for r in rows]
+
+
+def _marks(values: Sequence[object]) -> str:
+    """``%s, %s, ...``: one placeholder per value."""
+    return ", ".join(["%s"] * len(values))

@@ -131,6 +131,15 @@ class SqlitePacketStore:
 
         return self._db.read(get)
 
+    async def best_lucks(self, order_ids: Sequence[str]) -> dict[str, str | None]:
+        """``best_luck`` of each packet (point reads on this thread: the file is local)."""
+        return {order_id: await self.best_luck(order_id) for order_id in dict.fromkeys(order_ids)}
+
+    async def receipts_of(self, keys: Sequence[tuple[str, str]]) -> list[Receipt]:
+        """The receipts of ``keys`` that exist (point reads on this thread: the file is local)."""
+        found = [await self.receipt(order_id, user_id) for order_id, user_id in dict.fromkeys(keys)]
+        return [receipt for receipt in found if receipt is not None]
+
     async def receipts(self, order_id: str) -> list[Receipt]:
         """Every receipt of the packet, in open order."""
         _, rtable = self._tables(order_id)
