@@ -461,7 +461,9 @@ async def test_batch_reads_of_best_luck_and_receipts(backend: Backend) -> None:
     keys = [(o, u) for o in [*order_ids, unknown] for u in ("B", "C", "Z")]
     found = await packets.receipts_of(keys)
     expected = [r for o, u in keys if (r := await packets.receipt(o, u)) is not None]
-    assert sorted(found, key=lambda r: (r.order_id, r.user_id)) == sorted(
-        expected, key=lambda r: (r.order_id, r.user_id)
-    )
+
+    def key(r: Receipt) -> tuple[str, str]:
+        return r.order_id, r.user_id
+
+    assert sorted(found, key=key) == sorted(expected, key=key)
     assert len(found) == 4 + 3
