@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Any
 
 from hongbao.core.adapters.redis.client import LuaScript, Pipelines, RedisPipeline, text
 from hongbao.core.push_ports import Route
@@ -110,18 +111,20 @@ class RedisSessionStore:
         self._alive: dict[str, tuple[float, bool]] = {}  # node -> (monotonic deadline, alive)
 
     async def login(self, uid: str, sid: str, node: str, now_ms: int) -> Route | None:
-        """One pipeline: read the old session, write ``session:{uid}`` (with the TTL), ``route:{sid}``,
-        the online entry and the node's session index. Returns the replaced session's Route (None
-        if there was none, or it was ``sid`` itself: a retried login)."""
-        skey = session_key(uid)
-
-        def build(pipe: RedisPipeline) -> None:
-            pipe.hmget(skey, ["sessionId", "nodeId"])
-            pipe.hset(skey, mapping={"sessionId": sid, "nodeId": node, "loginTime": now_ms, "lastActiveTime": now_ms})
-            pipe.pexpire(skey, self._ttl_ms)
-            self._around(pipe, uid, sid, node)
-
-        old_sid, old_node = (await self._pipes.run(build))[0]
+        """One tick of lean commands: read the old session, write ``session:{uid}`` (with the
+        TTL), ``route:{sid}``, the online entry and the node's session index. Returns the replaced
+        session's Route (None if there was none, or it was ``sid`` itself: a retried login)."""
+        skey, command = session_key(uid), self._pipes.command
+        old_sid, old_node = (
+            await asyncio.gather(
+                command(skey, "HMGET", skey, "sessionId", "nodeId"),
+                command(
+                    skey, "HSET", skey, "sessionId", sid, "nodeId", node, "loginTime", now_ms, "lastActiveTime", now_ms
+                ),
+                command(skey, "PEXPIRE", skey, self._ttl_ms),
+                *self._around(uid, sid, node),
+            )
+        )[0]
         if old_sid is None or old_node is None or text(old_sid) == sid:
             return None
         return Route(text(old_node), text(old_sid))
@@ -160,19 +163,19 @@ class RedisSessionStore:
             if verdict == 1
         ]
 
-        def around(pipe: RedisPipeline) -> None:
-            for uid, sid in written:
-                self._around(pipe, uid, sid, node)
-
         if written:
             log.warning("%d session(s) of node %s were lost in Redis; written back", len(written), node)
-            await self._pipes.run(around)
+            await asyncio.gather(*(write for uid, sid in written for write in self._around(uid, sid, node)))
 
-    def _around(self, pipe: RedisPipeline, uid: str, sid: str, node: str) -> None:
-        """The keys around a session: its route, online entry and index entry."""
-        pipe.set(route_key(sid), node, px=self._ttl_ms)
-        pipe.sadd(online_key(uid), uid)
-        pipe.hset(node_sessions_key(node), sid, uid)
+    def _around(self, uid: str, sid: str, node: str) -> list[Awaitable[Any]]:
+        """The writes of the keys around a session (lean commands): its route, online entry and
+        index entry."""
+        command, route, online, index = self._pipes.command, route_key(sid), online_key(uid), node_sessions_key(node)
+        return [
+            command(route, "SET", route, node, "PX", self._ttl_ms),
+            command(online, "SADD", online, uid),
+            command(index, "HSET", index, sid, uid),
+        ]
 
     async def logout(self, uid: str, sid: str, node: str) -> bool:
         """Compare-and-delete ``session:{uid}`` (only if it still names ``sid``), delete

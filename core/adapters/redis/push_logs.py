@@ -27,15 +27,15 @@ offsets are consecutive in the order given and the stream is always in offset or
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from hongbao.core.adapters.redis.client import Pipelines, RedisClient, RedisPipeline, text
+from hongbao.core.adapters.redis.client import Pipelines, RedisClient, text
 from hongbao.core.adapters.redis.push_lua import (
     GENERATION,
-    SCRIPTS,
     TOPIC_PEEK,
     TOPIC_PUT,
     USER_ACK,
@@ -119,13 +119,9 @@ class RedisMessageLog:
             positions.setdefault(uid, []).append(i)
         users = list(positions)
 
-        def peek(pipe: RedisPipeline) -> None:
-            for uid in users:
-                USER_PEEK.queue(pipe, _keys(uid), [_epoch(), self._generation.value])
-
-        heads = {
-            uid: _peeked(uid, reply) for uid, reply in zip(users, await self._pipes.run(peek, SCRIPTS), strict=True)
-        }
+        generation = self._generation.value
+        peeks = [self._pipes.script(USER_PEEK, _keys(uid), [_epoch(), generation]) for uid in users]
+        heads = {uid: _peeked(uid, reply) for uid, reply in zip(users, await asyncio.gather(*peeks), strict=True)}
         stored: list[Stored | None] = [None] * len(entries)
         nonce = secrets.token_urlsafe(8)
         while users:
@@ -134,28 +130,27 @@ class RedisMessageLog:
                 for uid in users
             }
 
-            def put(pipe: RedisPipeline, users: list[str] = users, bodies: dict[str, list[bytes]] = bodies) -> None:
-                for uid in users:
-                    start, epoch = heads[uid]
-                    USER_PUT.queue(
-                        pipe,
-                        _keys(uid),
-                        [
-                            start,
-                            epoch,
-                            nonce,
-                            now_ms,
-                            self._max_len,
-                            now_ms - self._max_age_ms,
-                            self._max_age_ms,
-                            _epoch(),
-                            self._generation.value,
-                            *bodies[uid],
-                        ],
-                    )
-
+            puts = [
+                self._pipes.script(
+                    USER_PUT,
+                    _keys(uid),
+                    [
+                        heads[uid][0],
+                        heads[uid][1],
+                        nonce,
+                        now_ms,
+                        self._max_len,
+                        now_ms - self._max_age_ms,
+                        self._max_age_ms,
+                        _epoch(),
+                        self._generation.value,
+                        *bodies[uid],
+                    ],
+                )
+                for uid in users
+            ]
             taken: list[str] = []
-            for uid, reply in zip(users, await self._pipes.run(put, SCRIPTS), strict=True):
+            for uid, reply in zip(users, await asyncio.gather(*puts), strict=True):
                 start, epoch = heads[uid]
                 if int(reply[0]) == 1:
                     for k, i in enumerate(positions[uid]):
@@ -176,14 +171,10 @@ class RedisMessageLog:
 
     async def ack(self, acks: Sequence[tuple[str, int]]) -> None:
         """For each (uid, offset): drop the user's messages up to ``offset`` (past the last: the
-        last), and remember it as the acked offset; one pipeline."""
-
-        def ack(pipe: RedisPipeline) -> None:
-            for uid, offset in acks:
-                USER_ACK.queue(pipe, _keys(uid), [offset])
+        last), and remember it as the acked offset; one script each, in one tick."""
 
         if acks:
-            await self._pipes.run(ack, SCRIPTS)
+            await asyncio.gather(*(self._pipes.script(USER_ACK, _keys(uid), [offset]) for uid, offset in acks))
 
     async def replay(self, uid: str, after: int | None, epoch: str | None, now_ms: int) -> Replay:
         """The held messages after ``after`` (None: after the acked offset) in order, or every
