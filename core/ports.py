@@ -25,13 +25,15 @@ class OpenResult:
 
     ``refusal`` says why there is no receipt (None on success);
     ``repeat`` is True when the receipt already existed (an idempotent repeat of an open);
-    ``last`` is True for the open that took the packet's last share (it finished the packet).
+    ``last`` is True for the open that took the packet's last share (it finished the packet);
+    ``best`` is then the packet's best-luck receipt (largest share, earliest open on ties).
     """
 
     receipt: Receipt | None
     refusal: Refusal | None = None
     repeat: bool = False
     last: bool = False
+    best: Receipt | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from memory).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -121,6 +122,10 @@ class OpenPlan:
     def finished(self) -> bool:
         """True when this batch took the last share."""
         return self.remaining_count == 0
+
+    def crowned(self, best: Receipt | None) -> list[OpenResult]:
+        """The results, the one that took the last share carrying ``best`` (the packet's best luck)."""
+        return [dataclasses.replace(r, best=best) if r.last else r for r in self.results]
 
 
 def plan_opens(

@@ -45,8 +45,9 @@ class Audience:
         pre-order, to its audience), NotMember."""
         check_order_id(order_id)
         now_ms = self.clock.now_ms()
-        packet = self._fixed.get(order_id, now_ms) if fixed else None
-        if packet is None:
+        if fixed:
+            packet = await self.fixed_packet(order_id)
+        else:
             packet = await self.packets.get_packet(order_id)
             if packet is not None:
                 self._fixed.put(order_id, packet, now_ms)
@@ -59,6 +60,18 @@ class Audience:
         pre = PreOrder.decode(raw)  # a non-member learns no more of a pre-order than of a packet
         await self.check(user_id, order_id, pre.sender_id, pre.receiver_id, pre.group_id, reading)
         raise errors.NotPaid(f"packet {order_id} is awaiting payment")
+
+    async def fixed_packet(self, order_id: str) -> Packet | None:
+        """The paid packet ``order_id`` for its fixed fields only (sender, group, receiver, kind,
+        count, total, expiry): from this worker's memory (up to FIXED_TTL_MS old), else the
+        database; None when it is not paid."""
+        now_ms = self.clock.now_ms()
+        packet = self._fixed.get(order_id, now_ms)
+        if packet is None:
+            packet = await self.packets.get_packet(order_id)
+            if packet is not None:
+                self._fixed.put(order_id, packet, now_ms)
+        return packet
 
     async def check(
         self, user_id: str, order_id: str, sender_id: str, receiver_id: str | None, group_id: str | None, reading: bool

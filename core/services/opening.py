@@ -98,10 +98,10 @@ class Opening:
         return result.receipt, result.repeat
 
     async def open_batch(self, order_id: str, user_ids: Sequence[str]) -> list[OpenResult]:
-        """The batcher's transaction: open for ``user_ids`` at the clock's current time, then queue
-        the batch's follow-ups (list rows, best luck, queued credits) in one queue write, and
-        when this batch took the last share drop the packet from the expiry index and announce
-        it finished."""
+        """The batcher's transaction: open for ``user_ids`` at the clock's current time, then, in
+        one tick, queue the batch's follow-ups (list rows, best luck, queued credits) in one queue
+        write and update the caches; when this batch took the last share drop the packet from the
+        expiry index and announce it finished."""
         results = await self.packets.open_batch(order_id, user_ids, self.clock.now_ms(), self.draw)
         self.faults.point("open_committed")
         messages: list[Outgoing] = []
@@ -116,26 +116,26 @@ class Opening:
                 messages.append(best_luck_due(order_id))
             if self.crediting.queued(receipt):
                 messages.append(credit_due(order_id, receipt.user_id))
-        await self.outbox.publish(messages)
-        updates = [self.shared.opened(order_id, results)] if self.shared is not None else []
+        updates = [self.outbox.publish(messages)]
+        if self.shared is not None:
+            updates.append(self.shared.opened(order_id, results))
         if any(r.refusal is not None or not r.repeat for r in results):  # the details show the batch
             updates.append(self.outbox.changed([details_entry(order_id)]))
-        finished = any(result.last for result in results)
-        if finished:  # nothing left to refund
+        best = next((result.best for result in results if result.last), None)
+        if best is not None:  # nothing left to refund
             updates.append(self.expiries.remove([order_id]))
-        await asyncio.gather(*updates)  # one Redis pipeline
-        if finished:
-            await self._announce_finished(order_id)
+        await asyncio.gather(*updates)  # one tick: the queue write and the caches' updates together
+        if best is not None:
+            await self._announce_finished(order_id, best)
         return results
 
-    async def _announce_finished(self, order_id: str) -> None:
-        """Notify ``finished`` with best luck (user and fen) for a packet whose last share went."""
+    async def _announce_finished(self, order_id: str, best: Receipt) -> None:
+        """Notify ``finished`` with best luck (``best``, the transaction's) for a packet whose last
+        share went; its audience from the packet's fixed fields (this worker's memory first)."""
         try:
-            best = await self.packets.best_luck(order_id)
-            packet = await self.packets.get_packet(order_id)
-            receipt = None if best is None else await self.packets.receipt(order_id, best)
+            packet = await self.audience.fixed_packet(order_id)
         except Exception:  # the packet is finished all the same; only its push is lost
             log.exception("could not read packet %s for its finished event", order_id)
             return
-        if packet is not None and receipt is not None:
-            self.outbox.notify(events.finished(packet, receipt.user_id, receipt.amount_fen))
+        if packet is not None:
+            self.outbox.notify(events.finished(packet, best.user_id, best.amount_fen))

@@ -92,10 +92,11 @@ class MysqlPacketStore:
                 best = None
                 if plan.finished:
                     await cur.execute(
-                        f"SELECT user_id FROM {rtable} WHERE order_id = %s ORDER BY amount_fen DESC, position LIMIT 1",
+                        f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = %s "
+                        "ORDER BY amount_fen DESC, position LIMIT 1",
                         (order_id,),
                     )
-                    best = str((await cur.fetchone())[0])
+                    best = receipt_from_row(await cur.fetchone())
                 await cur.execute(
                     f"UPDATE {ptable} SET remaining_fen = %s, remaining_count = %s, status = %s, "
                     "best_luck_user_id = %s WHERE order_id = %s",
@@ -103,10 +104,11 @@ class MysqlPacketStore:
                         plan.remaining_fen,
                         plan.remaining_count,
                         (Status.FINISHED if plan.finished else Status.ACTIVE).value,
-                        best,
+                        None if best is None else best.user_id,
                         order_id,
                     ),
                 )
+                return plan.crowned(best)
             return plan.results
 
         return await self._shards.transaction(db, body)

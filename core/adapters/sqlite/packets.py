@@ -97,10 +97,11 @@ class SqlitePacketStore:
                         plan.remaining_fen,
                         plan.remaining_count,
                         (Status.FINISHED if plan.finished else Status.ACTIVE).value,
-                        best,
+                        None if best is None else best.user_id,
                         order_id,
                     ),
                 )
+                return plan.crowned(best)
             return plan.results
 
     @staticmethod
@@ -112,12 +113,12 @@ class SqlitePacketStore:
         return {str(r[1]): receipt_from_row(r) for r in rows}
 
     @staticmethod
-    def _best_luck(conn: sqlite3.Connection, rtable: str, order_id: str) -> str | None:
+    def _best_luck(conn: sqlite3.Connection, rtable: str, order_id: str) -> Receipt | None:
         row = conn.execute(
-            f"SELECT user_id FROM {rtable} WHERE order_id = ? ORDER BY amount_fen DESC, position ASC LIMIT 1",
+            f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = ? ORDER BY amount_fen DESC, position ASC LIMIT 1",
             (order_id,),
         ).fetchone()
-        return None if row is None else str(row[0])
+        return None if row is None else receipt_from_row(row)
 
     async def best_luck(self, order_id: str) -> str | None:
         """The best-luck user id once the packet is finished (largest share, earliest open on ties)."""
