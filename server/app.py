@@ -22,7 +22,8 @@ from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import OffsetFileClock
 from hongbao.core.membership import FOLLOW_S
 from hongbao.core.soon import Soon
-from hongbao.server.auth import TokenVerifier
+from hongbao.server.access_log import access, audit
+from hongbao.server.auth import Identity, TokenVerifier
 from hongbao.server.composition import Backend
 from hongbao.server.config import Settings
 from hongbao.server.context import Context
@@ -93,7 +94,7 @@ class App:
         self._unmatched = metrics.route("unmatched")
         self.stopping = asyncio.Event()  # set at a graceful stop: the background jobs end after their step
         self.draining = False  # set when a graceful stop begins: /readyz answers 503
-        self.debug_log = log.isEnabledFor(logging.DEBUG)
+        self.access_log = settings.access_log  # one line per request (access_log.py); off: one test a request
 
     def dispatch(
         self, request: Request
@@ -105,6 +106,7 @@ class App:
         coroutine that makes it."""
         started = perf_counter()
         route, params, path_known = self.router.match(request.method, request.path)
+        identity: Identity | None = None
         try:
             if route is None:
                 if path_known:
@@ -113,27 +115,26 @@ class App:
                     )
                 raise errors.NotFound(f"no route {request.method} {request.path}")
             auth = route.auth
-            if auth == "none":
-                identity = None
-            else:  # the caller of a route with auth "user" or "admin" (Unauthorized, Forbidden)
+            if auth != "none":  # the caller of a route with auth "user" or "admin" (Unauthorized, Forbidden)
                 identity = self.verifier.bearer(request.header("authorization"))
                 if auth == "admin" and not identity.admin:
                     raise errors.Forbidden("this route needs an admin token")
             result = route.handler(Context(identity, params, request))
         except Exception as exc:
-            return self._done(request, route, self._failed(exc, request, route), started)
+            return self._done(request, route, identity, self._failed(exc, request, route), started)
         if isinstance(result, Response):
-            return self._done(request, route, result, started)
+            return self._done(request, route, identity, result, started)
         if isinstance(result, Soon):
             return result.outcome(
-                partial(self._settled, request, route, started)
+                partial(self._settled, request, route, identity, started)
             )  # no closure: no cells for every request
-        return self._complete(request, route, result, started)
+        return self._complete(request, route, identity, result, started)
 
     def _settled(
         self,
         request: Request,
         route: Route,
+        identity: Identity | None,
         started: float,
         answer: Response | Awaitable[Response] | None,
         error: BaseException | None,
@@ -141,18 +142,20 @@ class App:
         """A handler's Soon settled: its Response (an error's included), or the coroutine it fell back to."""
         if error is not None:
             failed = error if isinstance(error, Exception) else RuntimeError(f"the reply was lost: {error!r}")
-            return self._done(request, route, self._failed(failed, request, route), started)
+            return self._done(request, route, identity, self._failed(failed, request, route), started)
         if isinstance(answer, Response):
-            return self._done(request, route, answer, started)
+            return self._done(request, route, identity, answer, started)
         assert answer is not None
-        return self._complete(request, route, answer, started)
+        return self._complete(request, route, identity, answer, started)
 
-    async def _complete(self, request: Request, route: Route, pending: Awaitable[Response], started: float) -> Response:
+    async def _complete(
+        self, request: Request, route: Route, identity: Identity | None, pending: Awaitable[Response], started: float
+    ) -> Response:
         try:
             response = await pending
         except Exception as exc:
             response = self._failed(exc, request, route)
-        return self._done(request, route, response, started)
+        return self._done(request, route, identity, response, started)
 
     def _failed(self, exc: Exception, request: Request, route: Route | None) -> Response:
         """The answer for an exception a handler raised: its own status for a HongbaoError, else
@@ -164,8 +167,11 @@ class App:
         log.error("unhandled error on %s %s", request.method, route.template if route else "unmatched", exc_info=exc)
         return error_response(500, "internal", "internal error")
 
-    def _done(self, request: Request, route: Route | None, response: Response, started: float) -> Response:
-        """Count ``response`` in the metrics (and the debug log) and return it."""
+    def _done(
+        self, request: Request, route: Route | None, identity: Identity | None, response: Response, started: float
+    ) -> Response:
+        """Count ``response`` (to ``identity``'s ``request``) in the metrics, log it in the access
+        log when it is on and in the audit log when the route is an admin's; return it."""
         elapsed = perf_counter() - started
         status = response.status
         if route is None:
@@ -175,14 +181,10 @@ class App:
             event = route.event
             if event is not None and (event != "opens" or status == 200):
                 self.metrics.events[event] += 1
-        if self.debug_log:  # one structured line per request; never headers, so never a token
-            log.debug(
-                "request method=%s route=%s status=%d ms=%.3f",
-                request.method,
-                "unmatched" if route is None else route.template,
-                status,
-                elapsed * 1000,
-            )
+        if self.access_log:
+            access(request, "unmatched" if route is None else route.template, status, elapsed, identity)
+        if route is not None and route.auth == "admin":
+            audit(request, route, identity, response)
         return response
 
     def healthz(self, _ctx: Context) -> Response:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -38,7 +39,19 @@ def _ttl(text: str) -> float:
 def _settings(args: argparse.Namespace, *, dsn_means_production: bool = False) -> Settings:
     flags = {
         k: getattr(args, k, None)
-        for k in ("host", "port", "workers", "data_dir", "backend", "mysql_dsn", "redis_url", "redis_cluster")
+        for k in (
+            "host",
+            "port",
+            "workers",
+            "data_dir",
+            "backend",
+            "mysql_dsn",
+            "redis_url",
+            "redis_cluster",
+            "access_log",
+            "log_format",
+            "log_file",
+        )
     }
     return load_settings(args.config, flags=flags, dsn_means_production=dsn_means_production)
 
@@ -46,13 +59,11 @@ def _settings(args: argparse.Namespace, *, dsn_means_production: bool = False) -
 def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     from hongbao.server.composition import check_production, preflight
+    from hongbao.server.logs import configure
 
     check_production(settings)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s",
-    )
+    configure(settings)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # never the end of the node; the master reopens the log on it
     for warning in asyncio.run(preflight(settings)):  # ValueError (exit 2) for what cannot fix itself
         logging.getLogger("hongbao.master").warning("%s", warning)
     from hongbao.server.master import serve
@@ -191,6 +202,24 @@ def parser(*, with_storm: bool = True) -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="--redis-url names a node of a Redis Cluster (also HONGBAO_REDIS_CLUSTER)",
+    )
+    serve.add_argument(
+        "--access-log",
+        dest="access_log",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one log line per HTTP request and WebSocket upgrade (default: off; also HONGBAO_ACCESS_LOG)",
+    )
+    serve.add_argument(
+        "--log-format",
+        dest="log_format",
+        choices=["text", "json"],
+        help="text lines, or one JSON object a line (default: text; also HONGBAO_LOG_FORMAT)",
+    )
+    serve.add_argument(
+        "--log-file",
+        dest="log_file",
+        help="append the log to this file, reopened on SIGHUP (default: stderr; also HONGBAO_LOG_FILE)",
     )
     serve.set_defaults(run=_serve)
     mysql = argparse.ArgumentParser(add_help=False)

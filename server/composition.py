@@ -91,7 +91,7 @@ from hongbao.core.services.crediting import CreditingMode
 from hongbao.core.sharding import Layout, parse_dsn
 from hongbao.core.view_cache import ViewCache
 from hongbao.server.auth import embedded_secret
-from hongbao.server.config import Settings
+from hongbao.server.config import Settings, mask_secrets
 from hongbao.server.node import node_id
 from redis.exceptions import RedisError
 
@@ -411,7 +411,7 @@ async def preflight(settings: Settings) -> list[str]:
     try:
         await client.ping()
     except (RedisError, OSError) as exc:
-        warnings.append(f"Redis at {settings.redis_url} is unreachable ({exc}): starting degraded")
+        warnings.append(f"Redis at {mask_secrets(settings.redis_url)} is unreachable ({exc}): starting degraded")
     finally:
         await client.aclose()
     return warnings

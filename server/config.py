@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -68,6 +69,20 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "push_log_max_age_s": (0.001, 365 * DAY_S, ""),
 }
 
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+#: A URL's password (``scheme://user:PASSWORD@``; not across a ``/``, as URLs allow none there)
+#: and a ``password=`` query parameter.
+_SECRETS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s,]*:)[^@/\s]*@|(?P<key>\bpassword=)[^&\s,]*")
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with every password of a URL or DSN in it replaced by ``***``:
+    ``mysql://hb:pw@db1:3306,mysql://hb:pw@db2`` -> ``mysql://hb:***@db1:3306,mysql://hb:***@db2``,
+    ``redis://:pw@cache:6379`` -> ``redis://:***@cache:6379``, ``redis://cache?password=pw`` ->
+    ``redis://cache?password=***``. What is not a password (user, host, port, path) stays."""
+    return _SECRETS.sub(lambda m: f"{m['head']}***@" if m["head"] else f"{m['key']}***", text)
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -106,7 +121,10 @@ class Settings:
     reconcile_window_ms: int = 60_000
     test_clock: bool = False  # tests only: POST /v1/admin/clock moves the server's time
     test_faults: str = ""  # tests only (needs test_clock): crash points, "pay_debited=0.02,..." (core/faults.py)
-    log_level: str = "info"
+    log_level: str = "info"  # debug | info | warning | error | critical (access and audit lines: see access_log)
+    log_format: str = "text"  # text | json (one JSON object a line), for the master and every worker
+    log_file: str = ""  # append the log to this file (reopened on SIGHUP); empty: stderr
+    access_log: bool = False  # one line per HTTP request and WebSocket upgrade (logger hongbao.access)
     ws_rate_per_s: float = 5000.0  # new WebSocket connections a second, host-wide (native RateLimiter)
     ws_burst: int = 500  # ... of which this many at once after a quiet spell
     ws_allowed_origins: tuple[str, ...] = ()  # Origin values a handshake may carry; empty: any
@@ -146,6 +164,10 @@ class Settings:
                 raise ConfigError(str(exc)) from None
         if self.backend not in ("embedded", "production"):
             raise ConfigError(f"backend must be embedded or production, got {self.backend!r}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"log_format must be text or json, got {self.log_format!r}")
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         try:
             for name, (low, high, note) in RANGES.items():
                 check_range(name, getattr(self, name), low, high, note)

@@ -29,15 +29,19 @@ import asyncio
 import contextvars
 import functools
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, Literal, cast
 
 import hongbao_native
 from hongbao.core.soon import Soon
+from hongbao.server.access_log import access
 from hongbao.server.app import App
+from hongbao.server.auth import Identity
 from hongbao.server.responses import Response, error_response
 from hongbao.server.ws_connection import WsRegistry, take_over
+from hongbao.server.ws_handshake import WS_PATH
 from hongbao_native import HttpParseError, RequestParser
 
 log = logging.getLogger("hongbao.http")
@@ -310,18 +314,24 @@ class HttpProtocol(asyncio.Protocol):
         transport.close()
 
     def _upgrade(self, request: hongbao_native.Request) -> None:
-        """Answer a WebSocket upgrade: the gate's refusal (then close), or the 101 and the hand-over."""
+        """Answer a WebSocket upgrade: the gate's refusal (then close), or the 101 and the hand-over;
+        either is one access line when the access log is on."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
+        started = time.perf_counter()
         accepted = self.app.ws_gate.accept(request)
         events = self.app.metrics.events
         if isinstance(accepted, Response):
             if accepted.status == 503:
                 events["ws_admission_rejections"] += 1
+            if self.app.access_log:
+                self._access(request, accepted.status, started, None)
             self._finish(accepted, request)
             return
         events["ws_handshakes"] += 1
+        if self.app.access_log:
+            self._access(request, 101, started, accepted.identity)
         self.flush()
         transport.write(accepted.response)
         self.conns.open.discard(self)
@@ -337,6 +347,13 @@ class HttpProtocol(asyncio.Protocol):
         )
         if self.paused:
             transport.resume_reading()
+
+    @staticmethod
+    def _access(request: hongbao_native.Request, status: int, started: float, identity: Identity | None) -> None:
+        """The access line of an upgrade ``request`` answered ``status``, checked since ``started``
+        (time.perf_counter()), by ``identity`` when it was accepted."""
+        route = WS_PATH if request.path == WS_PATH else "unmatched"
+        access(request, route, status, time.perf_counter() - started, identity)
 
     def _serve_now(self, settled: tuple[hongbao_native.Request, Soon[Any]] | None = None) -> None:
         """Answer the pending requests that need no I/O right here, with no coroutine at all

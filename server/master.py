@@ -1,7 +1,9 @@
 """The master process (docs/architecture.md section 8): create the host-wide admission table and the
 WebSocket admission rate limiter (``ws_rate_per_s``, ``ws_burst``; docs/architecture.md section 7), fork N
 workers that share the port with SO_REUSEPORT, restart a worker that dies (reclaiming its
-admission slots first), and on SIGTERM/SIGINT stop the workers gracefully, then exit.
+admission slots first), and on SIGTERM/SIGINT stop the workers gracefully, then exit. SIGHUP
+reopens the log file, the master's and each worker's (``log_file``; logging to stderr, it
+changes nothing): it never stops the node.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import hongbao_native
 from hongbao.server.composition import create_admission, prepare
 from hongbao.server.config import Settings
+from hongbao.server.logs import banner, reopen
 from hongbao.server.worker import FINISH_CREDITS_S, GRACE_S, METRICS_DIR, run_worker
 
 log = logging.getLogger("hongbao.master")
@@ -158,7 +161,15 @@ def serve(settings: Settings) -> int:
     RESET_AFTER_S), however often: once a worker has served, the master never gives up on
     the node, and the other workers keep serving meanwhile. ``serving http://host:port`` is
     logged when the first worker listens (``port = 0``: a free port, the same for every worker)."""
+    hangups = 0  # SIGHUPs not handled yet (the loop reopens the logs: a signal handler must not log)
+
+    def hangup(_sig: int, _frame: object) -> None:
+        nonlocal hangups
+        hangups += 1
+
+    signal.signal(signal.SIGHUP, hangup)
     settings, reserved = _reserve_port(settings)
+    banner(settings)
     _raise_open_files(settings)
     prepare(settings, METRICS_DIR)
     if orphans := remove_orphan_segments():
@@ -182,6 +193,7 @@ def serve(settings: Settings) -> int:
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the worker's loop handles it
                 os.close(ready_r)
                 _die_with_parent(master)
                 run_worker(settings, admission.name, ws_limiter.name, ready_w, after_crash=slot.crashed)
@@ -212,6 +224,9 @@ def serve(settings: Settings) -> int:
     deadline = None
     try:
         while any(slot.pid is not None for slot in slots) or not stopping:
+            if hangups:
+                hangups = 0
+                _reopen_logs(slots)
             if not served and _heard(ready_r):
                 served = True
                 log.info(
@@ -274,6 +289,22 @@ def serve(settings: Settings) -> int:
             reserved.close()
         log.info("master %d stopped", os.getpid())
     return 1 if not served and quick_crashes >= MAX_QUICK_CRASHES else 0
+
+
+def _reopen_logs(slots: list[_Slot]) -> None:
+    """After a SIGHUP: reopen the master's log file and pass the signal to every live worker, which
+    reopens its own; one line says which file, or that there is none (stderr: nothing to do)."""
+    path = reopen()
+    if path is None:
+        log.info("SIGHUP: logging to stderr, no log file to reopen")
+        return
+    workers = [slot.pid for slot in slots if slot.pid is not None]
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except ProcessLookupError:
+            pass
+    log.info("SIGHUP: log file %s reopened by the master, and passed on to %d worker(s)", path, len(workers))
 
 
 def _heard(fd: int) -> bool:

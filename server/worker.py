@@ -1,5 +1,6 @@
 """One worker process: uvloop, its own SO_REUSEPORT listening socket, the app, background jobs,
-and a graceful stop on SIGTERM/SIGINT (stop accepting, finish requests, then exit)."""
+a graceful stop on SIGTERM/SIGINT (stop accepting, finish requests, then exit), and the log file
+reopened on SIGHUP."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from hongbao.server.auth import TokenVerifier, embedded_secret
 from hongbao.server.composition import open_backend
 from hongbao.server.config import Settings
 from hongbao.server.http_protocol import Connections, HttpProtocol
+from hongbao.server.logs import reopen
 from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.ws_connection import WsRegistry
 
@@ -62,6 +64,7 @@ async def _serve(
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reopen)  # the master passes its SIGHUP on: the log file
     gc.freeze()  # what start-up built lives as long as the worker: full collections skip it from now on
     log.info("worker listening on %s:%d", settings.host, settings.port)
     os.write(ready_fd, LISTENING)
