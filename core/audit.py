@@ -13,6 +13,12 @@ Checks, and lists every violation (the caller exits non-zero when there is one):
   finished, expired or refunded) of the same total;
 - every credit matches its receipt's amount, every refund the packet's refunded fen; with
   ``drained`` (the reconciler has run): every receipt is credited and marked, every refund paid.
+
+Besides the row counts, ``counts`` holds where the money is, in fen: ``top-ups fen``, ``paid fen``
+(send debits), ``opened fen`` (receipts), ``credited fen`` and ``refunded fen`` (ledger entries),
+``active fen`` (remaining in active packets), ``uncredited fen``, ``unpaid refunds fen`` and
+``balances fen``; the conservation check above is ``balances + active + uncredited + unpaid refunds
+== top-ups``.
 """
 
 from __future__ import annotations
@@ -125,6 +131,7 @@ def check(books: Books, *, drained: bool) -> AuditReport:
     topups = sum(a for _, k, _, a in books.ledger if k == "topup")
     counts["top-ups fen"] = topups
     balances = books.balances
+    _money(counts, books, active_remaining, uncredited, unpaid_refunds)
     for user_id in set(balances) | set(ledger_sums):
         if balances.get(user_id, 0) != ledger_sums.get(user_id, 0):
             bad.append(f"{user_id}: balance {balances.get(user_id, 0)} != ledger sum {ledger_sums.get(user_id, 0)}")
@@ -142,3 +149,18 @@ def check(books: Books, *, drained: bool) -> AuditReport:
         elif kind == "refund" and (ref not in packets or packets[ref][1] not in ("refunded", "expired")):
             bad.append(f"refund {ref} has no refunded packet")
     return report
+
+
+def _money(counts: Counter[str], books: Books, active: int, uncredited: int, unpaid_refunds: int) -> None:
+    """Add the fen totals of the module's docstring to ``counts``."""
+    by_kind: Counter[str] = Counter()
+    for _, kind, _, amount in books.ledger:
+        by_kind[kind] += amount
+    counts["paid fen"] = -by_kind["send"]
+    counts["opened fen"] = sum(amount for _, _, amount, _ in books.receipts)
+    counts["credited fen"] = by_kind["credit"]
+    counts["refunded fen"] = by_kind["refund"]
+    counts["active fen"] = active
+    counts["uncredited fen"] = uncredited
+    counts["unpaid refunds fen"] = unpaid_refunds
+    counts["balances fen"] = sum(books.balances.values())

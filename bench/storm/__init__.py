@@ -2,5 +2,6 @@
 and a report. Modules, in the order a run uses them: ``scenario`` (what to play), ``plan`` (the
 calls, deterministic from the seed), ``wire`` (tokens, one HTTP request), ``load`` (the open-loop
 executor), ``proc`` (one load process), ``runner`` (setup, processes, progress), ``record``
-(JSONL record and replay), ``settle`` (drain, audit), ``report`` and ``plot`` (JSON, table, PNG),
-``cli`` (``hongbao storm``), ``demo`` (``make demo``)."""
+(JSONL record and replay), ``settle`` (drain, audit), ``report`` (the JSON, with ``series`` and
+``delivery``), ``table`` and ``plot`` (terminal and PNG, in the words of ``summary``), ``cli``
+(``hongbao storm``), ``demo`` (``make demo``)."""

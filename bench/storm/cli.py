@@ -133,17 +133,16 @@ def storm(opts: StormOptions, auditor: Auditor | None, out: Path, drain_timeout_
     """Play the storm, then drain and audit (``auditor``: ``composition.auditor``; None: no audit)
     while the push clients stay connected, then write ``out/report.json`` and ``out/report.png`` and
     print the table; returns the report. Raises StormError when the storm cannot run."""
-    from hongbao.bench.storm import plot, report
+    from hongbao.bench.storm import plot, report, table
     from hongbao.bench.storm.runner import run_load
     from hongbao.bench.storm.settle import settle
-    from rich.console import Console
 
-    console = opts.console or Console(stderr=True)
+    console = opts.console or table.stderr_console()
     result, settlement = run_load(opts, lambda: settle(opts.url, auditor, drain_timeout_s))
-    summary = report.build(result, settlement, opts.scenario, opts.url)
+    summary = report.build(result, settlement, opts.scenario, opts.url, backend=opts.backend, workers=opts.workers)
     report.write_json(summary, out / "report.json")
     plot.write_png(summary, out / "report.png")
-    report.print_table(summary, console)
+    table.print_table(summary, console)
     return summary
 
 
@@ -152,13 +151,13 @@ def main(args: argparse.Namespace) -> int:
     from hongbao.bench.storm import report
     from hongbao.bench.storm.runner import StormError, StormOptions
     from hongbao.bench.storm.settle import check_audit_target
+    from hongbao.bench.storm.table import stderr_console
     from hongbao.bench.storm.wire import storm_secret
     from hongbao.server.auth import KEY_FILE
     from hongbao.server.composition import auditor
     from hongbao.server.config import load_settings
-    from rich.console import Console
 
-    console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+    console = stderr_console()
     if args.out is None:  # a replay keeps the recorded run's report
         args.out = Path("bench-results/storm-replay" if args.replay else "bench-results/storm")
     try:
@@ -175,7 +174,15 @@ def main(args: argparse.Namespace) -> int:
         return 2
     key = "--jwt-secret" if args.jwt_secret else "jwt_secret" if settings.jwt_secret else settings.data_dir / KEY_FILE
     opts = StormOptions(
-        args.target, scenario, secret, args.out / "work", args.record, args.replay, console, key_origin=str(key)
+        args.target,
+        scenario,
+        secret,
+        args.out / "work",
+        args.record,
+        args.replay,
+        console,
+        key_origin=str(key),
+        backend=settings.backend if audited else "",
     )
     try:
         summary = storm(opts, audit, args.out, args.drain_timeout)

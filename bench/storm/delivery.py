@@ -11,6 +11,8 @@ told ``reset`` after its cause is ``told`` (the client reloads over HTTP, docs/a
 ``untold`` counts the others, which fail the storm. Latency is the time from the
 start of the causing request to the message's arrival at the client (wall clock, one machine),
 in ms. docs/architecture.md section 11: every expected event must arrive (counted after dedupe).
+The ``timeline`` counts expected and delivered events and their latency by the bucket (of the
+report's width, ``series.py``) in which their cause started.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from hongbao.bench.storm import series
 from hongbao.bench.storm.runner import LoadResult
 from hongbao.bench.storm.stats import percentile
 
@@ -55,9 +58,26 @@ def _latency(values: list[float]) -> dict[str, float]:
     }
 
 
+def _timeline(result: LoadResult, expected: dict[Key, float], delivered: dict[Key, float]) -> dict[str, Any]:
+    load = [s for s in result.samples if s[0] in series.LOAD_OPS]
+    width = series.bucket_seconds(series.span(load))
+    causes = {key: max(0.0, wall - result.started_at) for key, wall in expected.items()}
+    count = int(max(causes.values(), default=0.0) // width) + 1
+    lines: dict[str, Any] = {"bucket_s": width, "start_s": [i * width for i in range(count)]}
+    lines["expected"], lines["delivered"] = [0] * count, [0] * count
+    latencies: list[list[float]] = [[] for _ in range(count)]
+    for key, t in causes.items():
+        bucket = int(t // width)
+        lines["expected"][bucket] += 1
+        if key in delivered:
+            lines["delivered"][bucket] += 1
+            latencies[bucket].append(max(0.0, delivered[key] - expected[key]) * 1000.0)
+    return lines | series.percentiles(latencies)
+
+
 def push_report(result: LoadResult) -> dict[str, Any] | None:
-    """Delivered vs expected, latency percentiles (all and per event), client counts; None when
-    nobody was online."""
+    """Delivered vs expected, latency percentiles (all and per event), client counts, the
+    timeline; None when nobody was online."""
     if not result.online:
         return None
     expected = expected_pushes(result)
@@ -93,4 +113,5 @@ def push_report(result: LoadResult) -> dict[str, Any] | None:
         **_latency(everything),
         "by_event": by_event,
         "also_delivered": dict(Counter(event for event, _, _ in delivered if event not in EVENTS)),
+        "timeline": _timeline(result, expected, delivered),
     }

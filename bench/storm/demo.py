@@ -27,10 +27,10 @@ from hongbao.bench.storm import report
 from hongbao.bench.storm.cli import storm
 from hongbao.bench.storm.runner import StormError, StormOptions
 from hongbao.bench.storm.scenario import load_scenario
+from hongbao.bench.storm.table import stderr_console
 from hongbao.bench.storm.wire import storm_secret
 from hongbao.server.composition import auditor
 from hongbao.server.config import Settings
-from rich.console import Console
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="server workers (default: 1)")
     parser.add_argument("--duration", type=float, help="seconds of sends (default: the smoke scenario's)")
     args = parser.parse_args(argv)
-    console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+    console = stderr_console()
     data_dir = args.out / "var"
     shutil.rmtree(data_dir, ignore_errors=True)
     scenario = load_scenario("smoke", overrides={"duration_s": args.duration} if args.duration else None)
@@ -51,7 +51,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     console.print(f"demo: hongbao serve --workers {args.workers} at {server.url}, data in {data_dir}")
     try:
-        opts = StormOptions(server.url, scenario, storm_secret(data_dir, None), args.out / "work", console=console)
+        opts = StormOptions(
+            server.url,
+            scenario,
+            storm_secret(data_dir, None),
+            args.out / "work",
+            console=console,
+            backend="embedded",
+            workers=args.workers,
+        )
         audit = auditor(Settings(data_dir=data_dir))
         summary = storm(opts, audit, args.out, drain_timeout_s=30.0)
     except StormError as exc:

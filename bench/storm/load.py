@@ -5,8 +5,10 @@ server does not slow the storm down, the requests pile up as real users' would).
 waits for the calls it ``needs`` (skipped if one failed), then fills in their ids and sends;
 on 429 busy it tries again after Retry-After (with jitter, at most ``busy_retries`` times), as
 our clients do. Every attempt becomes a sample ``(op, t, latency_s, status, code, lag_s)``:
-``t`` seconds after the start, ``lag_s`` how late the call started against the plan, before
-waiting for what it needs (a growing lag means the generator, not the server, is the bottleneck).
+``t`` seconds after the start, ``code`` the answer's error code ("" for a 2xx, ``already_opened``
+for a 2xx grab or open telling a user who had opened the first amount), ``lag_s`` how late the
+call started against the plan, before waiting for what it needs (a growing lag means the
+generator, not the server, is the bottleneck).
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ from hongbao.bench.storm.wire import Answer, Tokens, request
 
 Sample = tuple[str, float, float, int, str, float]
 MAX_BUSY_WAIT_S = 2.0
+
+
+def _repeat(op: str, body: dict[str, Any] | None) -> str:
+    """``already_opened`` for a 2xx ``body`` that answers a user who had opened the packet (a grab's
+    ``status: opened``, an open's ``repeat: true``), else ""."""
+    if body is None:
+        return ""
+    repeat = body.get("status") == "opened" if op == "grab" else op == "open" and body.get("repeat") is True
+    return "already_opened" if repeat else ""
 
 
 def fill(template: str, values: dict[str, str]) -> str:
@@ -115,7 +126,7 @@ class Executor:
                     answer.started - self.t0,
                     answer.latency_s,
                     answer.status,
-                    answer.code,
+                    answer.code or _repeat(call.op, answer.body),
                     lag if attempt == 1 else 0.0,
                 )
             )

@@ -1,21 +1,35 @@
-"""The storm's report: numbers from the samples, the JSON file, and the terminal table.
+"""The storm's report: numbers from the samples, and the JSON file (``table.py`` prints it,
+``plot.py`` draws it).
 
-Latency percentiles (nearest rank) are over the 2xx answers of each operation, in ms; rates
-are 2xx answers per second from the start to the last answer (``load.seconds``; the wall time,
-with the wait for late pushes, is ``load.wall_seconds``), and the peak is the busiest whole second.
-Errors are counted per attempt by the answer's ``error.code`` (``timeout`` or the client
-exception's name when there was no answer); ``busy`` (429) attempts are the admission rejections.
-Push delivery (expected vs delivered, latency) is ``delivery.py``'s.
+Latency percentiles (nearest rank) are over the 2xx answers of each operation, in ms. Rates
+(``rps``) are the 2xx answers started in the load period divided by its length
+(``load.period_s``: from the start to the last answer to a send, ``series.py``; the scenario's
+tail of late openers would dilute them), and ``peak_rps`` is the busiest whole second. The
+whole span, to the last answer, is ``load.seconds``; the wall time, with the wait for late
+pushes, is ``load.wall_seconds``.
+
+Outcomes are counted per attempt. ``errors`` holds every non-2xx attempt by the answer's
+``error.code`` (``timeout`` or the client exception's name when there was no answer).
+``expected_outcomes`` are the answers a late or repeating member is meant to get: ``finished`` and
+``expired`` (410), and ``already_opened`` (a 2xx grab or open giving back the first amount);
+``busy`` (429) attempts are the admission rejections (retried after Retry-After, as our clients
+do); ``unexpected_errors`` holds the rest, the real errors. ``money`` is where the audit found the
+money, in fen (``hongbao.core.audit``). ``verdict`` is PASS when the audit is clean and found what
+the storm paid, no repeated open disagreed and every expected push arrived (or its user was told
+to reload); FAIL with the reasons otherwise; NOT AUDITED when nothing failed but no audit ran.
+Push delivery (expected vs delivered, latency, timeline) is ``delivery.py``'s.
 """
 
 from __future__ import annotations
 
 import datetime
+import subprocess
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import orjson
+from hongbao.bench.storm import series
 from hongbao.bench.storm.delivery import push_report
 from hongbao.bench.storm.load import Sample
 from hongbao.bench.storm.runner import LoadResult
@@ -23,23 +37,25 @@ from hongbao.bench.storm.scenario import Scenario
 from hongbao.bench.storm.settle import Settlement
 from hongbao.bench.storm.stats import percentile
 from hongbao.core.audit import AuditReport
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 OPS = ("topup", "group", "send", "pay", "grab", "open")
 PERCENTILES = (("p50_ms", 50.0), ("p90_ms", 90.0), ("p99_ms", 99.0))
+EXPECTED = ("finished", "expired", "already_opened")
+BUSY = "busy"
+MONEY = ("top-ups", "paid", "opened", "credited", "refunded", "active", "uncredited", "unpaid refunds", "balances")
 
 
-def _operations(samples: list[Sample], counts: Counter[str], load_s: float) -> dict[str, Any]:
+def _operations(samples: list[Sample], counts: Counter[str], period_s: float) -> dict[str, Any]:
     latencies: dict[str, list[float]] = defaultdict(list)
     per_second: dict[str, Counter[int]] = defaultdict(Counter)
     attempts: Counter[str] = Counter()
+    in_period: Counter[str] = Counter()
     for op, t, latency, status, _, _ in samples:
         attempts[op] += 1
         if 200 <= status < 300:
             latencies[op].append(latency * 1000.0)
             per_second[op][int(t)] += 1
+            in_period[op] += t <= period_s
     out: dict[str, Any] = {}
     for op in OPS:
         if not attempts[op]:
@@ -50,7 +66,7 @@ def _operations(samples: list[Sample], counts: Counter[str], load_s: float) -> d
             "failed": counts[f"{op} failed"],
             "skipped": counts[f"{op} skipped"],
             "attempts": attempts[op],
-            "rps": round(len(values) / load_s, 1) if load_s > 0 and op not in ("topup", "group") else None,
+            "rps": round(in_period[op] / period_s, 1) if period_s > 0 and op in series.LOAD_OPS else None,
             "peak_rps": max(per_second[op].values(), default=0),
         }
         entry.update({name: round(percentile(values, q), 2) for name, q in PERCENTILES})
@@ -59,34 +75,67 @@ def _operations(samples: list[Sample], counts: Counter[str], load_s: float) -> d
     return out
 
 
-def _timeline(samples: list[Sample]) -> dict[str, list[int]]:
-    seconds = int(max((t for _, t, _, _, _, _ in samples), default=0.0)) + 1
-    lines: dict[str, list[int]] = {"second": list(range(seconds))}
-    for op in ("send", "pay", "grab", "open"):
-        lines[op] = [0] * seconds
-    for op, t, _, status, _, _ in samples:
-        if op in lines and 200 <= status < 300 and t >= 0:
-            lines[op][int(t)] += 1
-    return lines
-
-
-def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: str) -> dict[str, Any]:
-    """The report as a JSON object (see the module's docstring for the definitions)."""
-    load = [s for s in result.samples if s[0] not in ("topup", "group")]
-    errors: dict[str, Counter[str]] = defaultdict(Counter)
-    for op, _, _, status, code, _ in result.samples:
+def _outcomes(samples: list[Sample]) -> dict[str, dict[str, dict[str, int]]]:
+    """``errors``, ``expected_outcomes`` and ``unexpected_errors`` of the module's docstring."""
+    kinds: dict[str, dict[str, Counter[str]]] = {
+        name: defaultdict(Counter) for name in ("errors", "expected_outcomes", "unexpected_errors")
+    }
+    for op, _, _, status, code, _ in samples:
         if not 200 <= status < 300:
-            errors[op][code] += 1
+            kinds["errors"][op][code] += 1
+        if code in EXPECTED:
+            kinds["expected_outcomes"][op][code] += 1
+        elif code and code != BUSY:
+            kinds["unexpected_errors"][op][code] += 1
+    return {
+        name: {op: dict(codes.most_common()) for op, codes in sorted(by_op.items())} for name, by_op in kinds.items()
+    }
+
+
+def git_commit() -> str | None:
+    """The short hash of the git checkout this code runs from, None outside one (an installed
+    wheel) or without git."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def build(
+    result: LoadResult,
+    settlement: Settlement,
+    scenario: Scenario,
+    url: str,
+    *,
+    backend: str = "",
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """The report as a JSON object (see the module's docstring for the definitions); ``backend``
+    and ``workers`` describe the target ("" and None: not known)."""
+    load = [s for s in result.samples if s[0] not in ("topup", "group")]
     lags = sorted(lag * 1000.0 for *_, lag in load)
-    span = max((t + latency for _, t, latency, _, _, _ in load), default=0.0)  # start to the last answer
+    span = series.span(load)  # start to the last answer
+    period = series.load_period(load)
     audit = settlement.audit
     paid = sum(1 for *_, paid_at in result.packets.values() if paid_at is not None)
-    return {
+    outcomes = _outcomes(result.samples)
+    report: dict[str, Any] = {
         "target": url,
+        "backend": backend or None,
+        "workers": workers,
+        "commit": git_commit(),
         "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "scenario": scenario.as_json(),
         "load": {
             "seconds": round(span, 2),
+            "period_s": round(period, 2),
             "started_at": round(result.started_at, 3),
             "wall_seconds": round(result.load_s, 2),
             "setup_seconds": round(result.setup_s, 2),
@@ -95,10 +144,11 @@ def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: s
             "lag_p99_ms": round(percentile(lags, 99.0), 1),
             "lag_max_ms": round(lags[-1], 1) if lags else 0.0,
         },
-        "operations": _operations(result.samples, result.counts, span),
-        "errors": {op: dict(codes.most_common()) for op, codes in sorted(errors.items())},
+        "operations": _operations(result.samples, result.counts, period),
+        **outcomes,
         "admission_rejections": sum(1 for s in load if s[3] == 429),
-        "timeline": _timeline(load),
+        "timeline": series.throughput(load),
+        "latency_timeline": series.latency(load),
         "clients": {
             "receipts_seen": len(result.receipts),
             "fen_seen": sum(r[2] for r in result.receipts),
@@ -120,8 +170,39 @@ def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: s
             "source": audit.source,
             "error": audit_error(audit, paid, result.counts["topup ok"]),
         },
+        "money": None if audit is None else _money(audit),
         "push": push_report(result),
     }
+    report["verdict"] = verdict(report)
+    return report
+
+
+def _money(audit: AuditReport) -> dict[str, int] | None:
+    """The audit's fen totals as ``{"top_ups_fen": ..., "paid_fen": ...}`` (``MONEY``), None when
+    its counts hold none (an audit of another kind, such as the baseline's)."""
+    if "paid fen" not in audit.counts:
+        return None
+    return {name.replace("-", "_").replace(" ", "_") + "_fen": int(audit.counts[f"{name} fen"]) for name in MONEY}
+
+
+def verdict(report: dict[str, Any]) -> dict[str, Any]:
+    """``{"status": "PASS" | "FAIL" | "NOT AUDITED", "reasons": [why it failed or was not audited]}``
+    of a report from ``build`` (the module's docstring says when each holds)."""
+    audit, push = report["audit"], report["push"]
+    reasons = []
+    if audit is not None and audit.get("error"):
+        reasons.append("the audit did not find what the storm paid")
+    elif audit is not None and audit["violations"]:
+        reasons.append(f"{len(audit['violations'])} audit violations")
+    if report["clients"]["disagreements"]:
+        reasons.append(f"{report['clients']['disagreements']} repeated opens answered another amount")
+    if not push_ok(report):
+        reasons.append(f"{push['untold']} of {push['expected']} expected pushes missing")
+    if reasons:
+        return {"status": "FAIL", "reasons": reasons}
+    if audit is None:
+        return {"status": "NOT AUDITED", "reasons": ["the storm did not know the target's database"]}
+    return {"status": "PASS", "reasons": []}
 
 
 def audit_error(audit: AuditReport, paid: int, topped_up: int) -> str:
@@ -169,65 +250,3 @@ def write_json(report: dict[str, Any], path: Path) -> None:
     """Write the report as indented JSON."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
-
-
-def print_table(report: dict[str, Any], console: Console) -> None:
-    """The terminal summary: one row per operation, then errors, clients, settlement, audit."""
-    load = report["load"]
-    table = Table(title=f"storm {report['scenario']['name']} against {report['target']}: {load['seconds']} s of load")
-    for column in ("op", "ok", "failed", "skipped", "2xx/s", "peak/s", "p50 ms", "p90 ms", "p99 ms", "max ms"):
-        table.add_column(column, justify="left" if column == "op" else "right")
-    for op, e in report["operations"].items():
-        table.add_row(
-            op,
-            str(e["ok"]),
-            str(e["failed"]),
-            str(e["skipped"]),
-            "" if e["rps"] is None else f"{e['rps']:.1f}",
-            str(e["peak_rps"]),
-            f"{e['p50_ms']:.1f}",
-            f"{e['p90_ms']:.1f}",
-            f"{e['p99_ms']:.1f}",
-            f"{e['max_ms']:.1f}",
-        )
-    console.print(table)
-    errors = ", ".join(f"{op} {code} x{n}" for op, codes in report["errors"].items() for code, n in codes.items())
-    console.print(f"errors: {errors or 'none'}; admission rejections (429): {report['admission_rejections']}")
-    clients = report["clients"]
-    console.print(
-        f"clients: {clients['packets_paid']} packets paid, {clients['receipts_seen']} receipts seen, "
-        f"{clients['fen_seen']} fen, "
-        f"{clients['disagreements']} repeated opens disagreeing; generator lag p99 {load['lag_p99_ms']} ms"
-    )
-    push = report["push"]
-    if push is None:
-        console.print("push: nobody online (online_p = 0)")
-    else:
-        console.print(
-            f"push: {push['online_users']} users online ({push['reconnects']} dropped and resumed), "
-            f"{push['delivered']}/{push['expected']} expected events delivered, {push['missing']} missing, "
-            f"latency p50 {push['p50_ms']} ms p99 {push['p99_ms']} ms max {push['max_ms']} ms; "
-            f"{push['duplicates']} duplicates dropped, {push['resets']} resets, also {push['also_delivered']}"
-        )
-    settlement = report["settlement"]
-    console.print(
-        f"reconciler: {'drained' if settlement['drained'] else 'NOT drained'} after {settlement['waited_s']} s "
-        f"(credits pending {settlement['credits_pending']}) {settlement['note']}"
-    )
-    audit = report["audit"]
-    if audit is None:
-        console.print("audit: not run")
-        return
-    counts = audit["counts"]
-    console.print(
-        f"money: {counts.get('packets', 0)} packets, {counts.get('receipts', 0)} receipts, "
-        f"{counts.get('ledger credit', 0)} credits, {counts.get('ledger refund', 0)} refunds, "
-        f"{counts.get('top-ups fen', 0)} fen topped up, in {audit.get('source') or 'the audited database'}",
-        markup=False,
-    )
-    for violation in audit["violations"]:
-        console.print(f"[red]VIOLATION[/red] {violation}")
-    if audit.get("error"):
-        console.print(f"audit: [red]failed[/red]: {escape(audit['error'])}")
-        return
-    console.print(f"audit: {len(audit['violations'])} violations")

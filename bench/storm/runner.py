@@ -39,6 +39,7 @@ from rich.text import Text
 READY_TIMEOUT_S = 120.0
 START_MARGIN_S = 0.3
 DONE_TIMEOUT_S = GRACE_S + 30.0  # a process's last pushes, then its file
+LOG_EVERY_S = 5.0  # the progress line's period when the console is not a terminal
 T = TypeVar("T")
 
 
@@ -50,7 +51,8 @@ class StormError(RuntimeError):
 class StormOptions:
     """One storm: ``url`` of the target, the ``scenario``, the HS256 ``secret`` to mint tokens,
     ``work_dir`` for per-process files, optional ``record`` / ``replay`` JSONL files; ``key_origin``
-    names where the secret came from (``var/jwt.key``...) in the message of a refused token."""
+    names where the secret came from (``var/jwt.key``...) in the message of a refused token;
+    ``backend`` and ``workers`` describe the target in the report ("" and None: not known)."""
 
     url: str
     scenario: Scenario
@@ -60,6 +62,8 @@ class StormOptions:
     replay: Path | None = None
     console: Console | None = None
     key_origin: str = "the storm's secret"
+    backend: str = ""
+    workers: int | None = None
 
 
 @dataclass
@@ -98,7 +102,9 @@ async def _setup(opts: StormOptions, calls: list[Call], recorder: Recorder | Non
         codes = Counter(
             f"{op} {status} {code}" for op, _, _, status, code, _ in executor.samples if status >= 300 or status == 0
         )
-        raise StormError(f"setup failed: {dict(failed)}; answers {dict(codes)}")
+        outcomes = ", ".join(f"{name} {n}" for name, n in sorted(failed.items()))
+        answers = ", ".join(f"{answer} x{n}" for answer, n in codes.most_common())
+        raise StormError(f"setup failed: {outcomes}; answers: {answers}")
     return executor.names()
 
 
@@ -246,8 +252,9 @@ def _next(messages: Any, processes: list[Any], deadline: float) -> tuple[Any, ..
         except queue_module.Empty:
             dead = [p.name for p in processes if p.exitcode not in (None, 0)]
             if dead or time.monotonic() > deadline:
+                codes = ", ".join(f"{p.name} {p.exitcode}" for p in processes)
                 raise StormError(
-                    f"load processes {dead or 'did not answer'} (exit codes {[p.exitcode for p in processes]})"
+                    f"load processes {', '.join(dead) or 'did not answer'} (exit codes: {codes})"
                 ) from None
             continue
         if message[0] == "error":
@@ -256,6 +263,11 @@ def _next(messages: Any, processes: list[Any], deadline: float) -> tuple[Any, ..
 
 
 def _watch(messages: Any, processes: list[Any], total: int, console: Console) -> None:
+    """Follow the load processes' progress until each has played its calls: a live bar on a
+    terminal; elsewhere (a log, a pipe) a whole line every ``LOG_EVERY_S`` and a last one."""
+    if not console.is_terminal:
+        _log_progress(messages, processes, total, console)
+        return
     progress = Progress(
         TextColumn("[bold]storm"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     )
@@ -273,6 +285,24 @@ def _watch(messages: Any, processes: list[Any], total: int, console: Console) ->
                 status.plain = _status_line(counts)
             elif message[0] == "loaded":
                 loaded.add(message[1])
+
+
+def _log_progress(messages: Any, processes: list[Any], total: int, console: Console) -> None:
+    done: dict[int, int] = {}
+    counts: dict[int, dict[str, int]] = {}
+    loaded: set[int] = set()
+    began = last = time.monotonic()
+    while len(loaded) < len(processes):
+        message = _next(messages, processes, float("inf"))
+        if message[0] == "progress":
+            done[message[1]], counts[message[1]] = message[2], message[3]
+        elif message[0] == "loaded":
+            loaded.add(message[1])
+        now = time.monotonic()
+        if now - last >= LOG_EVERY_S or len(loaded) == len(processes):
+            last = now
+            line = f"storm {sum(done.values())}/{total} calls, {now - began:.0f} s: {_status_line(counts)}"
+            console.print(line, markup=False, highlight=False)
 
 
 def _status_line(counts: dict[int, dict[str, int]]) -> str:

@@ -47,13 +47,25 @@ def _tamper(backend: Backend, sql: str) -> None:
 
 
 async def test_honest_world_has_no_violations(backend: Backend, clock: ManualClock) -> None:
-    """After a finished and a refunded packet, fully credited: 0 violations, with the counts."""
+    """After a finished and a refunded packet, fully credited: 0 violations, with the counts and the fen."""
     await _world(backend, clock)
     report = audit_sqlite(_file(backend).path)
     assert report.ok, report.lines()
     assert report.counts["packets"] == 2 and report.counts["receipts"] == 3
     assert report.counts["packets finished"] == 1 and report.counts["packets refunded"] == 1
     assert report.lines()[-1] == "audit: 0 violations"
+    money = {k.removesuffix(" fen"): v for k, v in report.counts.items() if k.endswith(" fen")}
+    assert money == {
+        "top-ups": 1000,
+        "paid": 450,
+        "opened": 350,
+        "credited": 350,
+        "refunded": 100,
+        "active": 0,
+        "uncredited": 0,
+        "unpaid refunds": 0,
+        "balances": 1000,
+    }
 
 
 @pytest.mark.parametrize(

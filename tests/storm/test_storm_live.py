@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -63,7 +64,7 @@ def storm(server: Server, out: Path | None, *extra: str, cwd: Path | None = None
 
 def test_short_storm_audits_clean_and_reports(make_server: Callable[..., Server], tmp_path: Path) -> None:
     """A short storm audits clean, the receipts clients saw are the database's, pushes arrive, and
-    the report has real values."""
+    the report and its printout have real values."""
     server = make_server()
     # drop_p 0.5: some of the ~24 online users (random ids) drop and resume; at the default 0.1 none
     # did in 0.9**24 = 8 % of runs
@@ -86,6 +87,17 @@ def test_short_storm_audits_clean_and_reports(make_server: Callable[..., Server]
     assert open_["rps"] > 0 and sum(report["timeline"]["open"]) == open_["ok"]
     codes = {code for by_code in report["errors"].values() for code in by_code}
     assert codes <= {"finished", "busy"}, report["errors"]
+    assert report["unexpected_errors"] == {} and report["verdict"] == {"status": "PASS", "reasons": []}
+    assert report["expected_outcomes"]["open"]["already_opened"] > 0  # duplicate clicks: not errors
+    assert 0 < report["load"]["period_s"] < report["load"]["seconds"]  # sends end before the late openers
+    money = report["money"]
+    assert money["opened_fen"] == money["credited_fen"] == clients["fen_seen"] > 0
+    assert money["balances_fen"] + money["active_fen"] == money["top_ups_fen"] > 0
+    assert (report["backend"], report["workers"]) == ("embedded", None)
+    lines = done.stderr.splitlines()  # stderr is a pipe: whole progress lines, then the title on its own
+    assert any(re.fullmatch(r"storm \d+/\d+ calls, \d+ s: send \d+ ok.*", line) for line in lines), done.stderr
+    assert any(line.startswith("hongbao storm smoke · embedded backend · ") for line in lines), done.stderr
+    assert "PASS: audit clean" in lines[-2] and "{'" not in done.stderr, done.stderr
     lines = (tmp_path / "run.jsonl").read_bytes().splitlines()
     assert len(lines) == report["load"]["calls"] + len([c for c in read_record(tmp_path / "run.jsonl") if c.packet < 0])
     png = (tmp_path / "out" / "report.png").read_bytes()
