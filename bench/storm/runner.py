@@ -306,6 +306,8 @@ def _log_progress(messages: Any, processes: list[Any], total: int, console: Cons
 
 
 def _status_line(counts: dict[int, dict[str, int]]) -> str:
+    """Calls so far per operation: answered 2xx, answered otherwise (a late member's ``finished``
+    among them: the report tells the expected outcomes from the errors), skipped."""
     total: Counter[str] = Counter()
     for part in counts.values():
         total.update(part)
@@ -313,6 +315,6 @@ def _status_line(counts: dict[int, dict[str, int]]) -> str:
     for op in ("send", "pay", "grab", "open"):
         ok, failed, skipped = total[f"{op} ok"], total[f"{op} failed"], total[f"{op} skipped"]
         parts.append(
-            f"{op} {ok} ok" + (f" {failed} failed" if failed else "") + (f" {skipped} skipped" if skipped else "")
+            f"{op} {ok} ok" + (f" {failed} not 2xx" if failed else "") + (f" {skipped} skipped" if skipped else "")
         )
     return " · ".join(parts)

@@ -26,7 +26,8 @@ def stderr_console() -> Console:
 def _operations(report: dict[str, Any]) -> Table:
     load = report["load"]
     table = Table(title=f"2xx/s over the {load['period_s']} s load period; {load['seconds']} s to the last answer")
-    for column in ("op", "ok", "failed", "skipped", "2xx/s", "peak/s", "p50 ms", "p90 ms", "p99 ms", "max ms"):
+    # "not 2xx": calls whose last answer was not a 2xx (``failed`` in the JSON), expected outcomes included
+    for column in ("op", "ok", "not 2xx", "skipped", "2xx/s", "peak/s", "p50 ms", "p90 ms", "p99 ms", "max ms"):
         table.add_column(column, justify="left" if column == "op" else "right")
     for op, e in report["operations"].items():
         table.add_row(
