@@ -74,61 +74,115 @@ class Settings:
     """Every knob of ``hongbao serve``; see docs/operations.md for what each one trades."""
 
     host: str = "127.0.0.1"
+    """Address to listen on."""
     port: int = 8080
-    workers: int = 0  # 0: automatic, see worker_count()
+    """Port to listen on; 0: a free port, the same for every worker (named in the ``serving`` log line)."""
+    workers: int = 0
+    """Worker processes; 0: one per core on the production backend, 1 on the embedded one (worker_count())."""
     data_dir: Path = Path("var")
-    backend: str = "embedded"  # embedded | production (MySQL/MariaDB money, Redis state)
-    mysql_dsn: str = ""  # mysql://user:pass@host:port; comma-separated: database i lives on DSN i mod count
-    mysql_dbs: int = 4  # N databases (db_00..), docs/architecture.md section 5
-    mysql_tables: int = 4  # M tables per database and day
-    mysql_prefix: str = ""  # database names are {prefix}db_{i:02}
-    mysql_pool_size: int = 10  # connections per database per worker
-    mysql_timeout_ms: int = 300  # bound of one MySQL statement on the request path (the wait for a connection included)
-    mysql_transaction_timeout_ms: int = 5000  # ... of one transaction (a batched open of hundreds of receipts)
-    mysql_hot_days: int = 3  # `hongbao migrate --cold` moves closed packets older than this
+    """The embedded backend's files (hongbao.db, push.db) and the token key jwt.key."""
+    backend: str = "embedded"
+    """embedded: SQLite files in data_dir; production: MySQL/MariaDB (mysql_dsn) and Redis (redis_url)."""
+    mysql_dsn: str = ""
+    """mysql://user:pass@host:port; comma-separated: database i lives on DSN i mod count."""
+    mysql_dbs: int = 4
+    """N: databases {prefix}db_00.. (docs/architecture.md section 5)."""
+    mysql_tables: int = 4
+    """M: tables per database (and per day for packets and receipts)."""
+    mysql_prefix: str = ""
+    """Prefix of the database names (several deployments on one server)."""
+    mysql_pool_size: int = 10
+    """Connections per database per worker."""
+    mysql_timeout_ms: int = 300
+    """Bound of one MySQL statement on the request path, the wait for a connection included."""
+    mysql_transaction_timeout_ms: int = 5000
+    """Bound of one MySQL transaction (a batched open of hundreds of receipts)."""
+    mysql_hot_days: int = 3
+    """``hongbao migrate --cold`` moves closed packets older than this to the cold databases."""
     region: int = 1
-    jwt_secret: str = ""  # HS256 secret; empty -> the embedded key file data_dir/jwt.key
-    jwt_public_key_file: str = ""  # RS256/ES256 public key (PEM); verification only
+    """This node's region, the order id's first digit (docs/architecture.md section 4)."""
+    jwt_secret: str = ""
+    """HS256 secret of the bearer tokens; empty: the embedded key file data_dir/jwt.key."""
+    jwt_public_key_file: str = ""
+    """RS256/ES256 public key (PEM) that verifies the tokens instead (verification only)."""
     jwt_leeway_s: float = 5.0
+    """Clock skew allowed on a token's exp."""
     max_body_bytes: int = 64 * 1024
+    """Largest request body; more is answered 413."""
     max_header_bytes: int = 8 * 1024
+    """Largest request head (request line and headers)."""
     max_headers: int = 64
+    """Most header lines a request may carry."""
     header_timeout_s: float = 10.0
+    """A request head must arrive within this long."""
     body_timeout_s: float = 10.0
+    """A request body must arrive within this long."""
     keepalive_timeout_s: float = 75.0
+    """An idle keep-alive connection is closed after this long."""
     max_connections: int = 10_000
-    max_in_db: int = 2  # K: open transactions per packet in the DB at once
+    """Open connections (HTTP and WebSocket) per worker; more are answered 503."""
+    max_in_db: int = 2
+    """K: open transactions per packet in the database at once, host-wide (the admission table)."""
     crediting_mode: str = "realtime_large"
+    """When a receipt reaches the balance: realtime_large (at least realtime_threshold_fen in the request, the rest
+    queued), queued, or deferred (the reconciler credits); switched at run time by POST /v1/admin/crediting-mode."""
     realtime_threshold_fen: int = 2000
+    """In realtime_large mode, receipts of at least this many fen are credited in the request."""
     credit_interval_s: float = 0.05
+    """How often each worker drains the credit and list queues."""
     refund_interval_s: float = 1.0
+    """How often the refund job (one worker at a time, by lease) refunds expired packets."""
     reconcile_interval_s: float = 5.0
+    """How often the reconciler (one worker at a time, by lease) runs."""
     reconcile_window_ms: int = 60_000
-    test_clock: bool = False  # tests only: POST /v1/admin/clock moves the server's time
-    test_faults: str = ""  # tests only (needs test_clock): crash points, "pay_debited=0.02,..." (core/faults.py)
+    """The reconciler completes a two-step money movement cut between its steps once it is this old."""
+    test_clock: bool = False
+    """Tests only: POST /v1/admin/clock moves the server's time."""
+    test_faults: str = ""
+    """Tests only (needs test_clock): crash points, "pay_debited=0.02,..." (core/faults.py)."""
     log_level: str = "info"
-    ws_rate_per_s: float = 5000.0  # new WebSocket connections a second, host-wide (native RateLimiter)
-    ws_burst: int = 500  # ... of which this many at once after a quiet spell
-    ws_allowed_origins: tuple[str, ...] = ()  # Origin values a handshake may carry; empty: any
-    ws_max_message_bytes: int = 64 * 1024  # largest client message (and frame), payload bytes
-    ws_max_output_bytes: int = 1 << 20  # queued output per connection past which it is closed with 1013
-    ws_idle_timeout_s: float = 180.0  # no inbound frame for this long: close
-    ws_close_timeout_s: float = 5.0  # wait this long for the client's close reply, then drop TCP
-    ws_token_grace_s: float = 30.0  # a connection outlives its token's exp by this much, then 4003
-    node_name: str = ""  # this host's push node name; empty: the host name (node id: {node_name}/{pid})
-    internal_host: str = "127.0.0.1"  # where each worker's internal push listener binds (ephemeral port)
-    internal_secret: str = ""  # shared secret of forwards between nodes; empty: derived from data_dir/jwt.key
-    push_node_ttl_s: float = 5.0  # a node that stops its heartbeat (every second) is dead this long after
-    push_session_ttl_s: float = 600.0  # a session not refreshed for this long reads as offline
-    push_forward_timeout_s: float = 0.5  # wait this long for another node's answer to a forward
-    push_store_failures: int = 3  # consecutive push store failures before this node drops its connections
-    push_log_max_messages: int = 1000  # per-user offline queue: the newest N messages are kept...
-    push_log_max_age_s: float = 86_400.0  # ... none older than this
-    redis_url: str = (
-        ""  # redis://[user:pass@]host:port: push state (sessions, logs, topics, group queue) in Redis; empty: embedded
-    )
-    redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
-    redis_timeout_ms: int = 250  # bound of one Redis reply (a frozen Redis: the breaker opens within ~2 of them)
+    """Lowest level logged to stderr: debug, info, warning or error."""
+    ws_rate_per_s: float = 5000.0
+    """New WebSocket connections a second, host-wide (the native RateLimiter); more are answered 503."""
+    ws_burst: int = 500
+    """New WebSocket connections let in at once after a quiet spell (the depth of the ws_rate_per_s bucket)."""
+    ws_allowed_origins: tuple[str, ...] = ()
+    """Origin values a WebSocket handshake may carry (a TOML list, or comma-separated); empty: any."""
+    ws_max_message_bytes: int = 64 * 1024
+    """Largest client message (and frame) payload; more is closed with 1009."""
+    ws_max_output_bytes: int = 1 << 20
+    """Output queued for one connection past which it is closed with 1013."""
+    ws_idle_timeout_s: float = 180.0
+    """A WebSocket with no inbound frame for this long is closed."""
+    ws_close_timeout_s: float = 5.0
+    """Wait this long for the client's close reply, then drop the TCP connection."""
+    ws_token_grace_s: float = 30.0
+    """A WebSocket outlives its token's exp by this much, then is closed with 4003."""
+    node_name: str = ""
+    """This host's push node name; empty: the host name (node id: {node_name}/{pid})."""
+    internal_host: str = "127.0.0.1"
+    """Where each worker's internal push listener binds (ephemeral port)."""
+    internal_secret: str = ""
+    """Shared secret of forwards between nodes; empty: derived from data_dir/jwt.key."""
+    push_node_ttl_s: float = 5.0
+    """A node that stops its heartbeat (every second) is dead this long after."""
+    push_session_ttl_s: float = 600.0
+    """A push session not refreshed for this long reads as offline."""
+    push_forward_timeout_s: float = 0.5
+    """Wait this long for another node's answer to a forward."""
+    push_store_failures: int = 3
+    """Consecutive push store failures before this node drops its connections (1011)."""
+    push_log_max_messages: int = 1000
+    """Per-user offline queue: the newest this many messages are kept (and none past push_log_max_age_s)."""
+    push_log_max_age_s: float = 86_400.0
+    """Per-user offline queue: no message older than this is kept."""
+    redis_url: str = ""
+    """redis://[user:pass@]host:port: the production backend's Redis; beside the embedded backend, push state
+    (sessions, logs, topics, the group queue) in Redis. Empty: push state in data_dir/push.db."""
+    redis_cluster: bool = False
+    """redis_url names one node of a Redis Cluster."""
+    redis_timeout_ms: int = 250
+    """Bound of one Redis reply (a frozen Redis: the breaker opens within about two of them)."""
     limits: Limits = field(default_factory=Limits)
 
     def checked(self) -> Settings:
