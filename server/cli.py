@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from hongbao.core.redact import redact
 from hongbao.server.auth import KEY_FILE, embedded_secret, mint
 from hongbao.server.config import ConfigError, Settings, load_settings
 
@@ -93,12 +94,9 @@ def _mysql_dsn(settings: Settings, command: str) -> str:
 
 
 def _mysql_failed(command: str, dsn: str, exc: BaseException) -> None:
-    """Print one line for a MySQL server that refused or could not be reached: which servers (user,
-    host and port of each DSN, never the password) and the server's error."""
-    from hongbao.core.sharding import parse_dsn
-
-    where = ", ".join(f"mysql://{s['user']}@{s['host']}:{s['port']}" for s in parse_dsn(dsn))
-    print(f"hongbao {command}: MySQL at {where}: {exc}", file=sys.stderr)
+    """Print one line for a MySQL server that refused or could not be reached: which servers (the
+    DSN, its passwords masked) and the server's error."""
+    print(f"hongbao {command}: MySQL at {redact(dsn)}: {exc}", file=sys.stderr)
 
 
 def _migrate(args: argparse.Namespace) -> int:

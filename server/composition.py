@@ -83,6 +83,7 @@ from hongbao.core.clock import Clock, SystemClock
 from hongbao.core.faults import NO_FAULTS, Faults
 from hongbao.core.ports import Draw, Leases, Ports, PreOrderStore, Queue, SequenceSource
 from hongbao.core.push_ports import PushStores
+from hongbao.core.redact import redact
 from hongbao.core.rules import Limits
 from hongbao.core.services import Services
 from hongbao.core.services.crediting import CreditingMode
@@ -402,7 +403,7 @@ async def preflight(settings: Settings) -> list[str]:
     try:
         await client.ping()
     except (RedisError, OSError) as exc:
-        warnings.append(f"Redis at {settings.redis_url} is unreachable ({exc}): starting degraded")
+        warnings.append(f"Redis at {redact(settings.redis_url)} is unreachable ({exc}): starting degraded")
     finally:
         await client.aclose()
     return warnings

@@ -2,23 +2,28 @@
 environment variables, then command-line flags; the embedded backend needs none of them.
 
 Units are in the names: ``*_s`` seconds, ``*_ms`` milliseconds, ``*_bytes`` bytes, ``*_fen`` fen.
+A value is echoed in messages only through ``hongbao.core.redact``: a secret never is.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
+import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from hongbao.core.faults import parse_faults
+from hongbao.core.redact import redact
 from hongbao.core.rules import Limits, check_range
 from hongbao.core.sharding import Layout
 
 DEFAULT_CONFIG_FILE = "hongbao.toml"
+ENV_PREFIX = "HONGBAO_"
 DAY_S = 24 * 3600.0
 
 
@@ -66,6 +71,13 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "push_store_failures": (1, 1_000_000, ""),
     "push_log_max_messages": (1, 1_000_000, ""),
     "push_log_max_age_s": (0.001, 365 * DAY_S, ""),
+}
+
+# The values a word setting takes. crediting_mode's are CreditingMode's (core/services/crediting.py,
+# too heavy an import for the CLI's start; a test keeps the two equal).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "backend": ("embedded", "production"),
+    "crediting_mode": ("realtime_large", "queued", "deferred"),
 }
 
 
@@ -198,8 +210,9 @@ class Settings:
                 parse_faults(self.test_faults)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
-        if self.backend not in ("embedded", "production"):
-            raise ConfigError(f"backend must be embedded or production, got {self.backend!r}")
+        for name, choices in CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         try:
             for name, (low, high, note) in RANGES.items():
                 check_range(name, getattr(self, name), low, high, note)
@@ -221,7 +234,8 @@ class Settings:
         return Layout(self.mysql_dbs, self.mysql_tables, self.mysql_prefix, self.mysql_hot_days)
 
     def with_overrides(self, values: Mapping[str, Any]) -> Settings:
-        """A copy with ``values`` applied (unknown keys raise ValueError; strings are converted)."""
+        """A copy with ``values`` applied (strings are converted); ValueError for an unknown key, naming
+        the setting it probably meant when one is close, or a value that does not convert."""
         known = {f.name: f for f in fields(self)}
         changes: dict[str, Any] = {}
         limit_changes: dict[str, Any] = {}
@@ -233,24 +247,43 @@ class Settings:
             elif key in {f.name for f in fields(Limits)}:
                 limit_changes[key] = value
             else:
-                raise ValueError(f"unknown setting {key!r}")
+                raise ValueError(f"unknown setting {key!r}{_did_you_mean(key)}")
         if limit_changes:
             limits = self.limits
             unknown = set(limit_changes) - {f.name for f in fields(Limits)}
             if unknown:
-                raise ValueError(f"unknown setting limits.{min(unknown)}")
+                raise ValueError(f"unknown setting limits.{min(unknown)}{_did_you_mean(min(unknown), 'limits.')}")
             changes["limits"] = dataclasses.replace(
                 limits, **{k: _convert(f"limits.{k}", v, type(getattr(limits, k))) for k, v in limit_changes.items()}
             )
         return dataclasses.replace(self, **changes)
 
 
+def setting_names() -> list[str]:
+    """Every setting as the TOML file and HONGBAO_* name it, in Settings' order: its fields, then the
+    limits' (which may also sit under ``[limits]``)."""
+    return [f.name for f in fields(Settings) if f.name != "limits"] + [f.name for f in fields(Limits)]
+
+
+def _closest(name: str) -> str | None:
+    """The setting ``name`` was probably meant to be (difflib), or None when none is close."""
+    close = difflib.get_close_matches(name, setting_names(), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _did_you_mean(name: str, prefix: str = "") -> str:
+    close = _closest(name)
+    return f" (did you mean {prefix}{close}?)" if close else ""
+
+
 def _convert(name: str, value: Any, kind: type) -> Any:
-    """``value`` as setting ``name`` of type ``kind`` takes it; ValueError naming both when it does not convert."""
+    """``value`` as setting ``name`` of type ``kind`` takes it; ValueError naming both when it does not
+    convert (the value redacted)."""
     try:
         return _converted(value, kind)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be {_KIND_NAMES.get(kind, kind.__name__)}, got {value!r}") from None
+        shown = redact(value, name)
+        raise ValueError(f"{name} must be {_KIND_NAMES.get(kind, kind.__name__)}, got {shown!r}") from None
 
 
 _KIND_NAMES = {int: "an integer", float: "a number", bool: "a boolean", str: "a string", tuple: "a list of strings"}
@@ -269,22 +302,33 @@ def _converted(value: Any, kind: type) -> Any:
     return kind(value)
 
 
+def warn_on_stderr(message: str) -> None:
+    """Print ``message`` as one ``hongbao: warning:`` line on stderr (load_settings' default ``warn``)."""
+    print(f"hongbao: warning: {message}", file=sys.stderr)
+
+
 def load_settings(
     config_file: Path | None = None,
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
     *,
     dsn_means_production: bool = False,
+    warn: Callable[[str], None] = warn_on_stderr,
 ) -> Settings:
     """Defaults <- TOML file (``config_file``, else ./hongbao.toml when present) <- HONGBAO_* env <- flags.
 
     With ``dsn_means_production`` (``hongbao audit``, ``hongbao storm``), a mysql_dsn from any
     source selects the production backend when no source sets ``backend``.
 
+    A HONGBAO_* variable that names no setting is ignored with a warning (``warn``, one line naming
+    the variable and the setting it probably meant, never its value); a key the TOML file sets
+    twice (at the top level and under a section, or under two) warns too, and the last one counts.
+
     Raises FileNotFoundError for a named config file that is missing, ConfigError (a ValueError)
-    for an unknown setting, a value of the wrong type or out of its range (the message names the
-    setting, the value and, for a range, the allowed values), and with ``dsn_means_production``
-    for a mysql_dsn beside a backend set to embedded (the message names where each was set)."""
+    for an unknown key in the file, a value of the wrong type or out of its range (the message
+    names the setting, the value redacted and, for a range, the allowed values), and with
+    ``dsn_means_production`` for a mysql_dsn beside a backend set to embedded (the message names
+    where each was set)."""
     settings = Settings()
     given: dict[str, str] = {}  # backend, mysql_dsn -> where it was last set
     path = config_file or (Path(DEFAULT_CONFIG_FILE) if Path(DEFAULT_CONFIG_FILE).exists() else None)
@@ -294,19 +338,20 @@ def load_settings(
                 data = tomllib.load(handle)
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"config file {path}: {exc}") from None
-        flat: dict[str, Any] = {}
-        for key, value in data.items():
-            if isinstance(value, dict) and key not in {"limits"}:
-                flat.update(value)  # sections such as [server] or [jwt] are only for readability
-            else:
-                flat[key] = value
+        flat = _flattened(data, path, warn)
         settings = _overridden(settings, flat, f"config file {path}")
         given.update(_sources(flat, "toml", path))
     env = os.environ if env is None else env
+    known = set(setting_names())
     for key, value in sorted(env.items()):
-        if key.startswith("HONGBAO_"):
-            name = key[len("HONGBAO_") :].lower()
-            settings = _overridden(settings, {name: value}, f"environment variable {key}={value!r}")
+        if key.startswith(ENV_PREFIX):
+            name = key[len(ENV_PREFIX) :].lower()
+            if name not in known:
+                close = _closest(name)
+                hint = f" (did you mean {ENV_PREFIX}{close.upper()}?)" if close else ""
+                warn(f"ignoring the environment variable {key}: no setting is called {name}{hint}")
+                continue
+            settings = _overridden(settings, {name: value}, f"environment variable {key}={redact(value, name)!r}")
             given.update(_sources({name: value}, "env"))
     if flags:
         values = {k: v for k, v in flags.items() if v is not None}
@@ -320,6 +365,22 @@ def load_settings(
                 f"{given['mysql_dsn']} means the production backend, but {given['backend']} was given: drop one of them"
             )
     return settings.checked()
+
+
+def _flattened(data: Mapping[str, Any], path: Path, warn: Callable[[str], None]) -> dict[str, Any]:
+    """The settings of a TOML document: the keys of every ``[section]`` but ``[limits]`` read as if
+    they were at the top level (sections such as ``[server]`` or ``[mysql]`` are for readability
+    only, docs/settings.md); a key set twice warns, and the last one counts."""
+    flat: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    for key, value in data.items():
+        section = isinstance(value, dict) and key != "limits"
+        for name, item in value.items() if section else [(key, value)]:
+            place = f"in [{key}]" if section else "at the top level"
+            if name in where:
+                warn(f"config file {path}: {name} is set {where[name]} and {place}: the last one counts")
+            where[name], flat[name] = place, item
+    return flat
 
 
 def _sources(values: Mapping[str, Any], kind: str, path: Path | None = None) -> dict[str, str]:
