@@ -89,7 +89,7 @@ def test_sigterm_credits_what_is_owed_before_exiting(make_server: Callable[..., 
 
 
 def test_second_server_on_a_served_port_is_refused(server: Server) -> None:
-    """A second `hongbao serve` on a port already served exits 1 instead of silently sharing it."""
+    """A second `hongbao serve` on a port already served exits 2 (it cannot run) instead of silently sharing it."""
     port = server.url.rsplit(":", 1)[1]
     result = subprocess.run(
         [
@@ -106,7 +106,7 @@ def test_second_server_on_a_served_port_is_refused(server: Server) -> None:
         text=True,
         timeout=60,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "already served" in result.stderr
 
 
