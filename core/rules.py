@@ -59,7 +59,13 @@ def check_range(name: str, value: float, low: float, high: float, note: str = ""
     """Raise ValueError "{name} must be in {low}..{high}{note}, got {value}" unless low <= value <= high
     (so NaN never passes, nor infinity unless ``high`` is infinite)."""
     if not low <= value <= high:
-        raise ValueError(f"{name} must be in {_shown(low)}..{_shown(high)}{note}, got {value!r}")
+        raise ValueError(f"{name} must be in {range_text(low, high, note)}, got {value!r}")
+
+
+def range_text(low: float, high: float, note: str = "") -> str:
+    """An inclusive range as errors and docs/settings.md show it: ``1..100``, ``0.001..86400``,
+    ``1..100_000_000_000``, followed by ``note`` (what the ends mean)."""
+    return f"{_shown(low)}..{_shown(high)}{note}"
 
 
 def _shown(number: float) -> str:

@@ -198,7 +198,8 @@ def parser(*, with_storm: bool = True) -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="hongbao",
         description="Red-packet backend with real-time push.",
-        epilog=f"exit status (every command):\n{statuses}",
+        epilog=f"exit status (every command):\n{statuses}\n\nevery setting, its flag, HONGBAO_* variable and TOML key: "
+        "docs/settings.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     top.add_argument("--version", action=_Version, help="print the versions of hongbao and hongbao_native")

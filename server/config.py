@@ -2,6 +2,7 @@
 environment variables, then command-line flags; the embedded backend needs none of them.
 
 Units are in the names: ``*_s`` seconds, ``*_ms`` milliseconds, ``*_bytes`` bytes, ``*_fen`` fen.
+Each setting's docstring is its line in docs/settings.md (``python -m hongbao.server.settings_doc``).
 A value is echoed in messages only through ``hongbao.core.redact``: a secret never is.
 """
 
@@ -83,7 +84,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Every knob of ``hongbao serve``; see docs/operations.md for what each one trades."""
+    """Every knob of ``hongbao serve``, each with its docstring; docs/settings.md lists them with
+    their flags, variables, defaults, units and ranges, docs/operations.md says what they trade."""
 
     host: str = "127.0.0.1"
     """Address to listen on."""

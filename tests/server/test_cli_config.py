@@ -1,7 +1,7 @@
 """The ``hongbao`` command's configuration and exit statuses, on real processes: an unknown HONGBAO_*
 variable warns (its name, never its value) and the command still runs; a password in a DSN or
 URL reaches no output; every command exits by the one table of ``hongbao --help`` and the README;
-``--version``; a key the TOML file sets twice warns."""
+``--version``; docs/settings.md is what server/config.py generates."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from hongbao.core.services.crediting import CreditingMode
 from hongbao.server.auth import embedded_secret
 from hongbao.server.cli import EXIT_STATUSES
 from hongbao.server.composition import DB_FILE
-from hongbao.server.config import CHOICES, load_settings
+from hongbao.server.config import CHOICES, load_settings, setting_names
 
 from tests.server.conftest import SERVING, run_cli
 
@@ -196,6 +196,19 @@ def test_help_and_readme_list_the_exit_statuses(tmp_path: Path) -> None:
     section = (ROOT / "README.md").read_text().split("## Exit status", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| (\d) \| (.+) \|$", section, re.MULTILINE)
     assert rows == [(str(status), meaning) for status, meaning in EXIT_STATUSES]
+
+
+def test_settings_doc_is_generated_from_the_config(tmp_path: Path) -> None:
+    """docs/settings.md is exactly what `python -m hongbao.server.settings_doc` prints, and lists every setting."""
+    generated = subprocess.run(
+        [sys.executable, "-m", "hongbao.server.settings_doc"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert generated.returncode == 0, generated.stderr
+    assert generated.stdout == (ROOT / "docs" / "settings.md").read_text(), (
+        "docs/settings.md is stale: python -m hongbao.server.settings_doc > docs/settings.md"
+    )
+    for name in setting_names():
+        assert f"`HONGBAO_{name.upper()}`" in generated.stdout
 
 
 def test_crediting_mode_choices_are_the_modes() -> None:
