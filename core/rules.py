@@ -36,11 +36,17 @@ class Limits:
     """Configurable limits; amounts in fen, durations in milliseconds."""
 
     max_count: int = 100
+    """Most shares a packet may have."""
     max_total_fen: int = 20_000
+    """Largest total of a packet, in fen."""
     max_group_size: int = 500
+    """Most members a group may have, its creator included."""
     greeting_max_chars: int = 64
+    """Longest greeting, in characters."""
     expiry_ms: int = 24 * 3600 * 1000
+    """A packet not fully opened this long after its pay expires, and its remainder is refunded."""
     pay_ttl_ms: int = 15 * 60 * 1000
+    """A pre-order must be paid within this long after the send."""
 
     def checked(self) -> Limits:
         """These limits, if each lies in its LIMIT_RANGES range; ValueError naming the first that does not."""
@@ -53,7 +59,13 @@ def check_range(name: str, value: float, low: float, high: float, note: str = ""
     """Raise ValueError "{name} must be in {low}..{high}{note}, got {value}" unless low <= value <= high
     (so NaN never passes, nor infinity unless ``high`` is infinite)."""
     if not low <= value <= high:
-        raise ValueError(f"{name} must be in {_shown(low)}..{_shown(high)}{note}, got {value!r}")
+        raise ValueError(f"{name} must be in {range_text(low, high, note)}, got {value!r}")
+
+
+def range_text(low: float, high: float, note: str = "") -> str:
+    """An inclusive range as errors and docs/settings.md show it: ``1..100``, ``0.001..86400``,
+    ``1..100_000_000_000``, followed by ``note`` (what the ends mean)."""
+    return f"{_shown(low)}..{_shown(high)}{note}"
 
 
 def _shown(number: float) -> str:

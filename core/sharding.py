@@ -9,12 +9,12 @@ The servers that hold the databases come from the MySQL DSN (``parse_dsn``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import hongbao_native
+from hongbao.core.redact import redact
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +52,12 @@ def parse_dsn(dsn: str) -> list[dict[str, Any]]:
     servers = []
     for part in (p.strip() for p in dsn.split(",")):
         url = urlsplit(part)
-        shown = re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", part)  # never the password in a message
         try:
             port = url.port or 3306
         except ValueError:
             port = 0
         if url.scheme not in ("mysql", "mariadb") or not url.hostname or not port:
-            raise ValueError(f"mysql_dsn must look like mysql://user:pass@host:port, got {shown!r}")
+            raise ValueError(f"mysql_dsn must look like mysql://user:pass@host:port, got {redact(part)!r}")
         servers.append(
             {
                 "host": url.hostname,

@@ -3,7 +3,8 @@
 ``hongbao serve`` with no arguments runs the embedded backend on 127.0.0.1:8080 with its data
 in ./var. ``hongbao token --user ID [--user ID ...]`` prints one token per line, signed with
 the key of the configuration in the current directory, so scripts can act as any user against
-a server started from the same directory; ``--admin`` mints an admin token.
+a server started from the same directory; ``--admin`` mints an admin token. Every command
+exits with a status of EXIT_STATUSES (``hongbao --help`` and the README list them).
 """
 
 from __future__ import annotations
@@ -13,14 +14,30 @@ import asyncio
 import logging
 import signal
 import sys
+import textwrap
 import time
 from pathlib import Path
 
+import hongbao_native
+from hongbao.core.redact import redact
 from hongbao.server.auth import KEY_FILE, embedded_secret, mint
 from hongbao.server.config import ConfigError, Settings, load_settings
 
 MAX_TOKEN_TTL_S = 10 * 365 * 24 * 3600  # ten years
 STORM_HELP = "play a red-packet storm against a server, audit, report"
+
+EXIT_OK, EXIT_FAILED, EXIT_CANNOT_RUN = 0, 1, 2
+# The exit statuses of every command: (status, meaning), as the --help epilog and the README list them.
+EXIT_STATUSES = (
+    (EXIT_OK, "ok"),
+    (EXIT_FAILED, "a check failed: audit found a money violation (storm: hongbao storm --help lists its checks)"),
+    (
+        EXIT_CANNOT_RUN,
+        "cannot run: bad flags or settings, a database unreachable, refused or not migrated (serve starts degraded "
+        "while one is unreachable), a port taken, workers that die before serving; audit: nothing to check",
+    ),
+    (3, "storm only: the money is clean but an expected push did not arrive"),
+)
 
 
 def _ttl(text: str) -> float:
@@ -75,7 +92,7 @@ def _token(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if not args.user and not args.admin:
         print("hongbao token: give --user ID (repeatable) or --admin", file=sys.stderr)
-        return 2
+        return EXIT_CANNOT_RUN
     if not settings.jwt_secret and not (settings.data_dir / KEY_FILE).exists():
         print(
             f"hongbao token: no key in {settings.data_dir}/ yet: created {settings.data_dir / KEY_FILE}; only a server "
@@ -90,8 +107,8 @@ def _token(args: argparse.Namespace) -> int:
             print(mint(secret, args.admin_id, admin=True, ttl_s=args.ttl))
     except ValueError as exc:
         print(f"hongbao token: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_CANNOT_RUN
+    return EXIT_OK
 
 
 def _mysql_dsn(settings: Settings, command: str) -> str:
@@ -103,13 +120,11 @@ def _mysql_dsn(settings: Settings, command: str) -> str:
     return settings.mysql_dsn
 
 
-def _mysql_failed(command: str, dsn: str, exc: BaseException) -> None:
-    """Print one line for a MySQL server that refused or could not be reached: which servers (user,
-    host and port of each DSN, never the password) and the server's error."""
-    from hongbao.core.sharding import parse_dsn
-
-    where = ", ".join(f"mysql://{s['user']}@{s['host']}:{s['port']}" for s in parse_dsn(dsn))
-    print(f"hongbao {command}: MySQL at {where}: {exc}", file=sys.stderr)
+def _mysql_failed(command: str, dsn: str, exc: BaseException) -> int:
+    """Print one line for a MySQL server that refused, could not be reached or holds another
+    schema: which servers (the DSN, its passwords masked) and the error; returns EXIT_CANNOT_RUN."""
+    print(f"hongbao {command}: MySQL at {redact(dsn)}: {exc}", file=sys.stderr)
+    return EXIT_CANNOT_RUN
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -127,15 +142,15 @@ def _migrate(args: argparse.Namespace) -> int:
         if args.cold:
             moved = asyncio.run(move_cold_packets(settings, int(time.time() * 1000)))
             print(f"cold: {moved} closed packets older than {layout.hot_days} days moved to the cold databases")
-    except (MySQLError, RuntimeError) as exc:
-        _mysql_failed("migrate", dsn, exc)
-        return 1
-    return 0
+    except (MySQLError, OSError, RuntimeError) as exc:  # unreachable, refused, another layout or a newer schema
+        return _mysql_failed("migrate", dsn, exc)
+    return EXIT_OK
 
 
 def _audit(args: argparse.Namespace) -> int:
-    """``hongbao audit``: 0 the books are clean, 1 a violation, 2 nothing was checked (no database,
-    MySQL refused or unreachable, or a database with no packets and no ledger entries)."""
+    """``hongbao audit``: EXIT_OK the books are clean, EXIT_FAILED a violation, EXIT_CANNOT_RUN nothing
+    was checked (no database, MySQL refused or unreachable, or a database with no packets and no
+    ledger entries)."""
     settings = _settings(args, dsn_means_production=True)  # a DSN, from anywhere, means the shards
     from hongbao.server.composition import DB_FILE, auditor
 
@@ -146,28 +161,59 @@ def _audit(args: argparse.Namespace) -> int:
         try:
             report = auditor(settings)(not args.not_drained)
         except (MySQLError, OSError) as exc:  # refused, unreachable, not migrated: no audit, not a violation
-            _mysql_failed("audit", dsn, exc)
-            return 2
+            return _mysql_failed("audit", dsn, exc)
     elif not (settings.data_dir / DB_FILE).is_file():
         print(
             f"hongbao audit: no database at {settings.data_dir / DB_FILE} (serve there first, or give --data-dir; "
             "a production server's: --mysql-dsn)",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_CANNOT_RUN
     else:
         report = auditor(settings)(not args.not_drained)
     if report.ok and report.empty:  # nothing was checked: not "0 violations"
         print(f"hongbao audit: nothing to audit in {report.source}: no packets, no ledger entries", file=sys.stderr)
-        return 2
+        return EXIT_CANNOT_RUN
     print("\n".join(report.lines()))
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def version() -> str:
+    """What ``hongbao --version`` prints: hongbao's version, and the native module's with its build
+    profile (a debug build is far slower)."""
+    import importlib.metadata  # some 40 ms: only when asked
+
+    native = f"hongbao_native {hongbao_native.__version__} ({hongbao_native.build_profile} build)"
+    return f"hongbao {importlib.metadata.version('hongbao')}, {native}"
+
+
+class _Version(argparse.Action):
+    """``--version``: print ``version()`` on stdout and exit 0, as argparse's own version action does,
+    but computed only when given."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version())
+        parser.exit()
 
 
 def parser(*, with_storm: bool = True) -> argparse.ArgumentParser:
     """The argument parser of the ``hongbao`` command. ``with_storm`` False lists ``storm`` without
     its flags, so that the other commands never import the load generator (hongbao.bench.storm)."""
-    top = argparse.ArgumentParser(prog="hongbao", description="Red-packet backend with real-time push.")
+    statuses = "\n".join(
+        textwrap.fill(meaning, 78, initial_indent=f"  {status}  ", subsequent_indent=" " * 5)
+        for status, meaning in EXIT_STATUSES
+    )
+    top = argparse.ArgumentParser(
+        prog="hongbao",
+        description="Red-packet backend with real-time push.",
+        epilog=f"exit status (every command):\n{statuses}\n\nevery setting, its flag, HONGBAO_* variable and TOML key: "
+        "docs/settings.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top.add_argument("--version", action=_Version, help="print the versions of hongbao and hongbao_native")
     top.add_argument("--config", type=Path, help="TOML file (default: ./hongbao.toml when present)")
     sub = top.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
@@ -285,18 +331,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser(with_storm="storm" in argv).parse_args(argv)
     try:
         return int(args.run(args))
-    except ConfigError as exc:  # before any worker starts; 2 as for a bad flag
+    except ConfigError as exc:  # before any worker starts; as for a bad flag
         print(f"hongbao: {exc}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as exc:  # a --config, key or data file named but not there: cannot run, 2
+        return EXIT_CANNOT_RUN
+    except FileNotFoundError as exc:  # a --config, key or data file named but not there
         print(f"hongbao: {exc.filename}: {exc.strerror}", file=sys.stderr)
-        return 2
-    except ValueError as exc:  # a setting that cannot work (a missing or malformed DSN...): 2 as for a bad flag
+        return EXIT_CANNOT_RUN
+    except ValueError as exc:  # a setting that cannot work (a missing or malformed DSN...), as for a bad flag
         print(f"hongbao: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # the machine refuses (a port already served...)
+        return EXIT_CANNOT_RUN
+    except OSError as exc:  # the machine refuses (a port already served, a data directory not writable...)
         print(f"hongbao: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_CANNOT_RUN
 
 
 if __name__ == "__main__":

@@ -85,13 +85,14 @@ from hongbao.core.faults import NO_FAULTS, Faults
 from hongbao.core.membership import CachedGroups
 from hongbao.core.ports import Draw, Leases, Ports, PreOrderStore, Queue, SequenceSource
 from hongbao.core.push_ports import PushStores
+from hongbao.core.redact import redact
 from hongbao.core.rules import Limits
 from hongbao.core.services import Services
 from hongbao.core.services.crediting import CreditingMode
 from hongbao.core.sharding import Layout, parse_dsn
 from hongbao.core.view_cache import ViewCache
 from hongbao.server.auth import embedded_secret
-from hongbao.server.config import Settings, mask_secrets
+from hongbao.server.config import Settings
 from hongbao.server.node import node_id
 from redis.exceptions import RedisError
 
@@ -411,7 +412,7 @@ async def preflight(settings: Settings) -> list[str]:
     try:
         await client.ping()
     except (RedisError, OSError) as exc:
-        warnings.append(f"Redis at {mask_secrets(settings.redis_url)} is unreachable ({exc}): starting degraded")
+        warnings.append(f"Redis at {redact(settings.redis_url)} is unreachable ({exc}): starting degraded")
     finally:
         await client.aclose()
     return warnings

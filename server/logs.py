@@ -21,8 +21,9 @@ from importlib.metadata import version
 from typing import Any
 
 import orjson
+from hongbao.core.redact import redact
 from hongbao.core.times import rfc3339
-from hongbao.server.config import Settings, mask_secrets
+from hongbao.server.config import Settings
 
 log = logging.getLogger("hongbao.master")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s"
@@ -117,8 +118,8 @@ def banner(settings: Settings) -> None:
     fields = {
         "version": version("hongbao"),
         "backend": settings.backend,
-        "mysql": mask_secrets(settings.mysql_dsn) if settings.backend == "production" else "-",
-        "redis": mask_secrets(settings.redis_url) if settings.redis_url else "-",
+        "mysql": redact(settings.mysql_dsn) if settings.backend == "production" else "-",
+        "redis": redact(settings.redis_url) if settings.redis_url else "-",
         "layout": (
             f"{settings.mysql_dbs} dbs x {settings.mysql_tables} tables"
             if settings.backend == "production"

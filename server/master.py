@@ -155,7 +155,8 @@ def _reserve_port(settings: Settings) -> tuple[Settings, socket.socket | None]:
 
 def serve(settings: Settings) -> int:
     """Run the master until SIGTERM/SIGINT; returns the process exit status (0 after a graceful
-    stop, 1 when the workers died before any of them served, MAX_QUICK_CRASHES times in a row).
+    stop, 2 when the workers died before any of them served, MAX_QUICK_CRASHES times in a row: the
+    node cannot run, as for a bad setting; the statuses of server/cli.py's EXIT_STATUSES).
 
     A worker that dies is restarted after ``restart_delay`` (of its place's deaths in the last
     RESET_AFTER_S), however often: once a worker has served, the master never gives up on
@@ -288,7 +289,7 @@ def serve(settings: Settings) -> int:
         if reserved is not None:
             reserved.close()
         log.info("master %d stopped", os.getpid())
-    return 1 if not served and quick_crashes >= MAX_QUICK_CRASHES else 0
+    return 2 if not served and quick_crashes >= MAX_QUICK_CRASHES else 0
 
 
 def _reopen_logs(slots: list[_Slot]) -> None:

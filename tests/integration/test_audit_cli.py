@@ -39,7 +39,7 @@ def test_audit_with_a_wrong_password_says_so(tmp_path: Path, mariadb: MariaDb) -
     result = _audit(tmp_path, f"mysql://{USER}:not-the-password-42@127.0.0.1:{mariadb.port}")
     assert result.returncode == 2 and result.stdout == ""
     (line,) = result.stderr.splitlines()
-    assert line.startswith(f"hongbao audit: MySQL at mysql://{USER}@127.0.0.1:{mariadb.port}: (1045, ")
+    assert line.startswith(f"hongbao audit: MySQL at mysql://{USER}:***@127.0.0.1:{mariadb.port}: (1045, ")
     assert "Access denied" in line and "not-the-password-42" not in line
 
 
@@ -49,7 +49,7 @@ def test_audit_of_an_unreachable_mysql_says_so(tmp_path: Path) -> None:
     result = _audit(tmp_path, f"mysql://{USER}:secret-pw@127.0.0.1:{port}")
     assert result.returncode == 2 and result.stdout == ""
     (line,) = result.stderr.splitlines()
-    assert line.startswith(f"hongbao audit: MySQL at mysql://{USER}@127.0.0.1:{port}: (2003, ")
+    assert line.startswith(f"hongbao audit: MySQL at mysql://{USER}:***@127.0.0.1:{port}: (2003, ")
     assert "Can't connect" in line and "secret-pw" not in line
 
 

@@ -45,7 +45,7 @@ def test_migrate_is_idempotent_and_refuses_another_layout(
     mariadb: MariaDb, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """4 x 4: every table created once, a rerun creates none and keeps rows; 2 x 2 on it and a newer
-    schema are refused."""
+    schema are refused with exit 2 (migrate cannot run there)."""
     config, dsn = _config(tmp_path, "mig_"), mariadb.dsn
     assert cli_main(["migrate", "--config", str(config), "--mysql-dsn", dsn]) == 0
     assert capsys.readouterr().out.strip().endswith(f"{4 * TABLES_PER_DB} tables created")
@@ -61,10 +61,10 @@ def test_migrate_is_idempotent_and_refuses_another_layout(
     assert cli_main(["migrate", "--config", str(config), "--mysql-dsn", dsn]) == 0
     assert capsys.readouterr().out.strip().endswith(" 0 tables created")
     assert asyncio.run(_sql(mariadb, "SELECT balance_fen FROM mig_db_02.t_account_03 WHERE user_id = 'kept'")) == [(7,)]
-    assert cli_main(["migrate", "--config", str(_config(tmp_path, "mig_", 2, 2)), "--mysql-dsn", dsn]) == 1
+    assert cli_main(["migrate", "--config", str(_config(tmp_path, "mig_", 2, 2)), "--mysql-dsn", dsn]) == 2
     assert "resharding is not supported" in capsys.readouterr().err
     asyncio.run(_sql(mariadb, "UPDATE mig_db_01.t_meta SET value = '99' WHERE name = 'schema_version'"))
-    assert cli_main(["migrate", "--config", str(config), "--mysql-dsn", dsn]) == 1
+    assert cli_main(["migrate", "--config", str(config), "--mysql-dsn", dsn]) == 2
     assert "newer than this hongbao" in capsys.readouterr().err
 
 

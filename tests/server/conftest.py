@@ -118,6 +118,19 @@ def start_server(
     raise RuntimeError(f"server did not become ready:\n{server.log()}")
 
 
+def run_cli(cwd: Path, argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``hongbao ARGV`` in ``cwd`` to its end, with only PATH and ``env`` in its environment (no
+    HONGBAO_* of the test run's); its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "hongbao.server.cli", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+    )
+
+
 def kill_server(server: Server) -> None:
     """SIGKILL the server's workers and master at once, the master stopped first so that nothing
     restarts or cleans up: a crash. Removes the shared-memory files the master would have unlinked."""

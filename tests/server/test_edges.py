@@ -16,7 +16,7 @@ import pytest
 import yaml
 from hongbao.server.auth import embedded_secret
 
-from tests.server.conftest import Server
+from tests.server.conftest import Server, run_cli
 from tests.server.flows import balance, ok, pipelined
 from tests.server.test_openapi import SPEC_PATH, TOPUP, Checker
 
@@ -125,19 +125,8 @@ def test_http10_keep_alive_is_answered_with_keep_alive(server: Server) -> None:
 )
 def test_bad_command_line_values_are_named(tmp_path: Path, argv: list[str], env: dict[str, str], message: str) -> None:
     """A bad port, environment value or data directory exits 2 with a message naming it, no traceback."""
-    result = _cli(tmp_path, argv, env)
+    result = run_cli(tmp_path, argv, env)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
-
-
-def _cli(cwd: Path, argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hongbao.server.cli", *argv],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin", **(env or {})},
-    )
 
 
 @pytest.mark.parametrize(
@@ -166,7 +155,7 @@ def _cli(cwd: Path, argv: list[str], env: dict[str, str] | None = None) -> subpr
             "[limits]\nmax_count = 100\nmax_cuont = 5\n",
             ["serve"],
             {},
-            "config file hongbao.toml: unknown setting limits.max_cuont",
+            "config file hongbao.toml: unknown setting limits.max_cuont (did you mean limits.max_count?)",
         ),
         ("", ["token", "--user", "a"], {"HONGBAO_MAX_COUNT": "0"}, "limits.max_count must be in 1..10000, got 0"),
     ],
@@ -177,7 +166,7 @@ def test_out_of_range_settings_stop_the_start(
     """A setting out of its range (TOML, HONGBAO_* or flag) exits 2 with one line naming it, its value
     and the allowed range, before any worker starts."""
     (tmp_path / "hongbao.toml").write_text(toml)
-    result = _cli(tmp_path, argv, env)
+    result = run_cli(tmp_path, argv, env)
     assert (result.returncode, result.stderr) == (2, f"hongbao: {message}\n")
     assert not (tmp_path / "var").exists()  # nothing served, no key or database created
 
@@ -186,14 +175,14 @@ def test_out_of_range_settings_stop_the_start(
 def test_token_ttl_must_be_finite_and_at_most_ten_years(tmp_path: Path, ttl: str) -> None:
     """`hongbao token --ttl` refuses an infinite, huge, NaN, negative or zero lifetime with
     argparse's exit 2, no token."""
-    result = _cli(tmp_path, ["token", "--user", "bob", "--ttl", ttl])
+    result = run_cli(tmp_path, ["token", "--user", "bob", "--ttl", ttl])
     assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
     assert f"argument --ttl: must be more than 0 and at most 315360000 seconds (10 years), got {ttl}" in result.stderr
 
 
 def test_token_ttl_of_ten_years_is_accepted(tmp_path: Path) -> None:
     """The longest lifetime, 10 years, mints a token whose exp is 10 years from now."""
-    result = _cli(tmp_path, ["token", "--user", "bob", "--ttl", "315360000"])
+    result = run_cli(tmp_path, ["token", "--user", "bob", "--ttl", "315360000"])
     assert result.returncode == 0, result.stderr
     exp = jwt.decode(result.stdout.strip(), embedded_secret(tmp_path / "var"), algorithms=["HS256"])["exp"]
     assert abs(exp - (time.time() + 315_360_000)) < 60

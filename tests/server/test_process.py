@@ -89,7 +89,7 @@ def test_sigterm_credits_what_is_owed_before_exiting(make_server: Callable[..., 
 
 
 def test_second_server_on_a_served_port_is_refused(server: Server) -> None:
-    """A second `hongbao serve` on a port already served exits 1 instead of silently sharing it."""
+    """A second `hongbao serve` on a port already served exits 2 (it cannot run) instead of silently sharing it."""
     port = server.url.rsplit(":", 1)[1]
     result = subprocess.run(
         [
@@ -106,7 +106,7 @@ def test_second_server_on_a_served_port_is_refused(server: Server) -> None:
         text=True,
         timeout=60,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "already served" in result.stderr
 
 
@@ -137,14 +137,19 @@ def test_token_command_mints_with_the_directory_key(tmp_path: Path) -> None:
 
 
 def test_settings_precedence(tmp_path: Path) -> None:
-    """Defaults < TOML file < HONGBAO_* environment < flags; unknown keys are refused."""
+    """Defaults < TOML file < HONGBAO_* environment < flags; an unknown key in the file is refused,
+    an unknown variable ignored with a warning."""
     config = tmp_path / "hongbao.toml"
     config.write_text("port = 9000\nworkers = 3\n[limits]\nmax_count = 50\n")
     settings = load_settings(config, env={"HONGBAO_WORKERS": "4", "HONGBAO_TEST_CLOCK": "true"}, flags={"port": 9100})
     assert (settings.port, settings.workers, settings.test_clock, settings.limits.max_count) == (9100, 4, True, 50)
     assert load_settings(None, env={}) == Settings()
-    with pytest.raises(ValueError, match="unknown setting"):
-        load_settings(None, env={"HONGBAO_NO_SUCH_THING": "1"})
+    warnings: list[str] = []
+    assert load_settings(None, env={"HONGBAO_NO_SUCH_THING": "1"}, warn=warnings.append) == Settings()
+    assert warnings == ["ignoring the environment variable HONGBAO_NO_SUCH_THING: no setting is called no_such_thing"]
+    config.write_text("no_such_thing = 1\n")
+    with pytest.raises(ValueError, match="unknown setting 'no_such_thing'"):
+        load_settings(config, env={})
 
 
 def test_a_mysql_dsn_means_production_for_the_audit_and_the_storm(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from hongbao.core.adapters.mysql.db import connect_args
 from hongbao.core.adapters.mysql.schema import day_tables
 from hongbao.core.adapters.sql import PACKET_AUDIT, RECEIPT_AUDIT
 from hongbao.core.audit import AuditReport, Books, check
+from hongbao.core.redact import redact
 from hongbao.core.sharding import Layout, parse_dsn
 
 
@@ -57,12 +58,11 @@ async def audit_mysql(dsn: str, layout: Layout, *, drained: bool = True) -> Audi
 
 
 def mysql_source(dsn: str, layout: Layout) -> str:
-    """The shards of ``layout`` on ``dsn`` as the audit names them, the password masked:
-    ``MySQL mysql://user:***@host:port[, ...], databases db_00..db_03 x 4 tables``. Raises
-    ValueError for a malformed DSN."""
-    servers = ", ".join(
-        f"mysql://{s['user']}{':***' if s['password'] else ''}@{s['host']}:{s['port']}" for s in parse_dsn(dsn)
-    )
+    """The shards of ``layout`` on ``dsn`` as the audit names them, each DSN as given with its
+    password masked (``redact``): ``MySQL mysql://user:***@host:port[, ...], databases
+    db_00..db_03 x 4 tables``. Raises ValueError for a malformed DSN."""
+    parse_dsn(dsn)
+    servers = ", ".join(redact(part.strip()) for part in dsn.split(","))
     first, last = layout.db_name(0), layout.db_name(layout.n_dbs - 1)
     databases = f"database {first}" if layout.n_dbs == 1 else f"databases {first}..{last}"
     return f"MySQL {servers}, {databases} x {layout.n_tables} tables"
