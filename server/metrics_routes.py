@@ -1,5 +1,7 @@
-"""The node's numbers over HTTP: ``GET /metrics`` (Prometheus text, no token) and ``GET
-/v1/admin/metrics`` (the same values as JSON, admin token).
+"""The node's numbers over HTTP: ``GET /metrics`` (Prometheus text, no token), ``GET
+/v1/admin/metrics`` (the same values as JSON, admin token) and ``GET /dashboard``, a page that
+draws that JSON every second (server/static/dashboard.html; it takes the admin token from the URL
+fragment, ``/dashboard#token=<jwt>``, which never reaches the server).
 
 Besides the workers' counters (server/metrics.py), a scrape reads at that moment the gauges the
 catalog merges by ``scrape`` (server/metric_catalog.py): the credits pending in the credit queue
@@ -26,10 +28,12 @@ from hongbao.server.metric_catalog import (
     OPENS_IN_FLIGHT,
 )
 from hongbao.server.metrics import CONTENT_TYPE, Labels, WorkerMetrics
+from hongbao.server.push_assets import asset_route
 from hongbao.server.responses import Response, json_response
 from hongbao.server.router import Route
 
 log = logging.getLogger("hongbao.server")
+DASHBOARD = "/dashboard"
 
 
 class MetricsRoutes:
@@ -44,10 +48,11 @@ class MetricsRoutes:
         metrics.sample(BREAKER_OPEN.name, lambda: {(name,): float(down) for name, down in backend.breakers().items()})
 
     def routes(self) -> list[Route]:
-        """``GET /metrics`` and ``GET /v1/admin/metrics``."""
+        """``GET /metrics``, ``GET /v1/admin/metrics`` and the dashboard page."""
         return [
             Route("GET", "/metrics", self.scrape, auth="none"),
             Route("GET", "/v1/admin/metrics", self.summary, auth="admin"),
+            asset_route(DASHBOARD, "dashboard.html", "text/html; charset=utf-8"),
         ]
 
     async def scrape(self, _ctx: Context) -> Response:

@@ -57,6 +57,7 @@ PAY, GRAB, OPEN = PACKET + "/pay", PACKET + "/grab", PACKET + "/open"
 WS, PREFLIGHT = "/v1/ws", "/v1/ws/preflight"
 NON_JSON = {
     "/metrics": ["text/plain"],
+    "/dashboard": ["text/html"],
     "/v1/ws/client.js": ["application/javascript"],
     "/v1/ws/demo": ["text/html"],
 }
@@ -357,6 +358,7 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert check(anon.get("/healthz"), "/healthz", 200) == {"status": "ok"}
     assert check(anon.get("/readyz"), "/readyz", 200) == {"status": "ready", "degraded": []}
     assert "hongbao_http_requests_total" in check(anon.get("/metrics"), "/metrics", 200)
+    assert "<script>" in check(anon.get("/dashboard"), "/dashboard", 200)
     summary = check(admin.get("/v1/admin/metrics"), "/v1/admin/metrics", 200)
     assert summary["metrics"]["hongbao_crediting_mode"] == [
         {"labels": {"mode": mode}, "value": float(mode == "realtime_large")}
