@@ -1,12 +1,13 @@
 """/metrics of a live two-worker server against its documentation and what the server holds: the
 Metrics table of docs/operations.md is the catalog's (server/metric_catalog.py); every metric it
-lists and every ``hongbao_*`` name the docs mention is exported, and every exported one is in
-the table; the gauges say what the node
+lists, every ``hongbao_*`` name the docs mention and every one docs/grafana-dashboard.json's
+queries use is exported, and every exported one is in the table; the gauges say what the node
 holds (WebSocket connections, online users, opens in flight, crediting mode), the latency
 histogram keeps GET and DELETE of one route apart, and the JSON of /v1/admin/metrics agrees."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -25,6 +26,7 @@ from tests.server.flows import eventually, group, ok, paid_packet, topup
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = ROOT / "docs" / "operations.md"
+GRAFANA = ROOT / "docs" / "grafana-dashboard.json"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "docs" / "openapi.yaml"]
 NAME = re.compile(r"\bhongbao_[a-z_]+[a-z]\b")
 NOT_METRICS = {"hongbao_native"}  # the native module's name
@@ -79,7 +81,7 @@ def test_the_docs_table_is_the_catalog() -> None:
 
 def test_every_documented_metric_is_exported_and_every_exported_one_documented(server: Server) -> None:
     """The families /metrics exports are the table's; each hongbao_* name in README, docs/*.md and
-    openapi.yaml is exported."""
+    openapi.yaml, and each one in the Grafana dashboard's queries (every panel has one), is exported."""
     families = _families(server)
     exported = _exported_names(families)
     table = _table_metrics()
@@ -87,6 +89,10 @@ def test_every_documented_metric_is_exported_and_every_exported_one_documented(s
     for doc in DOCS:
         mentioned = set(NAME.findall(doc.read_text(encoding="utf-8"))) - NOT_METRICS
         assert mentioned <= exported, (doc.name, mentioned - exported)
+    dashboard = json.loads(GRAFANA.read_text(encoding="utf-8"))
+    for panel in dashboard["panels"]:
+        used = {name for target in panel["targets"] for name in NAME.findall(target["expr"])}
+        assert used and used <= exported, (panel["title"], used - exported)
 
 
 def test_gauges_and_histograms_say_what_the_node_holds(server: Server) -> None:
