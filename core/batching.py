@@ -21,10 +21,11 @@ RunBatch = Callable[[str, Sequence[str]], Awaitable[list[OpenResult]]]
 
 
 class _Batch:
-    __slots__ = ("waiting", "flusher")
+    __slots__ = ("waiting", "running", "flusher")
 
     def __init__(self) -> None:
         self.waiting: list[tuple[str, asyncio.Future[OpenResult]]] = []
+        self.running = 0  # openers inside the transaction under way
         self.flusher: asyncio.Task[None] | None = None
 
 
@@ -66,12 +67,17 @@ class OpenBatcher:
             batch.flusher = asyncio.get_running_loop().create_task(self._flush(order_id, batch))
         return await future
 
+    def in_flight(self) -> int:
+        """Openers of this worker not answered yet: waiting in a packet's batch or inside its transaction."""
+        return sum(len(batch.waiting) + batch.running for batch in self._batches.values())
+
     async def _flush(self, order_id: str, batch: _Batch) -> None:
         try:
             while batch.waiting:
                 while not self._admission.try_enter(order_id, self._max_in_db):
                     await asyncio.sleep(self._wait_s)
                 taken, batch.waiting = batch.waiting[: self._max_batch], batch.waiting[self._max_batch :]
+                batch.running = len(taken)
                 try:
                     results = await self._run(order_id, [user_id for user_id, _ in taken])
                 except BaseException as exc:
@@ -82,6 +88,7 @@ class OpenBatcher:
                         raise
                     continue
                 finally:
+                    batch.running = 0
                     self._admission.leave(order_id)
                 for (_, future), result in zip(taken, results, strict=True):
                     if not future.done():

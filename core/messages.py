@@ -171,21 +171,23 @@ def decode_lists(raw: bytes | str) -> ListsMessage | None:
 
 @dataclass(frozen=True, slots=True)
 class GroupPush:
-    """Group-push message: event ``event`` with JSON ``data`` for every member of ``group_id``."""
+    """Group-push message: event ``event`` with JSON ``data`` for every member of ``group_id``,
+    pushed at ``pushed_at_ms`` (ms since the epoch; 0 when unknown: a message without ``t``)."""
 
     group_id: str
     event: str
     data: Any
+    pushed_at_ms: int = 0
 
     def encode(self) -> bytes:
-        """``{"v", "g", "e", "d"}``."""
-        return orjson.dumps({"v": VERSION, "g": self.group_id, "e": self.event, "d": self.data})
+        """``{"v", "g", "e", "d", "t"}``."""
+        return orjson.dumps({"v": VERSION, "g": self.group_id, "e": self.event, "d": self.data, "t": self.pushed_at_ms})
 
     @staticmethod
     def decode(raw: bytes | str) -> GroupPush:
         """The message ``encode`` wrote (unknown fields ignored); ValueError or KeyError otherwise."""
         f = _fields(raw)
-        return GroupPush(f["g"], f["e"], f["d"])
+        return GroupPush(f["g"], f["e"], f["d"], int(f.get("t", 0)))
 
 
 #: A message on its stream, ready to publish: (stream, encoded body).

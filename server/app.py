@@ -28,7 +28,8 @@ from hongbao.server.composition import Backend
 from hongbao.server.config import Settings
 from hongbao.server.context import Context
 from hongbao.server.handlers import Handlers
-from hongbao.server.metrics import CONTENT_TYPE, WorkerMetrics
+from hongbao.server.metrics import WorkerMetrics
+from hongbao.server.metrics_routes import MetricsRoutes
 from hongbao.server.push_admin import AdminPush
 from hongbao.server.push_assets import asset_routes
 from hongbao.server.push_hub import PushHub
@@ -63,7 +64,7 @@ class App:
         routes = [
             Route("GET", "/healthz", self.healthz, auth="none"),
             Route("GET", "/readyz", self.readyz, auth="none"),
-            Route("GET", "/metrics", self.scrape, auth="none"),
+            *MetricsRoutes(backend, metrics, stores.sessions).routes(),
             Route("POST", "/v1/admin/accounts/{user_id}/topup", h.topup, auth="admin"),
             Route("POST", "/v1/admin/crediting-mode", h.crediting_mode, auth="admin"),
             AdminPush(self.push).route(),
@@ -89,9 +90,9 @@ class App:
         if settings.test_clock:
             routes.append(Route("POST", "/v1/admin/clock", self.move_clock, auth="admin"))
         self.router = Router(routes)
-        # each route's request counters by its template (routes sharing a template share them)
-        self._route_metrics = {route.template: metrics.route(route.template) for route in routes}
-        self._unmatched = metrics.route("unmatched")
+        # each route's request counters by (method, template)
+        self._route_metrics = {(r.method, r.template): metrics.route(r.method, r.template) for r in routes}
+        self._unmatched = metrics.route("", "unmatched")
         self.stopping = asyncio.Event()  # set at a graceful stop: the background jobs end after their step
         self.draining = False  # set when a graceful stop begins: /readyz answers 503
         self.access_log = settings.access_log  # one line per request (access_log.py); off: one test a request
@@ -177,7 +178,7 @@ class App:
         if route is None:
             self._unmatched.observe(status, elapsed)
         else:
-            self._route_metrics[route.template].observe(status, elapsed)
+            self._route_metrics[route.method, route.template].observe(status, elapsed)
             event = route.event
             if event is not None and (event != "opens" or status == 200):
                 self.metrics.events[event] += 1
@@ -208,16 +209,6 @@ class App:
         except Exception:
             degraded.append("redis")
         return json_response(200, {"status": "degraded" if degraded else "ready", "degraded": degraded})
-
-    async def scrape(self, _ctx: Context) -> Response:
-        """GET /metrics: Prometheus text format, merged over every worker. While the queue is
-        unreachable the ``credits_pending`` gauge is left out (the counters still show the outage)."""
-        try:
-            self.metrics.gauges["credits_pending"] = await self.backend.services.settlement.credits_pending()
-        except Exception as exc:  # a dead queue must not hide the metrics that report it
-            log.warning("metrics: credit queue depth unavailable: %r", exc)
-            self.metrics.gauges.pop("credits_pending", None)
-        return Response(200, self.metrics.render(), [("content-type", CONTENT_TYPE)])
 
     async def move_clock(self, ctx: Context) -> Response:
         """POST /v1/admin/clock {now_ms, frozen?} (test servers only): move every worker's clock;

@@ -133,6 +133,18 @@ class Backend:
             return await self.shards.reachable()
         return {DB_FILE: True}
 
+    def breakers(self) -> dict[str, bool]:
+        """Each dependency behind a circuit breaker -> whether its breaker is open now: ``redis``
+        (the worker's one Redis client, of the money backend or the push stores) and
+        ``mysql/<database name>`` for each shard database; none on the embedded backend without Redis."""
+        states: dict[str, bool] = {}
+        breaker = self.breaker if self.breaker is not None else self.push.breaker if self.push is not None else None
+        if breaker is not None:
+            states[breaker.name] = breaker.is_open
+        if self.shards is not None:
+            states.update({f"mysql/{name}": down for name, down in self.shards.breakers().items()})
+        return states
+
     async def aclose(self) -> None:
         """Close the push stores' own connections, then the MySQL pools, the Redis client and
         the money file (the admission table is unlinked by its creator, the master)."""

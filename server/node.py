@@ -21,9 +21,14 @@ log = logging.getLogger("hongbao.push.node")
 HEARTBEAT_S = 1.0
 
 
+def host_name(node_name: str) -> str:
+    """This host's name as a node: ``node_name``, or the host name when it is empty."""
+    return node_name or socket.gethostname()
+
+
 def node_id(node_name: str) -> str:
     """This process's node id: ``{node_name}/{pid}``, the host name when ``node_name`` is empty."""
-    return f"{node_name or socket.gethostname()}/{os.getpid()}"
+    return f"{host_name(node_name)}/{os.getpid()}"
 
 
 class Node:

@@ -10,13 +10,15 @@ one user keep their order: batches are written one after the other, in arrival o
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from hongbao.core.push_ports import MessageLog, SharedBody, Stored
 from hongbao.server.push_messages import now_ms
 
-Entry = tuple[str, SharedBody, asyncio.Future[Stored] | None]  # no future: posted
-Logged = Callable[[list[tuple[str, Stored]]], None]
+Entry = tuple[str, SharedBody, asyncio.Future[Stored] | None, float]  # no future: posted (at perf_counter())
+#: (the posted messages logged, in order; the time.perf_counter() of each one's post)
+Logged = Callable[[list[tuple[str, Stored]], list[float]], None]
 Failed = Callable[[int, Exception], None]
 
 
@@ -34,15 +36,16 @@ class Appender:
         """Append ``make_body(offset, epoch)`` to ``uid``'s stream; raises what the log raised."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Stored] = loop.create_future()
-        self._batch.append((uid, make_body, future))
+        self._batch.append((uid, make_body, future, 0.0))
         if self._writer is None:
             self._writer = loop.create_task(self._write_all())
         return await future
 
     def post(self, uid: str, make_body: SharedBody) -> None:
         """Append ``make_body(offset, epoch)`` to ``uid``'s stream in the next write and return at
-        once: the logged message goes to ``on_logged``, a failure to ``on_failed`` (never raised)."""
-        self._batch.append((uid, make_body, None))
+        once: the logged message goes to ``on_logged`` (with the time of this post), a failure to
+        ``on_failed`` (never raised)."""
+        self._batch.append((uid, make_body, None, time.perf_counter()))
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._write_all())
 
@@ -62,10 +65,10 @@ class Appender:
 
     async def _append(self, batch: list[Entry]) -> None:
         try:
-            stored = await self.log.append([(uid, make_body) for uid, make_body, _ in batch], now_ms())
+            stored = await self.log.append([(uid, make_body) for uid, make_body, _, _ in batch], now_ms())
         except Exception as exc:
             posted = 0
-            for _, _, future in batch:
+            for _, _, future, _ in batch:
                 if future is None:
                     posted += 1
                 elif not future.done():
@@ -74,10 +77,12 @@ class Appender:
                 self.on_failed(posted, exc)
             return
         logged: list[tuple[str, Stored]] = []
-        for (uid, _, future), message in zip(batch, stored, strict=True):
+        posted_at: list[float] = []
+        for (uid, _, future, at), message in zip(batch, stored, strict=True):
             if future is None:
                 logged.append((uid, message))
+                posted_at.append(at)
             elif not future.done():
                 future.set_result(message)
         if logged and self.on_logged is not None:
-            self.on_logged(logged)
+            self.on_logged(logged, posted_at)

@@ -19,10 +19,11 @@ ASSETS = (
 
 def asset_routes() -> list[Route]:
     """One GET route per asset of ASSETS, answering the file with its content type."""
-    return [_asset_route(path, name, content_type) for path, name, content_type in ASSETS]
+    return [asset_route(path, name, content_type) for path, name, content_type in ASSETS]
 
 
-def _asset_route(path: str, name: str, content_type: str) -> Route:
+def asset_route(path: str, name: str, content_type: str) -> Route:
+    """A GET route at ``path`` answering server/static/``name`` with ``content_type``, no token."""
     body = (files("hongbao.server") / "static" / name).read_bytes()
     response = Response(200, body, [("content-type", content_type), ("cache-control", "no-cache")])
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from hongbao.core import errors
@@ -91,7 +92,7 @@ class Fanout:
         """Queue ``event`` for every member of ``group_id``. Raises NotFound for an unknown group."""
         if not await self.groups.exists(group_id):
             raise errors.NotFound(f"no group {group_id}")
-        await self.queue.publish([(GROUP_STREAM, GroupPush(group_id, event, data).encode())])
+        await self.queue.publish([(GROUP_STREAM, GroupPush(group_id, event, data, now_ms()).encode())])
         if self._wake is not None:
             self._wake.set()
 
@@ -101,14 +102,18 @@ class Fanout:
             return 0
         claimed = await self.queue.claim(GROUP_STREAM, GROUP_BATCH, GROUP_LEASE_MS, now_ms())
         entries: list[tuple[str, SharedBody]] = []
+        pushed_at: list[float | None] = []  # each entry's push, seconds since the epoch (None: unknown)
         for _, body in claimed:
             message = GroupPush.decode(body)
             make_body = EventBody(message.event, message.data)
-            entries.extend((uid, make_body) for uid in await self.groups.members(message.group_id))
+            members = await self.groups.members(message.group_id)
+            entries.extend((uid, make_body) for uid in members)
+            pushed_at.extend([message.pushed_at_ms / 1000 if message.pushed_at_ms else None] * len(members))
         stored: list[Stored] = await self.hub.stores.log.append(entries, now_ms()) if entries else []
         # in every member's log now: the queue's job is done
         await self.queue.ack(GROUP_STREAM, *(message_id for message_id, _ in claimed))
-        await self.hub.send([(uid, message) for (uid, _), message in zip(entries, stored, strict=True)])
+        sent = await self.hub.send([(uid, message) for (uid, _), message in zip(entries, stored, strict=True)])
+        self.hub.delivered_after(sent, pushed_at, time.time())  # the push's worker may be another: wall clock
         return len(claimed)
 
     async def groups_forever(self) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,8 @@ from hongbao.core.push_ports import PushStores, Replay, Route, Stored
 from hongbao.core.services.groups import Groups
 from hongbao.server import push_messages
 from hongbao.server.config import Settings
-from hongbao.server.metrics import WorkerMetrics
+from hongbao.server.metric_catalog import PUSH_LATENCY
+from hongbao.server.metrics import WorkerMetrics, observe
 from hongbao.server.node import Node, node_id
 from hongbao.server.push_appender import Appender
 from hongbao.server.push_fanout import Fanout
@@ -328,8 +330,10 @@ class PushHub:
         """Append ``event`` with ``data`` to ``uid``'s stream (with the other appends of this loop
         turn), then send it to the user's socket wherever it is. Raises when the log cannot be
         written (then nothing was queued)."""
+        started = time.perf_counter()
         message = await self.appender.append(uid, EventBody(event, data))
         [sent] = await self.send([(uid, message)])
+        self.delivered_after([sent], [started], time.perf_counter())
         return Pushed(DELIVERED if sent else QUEUED, message.offset, message.epoch)
 
     async def push_to_group(self, group_id: str, event: str, data: Any) -> None:
@@ -387,8 +391,16 @@ class PushHub:
             if not isinstance(exc, BreakerOpen):  # Redis down: its breaker logged that once
                 log.warning("push of event %s failed: %s", event.name, exc)
 
-    def _send_posted(self, items: list[tuple[str, Stored]]) -> None:
-        self.spawn(self._send_logged(items))
+    def delivered_after(self, sent: Sequence[bool], since: Sequence[float | None], now: float) -> None:
+        """Count the push latency (``now`` - ``since``, seconds, on one clock) of each message
+        ``sent`` to a socket (``send``'s answers); a ``since`` of None is not known."""
+        hist = self.metrics.histograms[PUSH_LATENCY.name]
+        for reached, at in zip(sent, since, strict=True):
+            if reached and at is not None:
+                observe(hist, max(0.0, now - at))
+
+    def _send_posted(self, items: list[tuple[str, Stored]], posted_at: list[float]) -> None:
+        self.spawn(self._send_logged(items, posted_at))
 
     def _posts_failed(self, count: int, exc: Exception) -> None:
         self.metrics.events["push_failures"] += count
@@ -396,12 +408,14 @@ class PushHub:
         if not isinstance(exc, BreakerOpen):
             log.warning("appending %d event push(es) failed: %s", count, exc)
 
-    async def _send_logged(self, items: list[tuple[str, Stored]]) -> None:
+    async def _send_logged(self, items: list[tuple[str, Stored]], posted_at: list[float]) -> None:
         try:
-            await self.send(items)
+            sent = await self.send(items)
         except Exception as exc:  # they stay queued in the log
             self.metrics.events["push_failures"] += 1
             log.warning("sending %d logged push(es) failed: %s", len(items), exc)
+            return
+        self.delivered_after(sent, posted_at, time.perf_counter())
 
     # --- housekeeping ---------------------------------------------------------------------------------
 

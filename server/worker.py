@@ -21,7 +21,9 @@ from hongbao.server.composition import open_backend
 from hongbao.server.config import Settings
 from hongbao.server.http_protocol import Connections, HttpProtocol
 from hongbao.server.logs import reopen
+from hongbao.server.metric_catalog import WS_CONNECTIONS
 from hongbao.server.metrics import WorkerMetrics
+from hongbao.server.node import host_name
 from hongbao.server.ws_connection import WsRegistry
 
 log = logging.getLogger("hongbao.worker")
@@ -55,6 +57,8 @@ async def _serve(
     backend = await open_backend(settings, admission, clock, metrics.events, faults)  # connects on first use
     app = App(settings, backend, verifier_for(settings), metrics, ws_limiter)
     conns = Connections(settings.max_connections, WsRegistry(settings))
+    node = host_name(settings.node_name)
+    metrics.sample(WS_CONNECTIONS.name, lambda: {(node,): float(len(conns.ws.open))})
     await app.push.start(after_crash=after_crash)  # the internal listener; joins as a live node (now or later)
     server = await loop.create_server(
         lambda: HttpProtocol(app, conns), settings.host, settings.port, reuse_port=True, backlog=4096

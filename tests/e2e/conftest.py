@@ -9,8 +9,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.server.conftest import Server, finish_server, make_server, start_server
+
+CHROMIUM = "/usr/bin/chromium"
 
 PUSH_CONFIG = """
 log_level = "debug"
@@ -26,6 +29,23 @@ def push_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = start_server(tmp_path_factory.mktemp("e2e"), extra_config=PUSH_CONFIG)
     yield server
     finish_server(server)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium (Debian's, driven by Playwright; no browser download) for the module."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh page (own context: no shared storage between tests)."""
+    context = browser.new_context()
+    yield context.new_page()
+    context.close()
 
 
 __all__ = ["make_server"]  # the fixture, for tests that need a server of their own

@@ -10,31 +10,13 @@ from typing import Any
 
 import pytest
 from hongbao.server.auth import mint
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Page
 
 from tests.e2e.conftest import push, wait_until
 from tests.e2e.proxy import ThreadProxy
 from tests.server.conftest import Server
 
-CHROMIUM = "/usr/bin/chromium"
 FAST = "backoffBaseMs: 20, backoffCapMs: 100"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """One headless Chromium for the module."""
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    """A fresh page (own context: no shared storage between tests)."""
-    context = browser.new_context()
-    yield context.new_page()
-    context.close()
 
 
 @pytest.fixture

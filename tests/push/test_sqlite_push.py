@@ -253,11 +253,18 @@ async def test_appends_during_a_write_share_the_next_one(dbs: tuple[SqliteDb, Sq
 
 
 async def test_posted_appends_share_a_write_and_reach_the_sender_in_one_call(dbs: tuple[SqliteDb, SqliteDb]) -> None:
-    """Appender.post: no future per message; a write's posted messages go to on_logged in one call, in order."""
+    """Appender.post: no future per message; a write's posted messages go to on_logged in one call, in
+    order, with the time of each post."""
     a, _ = dbs
     log = CountingLog(a)
     handed: list[list[tuple[str, Stored]]] = []
-    appender = Appender(log, handed.append)
+    posted: list[list[float]] = []
+
+    def logged(items: list[tuple[str, Stored]], at: list[float]) -> None:
+        handed.append(items)
+        posted.append(at)
+
+    appender = Appender(log, logged)
     for i in range(30):
         appender.post("u1" if i % 3 else "u2", body(f"p{i}"))
     mixed = await appender.append("u2", body("awaited"))
@@ -266,6 +273,7 @@ async def test_posted_appends_share_a_write_and_reach_the_sender_in_one_call(dbs
     assert [(uid, m.offset) for uid, m in handed[0]] == [
         ("u2" if i % 3 == 0 else "u1", i // 3 + 1 if i % 3 == 0 else i - i // 3) for i in range(30)
     ] and len(handed) == 1
+    assert len(posted[0]) == 30 and posted[0] == sorted(posted[0])  # each post's time, in post order
     assert texts((await log.replay("u1", None, None, int(time.time() * 1000))).messages) == [
         f"p{i}" for i in range(30) if i % 3
     ]
@@ -276,7 +284,7 @@ async def test_a_failed_write_reports_its_posted_appends_once(dbs: tuple[SqliteD
     a, _ = dbs
     failed: list[tuple[int, str]] = []
     appender = Appender(
-        SqliteMessageLog(a, 100, 60), lambda items: None, lambda n, exc: failed.append((n, type(exc).__name__))
+        SqliteMessageLog(a, 100, 60), lambda items, at: None, lambda n, exc: failed.append((n, type(exc).__name__))
     )
     a.conn.execute("DROP TABLE t_push_stream")
     for i in range(5):

@@ -55,7 +55,12 @@ MEMBER = "/v1/groups/{group_id}/members/{user_id}"
 PACKET = "/v1/packets/{order_id}"
 PAY, GRAB, OPEN = PACKET + "/pay", PACKET + "/grab", PACKET + "/open"
 WS, PREFLIGHT = "/v1/ws", "/v1/ws/preflight"
-NON_JSON = {"/metrics": ["text/plain"], "/v1/ws/client.js": ["application/javascript"], "/v1/ws/demo": ["text/html"]}
+NON_JSON = {
+    "/metrics": ["text/plain"],
+    "/dashboard": ["text/html"],
+    "/v1/ws/client.js": ["application/javascript"],
+    "/v1/ws/demo": ["text/html"],
+}
 
 
 def _pointer(*parts: str) -> str:
@@ -353,6 +358,14 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert check(anon.get("/healthz"), "/healthz", 200) == {"status": "ok"}
     assert check(anon.get("/readyz"), "/readyz", 200) == {"status": "ready", "degraded": []}
     assert "hongbao_http_requests_total" in check(anon.get("/metrics"), "/metrics", 200)
+    assert "<script>" in check(anon.get("/dashboard"), "/dashboard", 200)
+    summary = check(admin.get("/v1/admin/metrics"), "/v1/admin/metrics", 200)
+    assert summary["metrics"]["hongbao_crediting_mode"] == [
+        {"labels": {"mode": mode}, "value": float(mode == "realtime_large")}
+        for mode in sorted(("realtime_large", "queued", "deferred"))
+    ]
+    assert code(check(anon.get("/v1/admin/metrics"), "/v1/admin/metrics", 401)) == "unauthorized"
+    assert code(check(alice.get("/v1/admin/metrics"), "/v1/admin/metrics", 403)) == "forbidden"
     assert code(check(anon.get("/v1/balance"), "/v1/balance", 401)) == "unauthorized"
     forged = {"authorization": "Bearer " + server.token("alice")[:-2] + "xx"}
     assert code(check(anon.get("/v1/balance", headers=forged), "/v1/balance", 401)) == "unauthorized"

@@ -196,7 +196,9 @@ def test_metrics_count_requests_across_workers(make_server: Callable[..., Server
     line = next(
         x
         for x in text.splitlines()
-        if x.startswith('hongbao_http_requests_total{route="/v1/admin/accounts/{user_id}/topup",status="200"}')
+        if x.startswith(
+            'hongbao_http_requests_total{method="POST",route="/v1/admin/accounts/{user_id}/topup",status="200"}'
+        )
     )
     assert float(line.rsplit(" ", 1)[1]) == 20.0
     assert "hongbao_http_request_duration_seconds_bucket" in text

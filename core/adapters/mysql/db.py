@@ -127,6 +127,11 @@ class MysqlShards:
         answers = await asyncio.gather(*(one(db) for db in range(self.layout.n_dbs)))
         return {self.layout.db_name(db): up for db, up in enumerate(answers)}
 
+    def breakers(self) -> dict[str, bool]:
+        """Each database's name -> whether its breaker is open now (its calls fail at once)."""
+        now = time.monotonic()
+        return {self.layout.db_name(db): now < until for db, until in enumerate(self._down_until)}
+
     async def close(self) -> None:
         """Close every pool and wait for its connections (a background clear is cancelled)."""
         for task in list(self._clearing):

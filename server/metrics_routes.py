@@ -1,0 +1,84 @@
+"""The node's numbers over HTTP: ``GET /metrics`` (Prometheus text, no token), ``GET
+/v1/admin/metrics`` (the same values as JSON, admin token) and ``GET /dashboard``, a page that
+draws that JSON every second (server/static/dashboard.html; it takes the admin token from the URL
+fragment, ``/dashboard#token=<jwt>``, which never reaches the server).
+
+Besides the workers' counters (server/metrics.py), a scrape reads at that moment the gauges the
+catalog merges by ``scrape`` (server/metric_catalog.py): the credits pending in the credit queue
+and the users online in the push store (each left out while its store does not answer: the
+counters still show the outage), and the crediting mode. This module also registers the gauges
+each worker samples with its snapshot: its opens in flight and its breakers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from hongbao.core.breaker import BreakerOpen
+from hongbao.core.push_ports import SessionStore
+from hongbao.core.services.crediting import CreditingMode
+from hongbao.server.composition import Backend
+from hongbao.server.context import Context
+from hongbao.server.metric_catalog import (
+    BREAKER_OPEN,
+    CREDITING_MODE,
+    CREDITS_PENDING,
+    ONLINE_USERS,
+    OPENS_IN_FLIGHT,
+)
+from hongbao.server.metrics import CONTENT_TYPE, Labels, WorkerMetrics
+from hongbao.server.push_assets import asset_route
+from hongbao.server.responses import Response, json_response
+from hongbao.server.router import Route
+
+log = logging.getLogger("hongbao.server")
+DASHBOARD = "/dashboard"
+
+
+class MetricsRoutes:
+    """The metrics routes of one worker over its ``backend``, ``metrics`` and push ``sessions``."""
+
+    __slots__ = ("backend", "metrics", "sessions")
+
+    def __init__(self, backend: Backend, metrics: WorkerMetrics, sessions: SessionStore) -> None:
+        self.backend, self.metrics, self.sessions = backend, metrics, sessions
+        batcher = backend.services.opening.batcher
+        metrics.sample(OPENS_IN_FLIGHT.name, lambda: {(): float(batcher.in_flight())})
+        metrics.sample(BREAKER_OPEN.name, lambda: {(name,): float(down) for name, down in backend.breakers().items()})
+
+    def routes(self) -> list[Route]:
+        """``GET /metrics``, ``GET /v1/admin/metrics`` and the dashboard page."""
+        return [
+            Route("GET", "/metrics", self.scrape, auth="none"),
+            Route("GET", "/v1/admin/metrics", self.summary, auth="admin"),
+            asset_route(DASHBOARD, "dashboard.html", "text/html; charset=utf-8"),
+        ]
+
+    async def scrape(self, _ctx: Context) -> Response:
+        """GET /metrics: Prometheus text format, merged over every worker."""
+        return Response(200, self.metrics.render(await self.scraped()), [("content-type", CONTENT_TYPE)])
+
+    async def summary(self, _ctx: Context) -> Response:
+        """GET /v1/admin/metrics: the same values as JSON (WorkerMetrics.summary)."""
+        return json_response(200, self.metrics.summary(await self.scraped()))
+
+    async def scraped(self) -> dict[str, dict[Labels, float]]:
+        """The gauges read now: the crediting mode (1 for the mode in force, 0 for the others),
+        the credits pending and the users online (each left out when its store fails to answer)."""
+        mode = self.backend.services.crediting.mode
+        values: dict[str, dict[Labels, float]] = {
+            CREDITING_MODE.name: {(m.value,): float(m is mode) for m in CreditingMode}
+        }
+        answers = await asyncio.gather(
+            self.backend.services.settlement.credits_pending(), self.sessions.online_count(), return_exceptions=True
+        )
+        for spec, answer in zip((CREDITS_PENDING, ONLINE_USERS), answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, Exception):
+                    raise answer
+                if not isinstance(answer, BreakerOpen):  # Redis down: its breaker logged that once
+                    log.warning("metrics: %s unavailable: %r", spec.exported, answer)
+                continue
+            values[spec.name] = {(): float(answer)}
+        return values
