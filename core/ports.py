@@ -203,6 +203,11 @@ class GroupStore(Protocol):
         """Every member, sorted."""
         ...
 
+    async def of_member(self, user_id: str, offset: int, limit: int) -> list[tuple[str, str]]:
+        """(group_id, creator_id) of the groups ``user_id`` is a member of, by group id, skipping
+        the first ``offset``, at most ``limit``."""
+        ...
+
 
 class SequenceSource(Protocol):
     """Order-id sequence numbers: (source, sequence) unique per region and day (docs/architecture.md section 4)."""

@@ -66,6 +66,7 @@ class App:
             Route("POST", "/v1/admin/crediting-mode", h.crediting_mode, auth="admin"),
             AdminPush(self.push).route(),
             Route("GET", "/v1/balance", h.balance),
+            Route("GET", "/v1/groups", h.my_groups),
             Route("POST", "/v1/groups", h.create_group),
             Route("GET", "/v1/groups/{group_id}", h.get_group),
             Route("POST", "/v1/groups/{group_id}/members", h.add_members),

@@ -54,6 +54,11 @@ class Handlers:
         group_id, members = await self.svc.groups.create(ctx.user_id, ctx.json().get("members"))
         return json_response(201, {"group_id": group_id, "members": members})
 
+    async def my_groups(self, ctx: Context) -> Response:
+        """GET /v1/groups?page= -> {page, items: [{group_id, creator_id}]}: the caller's groups, 20 a page."""
+        page = ctx.query_int("page", 1, 1, MAX_PAGE)
+        return json_response(200, await self.svc.groups.of_member(ctx.user_id, page))
+
     async def get_group(self, ctx: Context) -> Response:
         """GET /v1/groups/{group_id} -> {group_id, creator_id, members} (members only)."""
         group_id = ctx.params["group_id"]

@@ -328,6 +328,8 @@ ROWS = [
     Row("list-year-text", "GET", "/v1/me/received?year=last", 400, "invalid_request"),
     Row("ledger-page-huge", "GET", "/v1/me/ledger?page=99999999999999999999", 400, "invalid_request"),
     Row("profile-nickname-too-long", "PUT", "/v1/me/profile", 400, "invalid_request", body={"nickname": "n" * 65}),
+    Row("groups-page-zero", "GET", "/v1/groups?page=0", 400, "invalid_request"),
+    Row("groups-page-text", "GET", "/v1/groups?page=two", 400, "invalid_request"),
     # routes and methods
     Row("unknown-route", "GET", "/v1/nothing-here", 404, "not_found"),
     Row("unknown-root", "GET", "/", 404, "not_found", user=""),
@@ -337,6 +339,7 @@ ROWS = [
     Row("wrong-method-open", "GET", "/v1/packets/{packet}/open", 405, "method_not_allowed", allow="POST"),
     Row("wrong-method-packet", "PUT", "/v1/packets/{packet}", 405, "method_not_allowed", allow="DELETE, GET, HEAD"),
     Row("wrong-method-healthz", "DELETE", "/healthz", 405, "method_not_allowed", user="", allow="GET, HEAD"),
+    Row("wrong-method-groups", "PUT", "/v1/groups", 405, "method_not_allowed", allow="GET, HEAD, POST"),
 ]
 
 

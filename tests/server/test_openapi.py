@@ -388,9 +388,14 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert check(alice.get("/v1/balance"), "/v1/balance", 200) == {"user_id": "alice", "balance_fen": 10_000}
 
     # groups
+    assert check(bob.get("/v1/groups"), "/v1/groups", 200) == {"page": 1, "items": []}
     created = check(alice.post("/v1/groups", json={"members": ["bob", "bob", "alice"]}), "/v1/groups", 201)
     gid = created["group_id"]
     assert created["members"] == ["alice", "bob"]
+    mine = {"page": 1, "items": [{"group_id": gid, "creator_id": "alice"}]}
+    assert check(bob.get("/v1/groups"), "/v1/groups", 200) == mine
+    assert check(bob.get("/v1/groups", params={"page": 2}), "/v1/groups", 200) == {"page": 2, "items": []}
+    assert code(check(bob.get("/v1/groups", params={"page": 0}), "/v1/groups", 400)) == "invalid_request"
     assert code(check(alice.post("/v1/groups", json={"members": "bob"}), "/v1/groups", 400)) == "invalid_request"
     assert check(bob.get(f"/v1/groups/{gid}"), GROUP, 200) == {
         "group_id": gid,

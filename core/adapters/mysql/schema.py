@@ -24,9 +24,14 @@ from hongbao.core.adapters.mysql.db import connect_args
 from hongbao.core.adapters.sql import DAYS, packet_table, receipt_table
 from hongbao.core.sharding import Layout, parse_dsn
 
-SCHEMA_VERSION = 2  # 2: t_ledger_{t}.by_kind, the reconciler's scan of the send debits
+#: 2: t_ledger_{t}.by_kind, the reconciler's scan of the send debits; 3: t_group_member.by_user (a
+#: user's groups)
+SCHEMA_VERSION = 3
 #: Indexes a later version added to tables an older one created: (table template, index name, its definition).
-ADDED_INDEXES = (("t_ledger_{t:02}", "by_kind", "KEY by_kind (kind, created_at)"),)
+ADDED_INDEXES = (
+    ("t_ledger_{t:02}", "by_kind", "KEY by_kind (kind, created_at)"),
+    ("t_group_member", "by_user", "KEY by_user (user_id, group_id)"),
+)
 _TABLE = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
 _ORDER_ID = "order_id CHAR(20) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"
 _ID = "VARCHAR(64)"
@@ -67,7 +72,7 @@ _PER_DB = (
     f"""CREATE TABLE IF NOT EXISTS t_group (group_id VARCHAR(255) NOT NULL PRIMARY KEY, creator_id {_ID} NOT NULL,
         created_at BIGINT NOT NULL){_TABLE}""",
     f"""CREATE TABLE IF NOT EXISTS t_group_member (group_id VARCHAR(255) NOT NULL, user_id {_ID} NOT NULL,
-        PRIMARY KEY (group_id, user_id)){_TABLE}""",
+        PRIMARY KEY (group_id, user_id), KEY by_user (user_id, group_id)){_TABLE}""",
     f"""CREATE TABLE IF NOT EXISTS t_seq_block (region TINYINT NOT NULL, yymmdd INT NOT NULL, next_seq BIGINT NOT NULL,
         PRIMARY KEY (region, yymmdd)){_TABLE}""",
 )
@@ -144,8 +149,7 @@ async def _add_indexes(cur: Cursor, name: str, layout: Layout) -> None:
     )
     present = {(str(table), str(index)) for table, index in await cur.fetchall()}
     for template, index, definition in ADDED_INDEXES:
-        for t in range(layout.n_tables):
-            table = template.format(t=t)
+        for table in dict.fromkeys(template.format(t=t) for t in range(layout.n_tables)):  # once a per-database table
             if (table, index) not in present:
                 await cur.execute(f"ALTER TABLE {table} ADD {definition}")
 
