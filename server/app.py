@@ -21,6 +21,7 @@ from hongbao.core import errors
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import OffsetFileClock
 from hongbao.core.soon import Soon
+from hongbao.server.api_docs import docs_routes
 from hongbao.server.auth import TokenVerifier
 from hongbao.server.composition import Backend
 from hongbao.server.config import Settings
@@ -84,6 +85,7 @@ class App:
             Route("GET", "/v1/ws", self.ws_gate.upgrade_required, auth="none"),  # 426 before any token check
             Route("GET", "/v1/ws/preflight", self.ws_gate.preflight),
             *asset_routes(),
+            *docs_routes(),
         ]
         if settings.test_clock:
             routes.append(Route("POST", "/v1/admin/clock", self.move_clock, auth="admin"))

@@ -340,6 +340,7 @@ ROWS = [
     Row("wrong-method-packet", "PUT", "/v1/packets/{packet}", 405, "method_not_allowed", allow="DELETE, GET, HEAD"),
     Row("wrong-method-healthz", "DELETE", "/healthz", 405, "method_not_allowed", user="", allow="GET, HEAD"),
     Row("wrong-method-groups", "PUT", "/v1/groups", 405, "method_not_allowed", allow="GET, HEAD, POST"),
+    Row("wrong-method-spec", "POST", "/v1/openapi.yaml", 405, "method_not_allowed", user="", allow="GET, HEAD"),
 ]
 
 

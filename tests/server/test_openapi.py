@@ -55,7 +55,13 @@ MEMBER = "/v1/groups/{group_id}/members/{user_id}"
 PACKET = "/v1/packets/{order_id}"
 PAY, GRAB, OPEN = PACKET + "/pay", PACKET + "/grab", PACKET + "/open"
 WS, PREFLIGHT = "/v1/ws", "/v1/ws/preflight"
-NON_JSON = {"/metrics": ["text/plain"], "/v1/ws/client.js": ["application/javascript"], "/v1/ws/demo": ["text/html"]}
+NON_JSON = {
+    "/metrics": ["text/plain"],
+    "/v1/ws/client.js": ["application/javascript"],
+    "/v1/ws/demo": ["text/html"],
+    "/v1/openapi.yaml": ["application/yaml"],
+    "/v1/docs": ["text/html"],
+}
 
 
 def _pointer(*parts: str) -> str:
@@ -365,6 +371,10 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert code(check(anon.get(PREFLIGHT), PREFLIGHT, 401)) == "unauthorized"
     assert "class HongbaoPush" in check(anon.get("/v1/ws/client.js"), "/v1/ws/client.js", 200)
     assert '<script src="/v1/ws/client.js">' in check(anon.get("/v1/ws/demo"), "/v1/ws/demo", 200)
+
+    # the API's own description
+    assert yaml.safe_load(check(anon.get("/v1/openapi.yaml"), "/v1/openapi.yaml", 200)) == SPEC
+    assert "<code>/v1/packets/{order_id}/open</code>" in check(anon.get("/v1/docs"), "/v1/docs", 200)
 
     # top-up, crediting mode, balance
     key = {"idempotency-key": "flow-1"}
