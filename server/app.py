@@ -65,6 +65,7 @@ class App:
             Route("GET", "/metrics", self.scrape, auth="none"),
             Route("POST", "/v1/admin/accounts/{user_id}/topup", h.topup, auth="admin"),
             Route("POST", "/v1/admin/crediting-mode", h.crediting_mode, auth="admin"),
+            Route("POST", "/v1/admin/lists-pressure", h.lists_pressure, auth="admin"),
             AdminPush(self.push).route(),
             Route("GET", "/v1/balance", h.balance),
             Route("GET", "/v1/groups", h.my_groups),
@@ -210,8 +211,10 @@ class App:
         return json_response(200, {"status": "degraded" if degraded else "ready", "degraded": degraded})
 
     async def scrape(self, _ctx: Context) -> Response:
-        """GET /metrics: Prometheus text format, merged over every worker. While the queue is
-        unreachable the ``credits_pending`` gauge is left out (the counters still show the outage)."""
+        """GET /metrics: Prometheus text format, merged over every worker, with this worker's
+        gauges: ``lists_pressure`` (1 while the lists' pressure switch is on) and ``credits_pending``
+        (left out while the queue is unreachable: the counters still show the outage)."""
+        self.metrics.gauges["lists_pressure"] = float(self.backend.services.pressure.on)
         try:
             self.metrics.gauges["credits_pending"] = await self.backend.services.settlement.credits_pending()
         except Exception as exc:  # a dead queue must not hide the metrics that report it
@@ -235,10 +238,10 @@ class App:
     def background_jobs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
         """The periodic money jobs of a worker: crediting and lists (every worker: a consumer
         group shares the queue), refunds and reconciliation (one worker at a time: the holder of
-        the job's lease, so the databases' idle load does not grow with workers or nodes), flags,
-        metrics. Each is safe on any number of workers at once (every step is idempotent), and
-        each ends after its current step once ``stopping`` is set (a stop never cuts a credit
-        between its ledger entry and its mark)."""
+        the job's lease, so the databases' idle load does not grow with workers or nodes), flags
+        (the crediting mode, the lists' pressure switch), metrics. Each is safe on any number of
+        workers at once (every step is idempotent), and each ends after its current step once
+        ``stopping`` is set (a stop never cuts a credit between its ledger entry and its mark)."""
         svc, s, leases = self.backend.services, self.settings, self.backend.leases
 
         def leased(name: str, interval_s: float, job: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
@@ -259,6 +262,10 @@ class App:
         async def metrics() -> None:
             self.metrics.flush()
 
+        async def flags() -> None:
+            await svc.crediting.sync()
+            await svc.pressure.sync()
+
         return [
             every("credits", s.credit_interval_s, credits, self.stopping),
             every(
@@ -273,7 +280,7 @@ class App:
                 leased("reconcile", s.reconcile_interval_s, lambda: svc.settlement.reconcile(s.reconcile_window_ms)),
                 self.stopping,
             ),
-            every("flags", 1.0, svc.crediting.sync, self.stopping),
+            every("flags", 1.0, flags, self.stopping),
             every("metrics", 1.0, metrics, self.stopping),
         ]
 

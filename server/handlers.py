@@ -176,3 +176,11 @@ class Handlers:
             raise errors.InvalidRequest("mode must be one of realtime_large, queued, deferred") from None
         await self.svc.crediting.set_mode(mode)
         return json_response(200, {"mode": mode.value})
+
+    async def lists_pressure(self, ctx: Context) -> Response:
+        """POST /v1/admin/lists-pressure {on}: shed list and bill pages past the cached ones, or not."""
+        on = ctx.json().get("on")
+        if type(on) is not bool:
+            raise errors.InvalidRequest("on must be true or false")
+        await self.svc.pressure.set(on)
+        return json_response(200, {"on": on})

@@ -1,5 +1,6 @@
 """Accounts: balances, top-ups (each Idempotency-Key applies once, for one amount), the bill
-(the ledger, newest first) and the non-critical profile fields."""
+(the ledger, newest first; past the first pages refused under pressure) and the non-critical
+profile fields."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hongbao.core.clock import Clock
 from hongbao.core.money import parse_fen
 from hongbao.core.ports import LedgerEntry, LedgerStore, ProfileStore
 from hongbao.core.rules import valid_user_id
+from hongbao.core.services.pressure import ListsPressure
 from hongbao.core.times import rfc3339
 from hongbao.core.vocabulary import EntryKind
 
@@ -21,12 +23,12 @@ _IDEMPOTENCY_KEY = re.compile(r"[!-~]{1,128}")
 
 
 class Accounts:
-    """The accounts over ``ledger`` and ``profiles``."""
+    """The accounts over ``ledger`` and ``profiles``; the bill's pages follow the lists' ``pressure`` switch."""
 
-    __slots__ = ("ledger", "profiles", "clock")
+    __slots__ = ("ledger", "profiles", "clock", "pressure")
 
-    def __init__(self, ledger: LedgerStore, profiles: ProfileStore, clock: Clock) -> None:
-        self.ledger, self.profiles, self.clock = ledger, profiles, clock
+    def __init__(self, ledger: LedgerStore, profiles: ProfileStore, clock: Clock, pressure: ListsPressure) -> None:
+        self.ledger, self.profiles, self.clock, self.pressure = ledger, profiles, clock, pressure
 
     async def topup(self, user_id: str, amount_fen: object, key: str | None) -> bool:
         """Add ``amount_fen`` (an integer, 1..MAX_TOPUP_FEN) to ``user_id``'s balance once per
@@ -55,7 +57,9 @@ class Accounts:
         return await self.ledger.balance(user_id)
 
     async def bill(self, user_id: str, page: int) -> dict[str, object]:
-        """Page ``page`` (PAGE_SIZE entries) of ``user_id``'s ledger, newest first."""
+        """Page ``page`` (PAGE_SIZE entries) of ``user_id``'s ledger, newest first. Raises
+        Degraded for a page the pressure switch sheds."""
+        self.pressure.check(page)
         entries = await self.ledger.entries(user_id, (page - 1) * PAGE_SIZE, PAGE_SIZE)
         return {
             "page": page,

@@ -4,7 +4,8 @@ summary. Nothing here reveals an amount before it is opened (none is pre-allocat
 Details and lists go through the read caches when there are any (production: memory, then
 Redis, then the database; hongbao.core.view_cache); the embedded backend reads the database. A
 cached view holds nothing about its reader: details are checked against the reader's membership
-(memory for a second, then the database) on every read."""
+(memory for a second, then the database) on every read. Pages past the first SERVED_PAGES of a
+list are refused while the pressure switch is on (hongbao.core.services.pressure)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from hongbao.core.clock import Clock
 from hongbao.core.packet import Packet, Status
 from hongbao.core.ports import GroupStore, PacketStore, ProfileStore, UserListStore
 from hongbao.core.services.audience import Audience, check_order_id
+from hongbao.core.services.pressure import SERVED_PAGES, ListsPressure
 from hongbao.core.times import BUSINESS_TZ, rfc3339
 from hongbao.core.view_cache import View, ViewCache, details_entry, lists_entry
 from hongbao.core.vocabulary import Direction
 
 PAGE_SIZE = 20
-CACHED_PAGES = 2  # the lists' first two pages are cached
+CACHED_PAGES = SERVED_PAGES  # the lists' first two pages are cached: those served under pressure
 
 
 def year_bounds_ms(year: int) -> tuple[int, int]:
@@ -32,9 +34,10 @@ def year_bounds_ms(year: int) -> tuple[int, int]:
 
 class Reading:
     """Details and lists over ``packets``, ``lists``, ``profiles`` and ``groups``, checked by
-    ``audience``, through ``views`` (the read caches; None: every read from the database)."""
+    ``audience``, through ``views`` (the read caches; None: every read from the database); list
+    pages follow the ``pressure`` switch."""
 
-    __slots__ = ("audience", "packets", "lists", "profiles", "groups", "clock", "views")
+    __slots__ = ("audience", "packets", "lists", "profiles", "groups", "clock", "views", "pressure")
 
     def __init__(
         self,
@@ -45,9 +48,10 @@ class Reading:
         groups: GroupStore,
         clock: Clock,
         views: ViewCache | None,
+        pressure: ListsPressure,
     ) -> None:
         self.audience, self.packets, self.lists, self.profiles = audience, packets, lists, profiles
-        self.groups, self.clock, self.views = groups, clock, views
+        self.groups, self.clock, self.views, self.pressure = groups, clock, views, pressure
 
     async def details(self, user_id: str, order_id: str) -> dict[str, object]:
         """Packet details for a member: totals, status, receipts in open order, best luck once
@@ -116,7 +120,9 @@ class Reading:
     async def user_list(self, user_id: str, direction: Direction, year: int, page: int) -> dict[str, object]:
         """Page ``page`` (PAGE_SIZE rows, newest first) of the user's ``direction`` list in
         ``year``, with the year's summary: count, total fen, best-luck count. The first
-        CACHED_PAGES pages come from the read caches when there are any."""
+        CACHED_PAGES pages come from the read caches when there are any. Raises Degraded for a
+        page the pressure switch sheds."""
+        self.pressure.check(page)
         cache = self.views
 
         async def load() -> tuple[View, bool]:

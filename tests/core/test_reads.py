@@ -1,9 +1,15 @@
 """The read side's product rules through the services, on the embedded backend (and, through
-tests/integration/test_mysql_service.py, on the production one): the caller's groups page by page."""
+tests/integration/test_mysql_service.py, on the production one): the caller's groups page by page,
+and the lists' pressure switch that every worker follows."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from hongbao.core import errors
 from hongbao.core.services import Services
+from hongbao.core.services.pressure import PRESSURE_RETRY_AFTER_S
+from hongbao.core.vocabulary import Direction
 from hongbao.server.composition import Backend
 
 
@@ -27,3 +33,38 @@ async def test_my_groups_come_page_by_page(backend: Backend) -> None:
     await svc.groups.remove_member("M", made[0], "M")
     assert await _groups(svc, "M", 1) == [g for g in everyone if g[0] != made[0]][:20]
     assert await _groups(svc, "nobody", 1) == []
+
+
+async def test_pressure_sheds_pages_past_the_second_on_every_worker(make_backend: Callable[..., Backend]) -> None:
+    """With the switch on, list and bill pages past the second raise Degraded (Retry-After 30 s) on
+    the worker that set it, and on another once it synced; pages 1 and 2 are served; off, every page."""
+    w1, w2 = make_backend().services, make_backend().services
+    await w1.accounts.topup("U", 100, "k")
+
+    async def pages(svc: Services) -> list[bool]:
+        """Whether page 3 of the received list, the sent list and the bill is served."""
+        served = []
+        for read in (
+            lambda: svc.reading.user_list("U", Direction.RECEIVED, 2026, 3),
+            lambda: svc.reading.user_list("U", Direction.SENT, 2026, 3),
+            lambda: svc.accounts.bill("U", 3),
+        ):
+            try:
+                await read()
+                served.append(True)
+            except errors.Degraded as exc:
+                assert exc.headers == [("retry-after", str(PRESSURE_RETRY_AFTER_S))]
+                served.append(False)
+        return served
+
+    assert await pages(w1) == await pages(w2) == [True] * 3
+    await w1.pressure.set(True)
+    assert await pages(w1) == [False] * 3
+    assert (await w1.reading.user_list("U", Direction.RECEIVED, 2026, 2))["items"] == []
+    assert (await w1.accounts.bill("U", 1))["items"] != []
+    assert await pages(w2) == [True] * 3  # not synced yet
+    await w2.pressure.sync()
+    assert await pages(w2) == [False] * 3
+    await w2.pressure.set(False)
+    await w1.pressure.sync()
+    assert await pages(w1) == [True] * 3

@@ -257,6 +257,17 @@ ROWS = [
     # admin routes: admins only, and their inputs are checked too
     Row("topup-not-admin", "POST", "/v1/admin/accounts/alice/topup", 403, "forbidden", body={"amount_fen": 100}),
     Row("crediting-mode-not-admin", "POST", "/v1/admin/crediting-mode", 403, "forbidden", body={"mode": "queued"}),
+    Row("lists-pressure-not-admin", "POST", "/v1/admin/lists-pressure", 403, "forbidden", body={"on": True}),
+    Row(
+        "lists-pressure-not-bool",
+        "POST",
+        "/v1/admin/lists-pressure",
+        400,
+        "invalid_request",
+        user="admin",
+        body={"on": 1},
+    ),
+    Row("lists-pressure-missing", "POST", "/v1/admin/lists-pressure", 400, "invalid_request", user="admin", body={}),
     Row("clock-not-admin", "POST", "/v1/admin/clock", 403, "forbidden", body={"now_ms": 0}),
     Row(
         "topup-zero",

@@ -47,6 +47,7 @@ T = TypeVar("T")
 
 TOPUP = "/v1/admin/accounts/{user_id}/topup"
 MODE = "/v1/admin/crediting-mode"
+PRESSURE = "/v1/admin/lists-pressure"
 PUSH = "/v1/admin/push"
 CLOCK = "/v1/admin/clock"
 GROUP = "/v1/groups/{group_id}"
@@ -547,6 +548,19 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
         assert (
             code(check(alice.get("/v1/me/ledger", params={"page": page}), "/v1/me/ledger", 400)) == "invalid_request"
         ), page
+
+    # under pressure, pages past the second are shed
+    assert check(admin.post(PRESSURE, json={"on": True}), PRESSURE, 200) == {"on": True}
+    assert "hongbao_lists_pressure 1.0" in check(anon.get("/metrics"), "/metrics", 200)
+    for path in ("/v1/me/received", "/v1/me/sent", "/v1/me/ledger"):
+        shed = alice.get(path, params={"page": 3})
+        assert code(check(shed, path, 503)) == "degraded" and shed.headers["retry-after"] == "30", path
+        assert check(alice.get(path, params={"page": 2}), path, 200)["items"] == [], path
+    assert code(check(admin.post(PRESSURE, json={"on": "yes"}), PRESSURE, 400)) == "invalid_request"
+    assert code(check(alice.post(PRESSURE, json={"on": False}), PRESSURE, 403)) == "forbidden"
+    assert check(admin.post(PRESSURE, json={"on": False}), PRESSURE, 200) == {"on": False}
+    assert check(alice.get("/v1/me/ledger", params={"page": 3}), "/v1/me/ledger", 200)["items"] == []
+    assert "hongbao_lists_pressure 0.0" in check(anon.get("/metrics"), "/metrics", 200)
 
     # expiry: a paid packet past its expiry is gone, then refunded
     late = check(
