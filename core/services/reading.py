@@ -4,8 +4,10 @@ summary. Nothing here reveals an amount before it is opened (none is pre-allocat
 Details and lists go through the read caches when there are any (production: memory, then
 Redis, then the database; hongbao.core.view_cache); the embedded backend reads the database. A
 cached view holds nothing about its reader: details are checked against the reader's membership
-(memory for a second, then the database) on every read. Pages past the first SERVED_PAGES of a
-list are refused while the pressure switch is on (hongbao.core.services.pressure)."""
+(memory for a second, then the database) on every read. The status of a packet past its expiry
+is set on every read, not cached with the view: ``expired`` from the moment ``now >= expires_at``,
+before the refund job got to it. Pages past the first SERVED_PAGES of a list are refused while
+the pressure switch is on (hongbao.core.services.pressure)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,15 @@ def year_bounds_ms(year: int) -> tuple[int, int]:
     return int(start.timestamp()) * 1000, int(end.timestamp()) * 1000
 
 
+def _as_of(view: View, now_ms: int) -> View:
+    """The details ``view`` as of ``now_ms``: an active packet past its expiry shows ``expired`` (in a
+    copy: a cached view is shared, never changed)."""
+    # RFC 3339 strings of one fixed width (times.rfc3339) sort as the times they name
+    if view["status"] == Status.ACTIVE and rfc3339(now_ms) >= str(view["expires_at"]):
+        return {**view, "status": Status.EXPIRED.value}
+    return view
+
+
 class Reading:
     """Details and lists over ``packets``, ``lists``, ``profiles`` and ``groups``, checked by
     ``audience``, through ``views`` (the read caches; None: every read from the database); list
@@ -54,21 +65,22 @@ class Reading:
         self.groups, self.clock, self.views, self.pressure = groups, clock, views, pressure
 
     async def details(self, user_id: str, order_id: str) -> dict[str, object]:
-        """Packet details for a member: totals, status, receipts in open order, best luck once
-        finished (a finished or refunded packet's details are final). Raises BadOrderId,
-        NotFound, NotPaid, NotMember."""
+        """Packet details for a member: totals, status (``expired`` once past its expiry until
+        refunded), receipts in open order, best luck once finished (a finished or refunded
+        packet's details are final). Raises BadOrderId, NotFound, NotPaid, NotMember."""
         check_order_id(order_id)
         cache = self.views
-        if cache is None:
-            return (await self._details_of(await self.audience.visible_packet(user_id, order_id, reading=True)))[0]
         now_ms = self.clock.now_ms()
+        if cache is None:
+            view = (await self._details_of(await self.audience.visible_packet(user_id, order_id, reading=True)))[0]
+            return _as_of(view, now_ms)
 
         async def load() -> tuple[View, bool]:
             return await self._details_of(await self.audience.visible_packet(user_id, order_id, reading=True))
 
         view = await cache.read(details_entry(order_id), "d", now_ms, load, "details")
         await self._check_audience(cache, view, user_id, now_ms)
-        return view
+        return _as_of(view, now_ms)
 
     async def _check_audience(self, cache: ViewCache, view: View, user_id: str, now_ms: int) -> None:
         """Raise NotMember unless ``user_id`` may see the packet of ``view`` (as

@@ -1,16 +1,46 @@
 """The read side's product rules through the services, on the embedded backend (and, through
-tests/integration/test_mysql_service.py, on the production one): the caller's groups page by page,
-and the lists' pressure switch that every worker follows."""
+tests/integration/test_mysql_service.py, on the production one): details say ``expired`` from the
+moment of expiry and ``refunded`` once refunded, the caller's groups page by page, and the lists'
+pressure switch that every worker follows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from hongbao.core import errors
+from hongbao.core.clock import ManualClock
+from hongbao.core.packet import Status
 from hongbao.core.services import Services
 from hongbao.core.services.pressure import PRESSURE_RETRY_AFTER_S
 from hongbao.core.vocabulary import Direction
 from hongbao.server.composition import Backend
+
+from tests.core.test_service import _group, _paid
+
+
+async def test_details_say_expired_from_the_moment_of_expiry(backend: Backend, clock: ManualClock) -> None:
+    """Details say ``active`` until expires_at, ``expired`` from then (opens are refused with
+    Expired, the row still active) and ``refunded`` once the refund job ran."""
+    svc = backend.services
+    await _group(svc, "g", ["S", "A", "B"])
+    order_id = await _paid(svc, "S", {"count": 2, "total_fen": 200, "group_id": "g"}, fund=200)
+    await svc.opening.open("A", order_id)
+    packet = await svc.ports.packets.get_packet(order_id)
+    assert packet is not None
+    clock.set_ms(packet.expires_at_ms - 1)
+    assert (await svc.reading.details("B", order_id))["status"] == "active"
+    clock.set_ms(packet.expires_at_ms)
+    assert (await svc.reading.details("B", order_id))["status"] == "expired"
+    with pytest.raises(errors.Expired):
+        await svc.opening.open("B", order_id)
+    still = await svc.ports.packets.get_packet(order_id)
+    assert still is not None and still.status is Status.ACTIVE
+    await svc.settlement.refund_due()
+    details = await svc.reading.details("B", order_id)
+    receipt = await svc.ports.packets.receipt(order_id, "A")
+    assert receipt is not None
+    assert (details["status"], details["refunded_fen"]) == ("refunded", 200 - receipt.amount_fen)
 
 
 async def _groups(svc: Services, user_id: str, page: int) -> list[tuple[object, object]]:
