@@ -296,10 +296,13 @@ class ListScans(Protocol):
 
 
 class ProfileStore(Protocol):
-    """The non-critical store: greetings, nicknames, avatars; callers fall back to defaults."""
+    """The non-critical store (docs/architecture.md section 5): packets' greetings and users'
+    nicknames and avatar URLs; Redis in production, a SQLite side table embedded. Every method
+    raises ``hongbao.core.breaker.BreakerOpen`` while the store is down: callers fall back to
+    defaults (hongbao.core.services.profiles)."""
 
     async def set_greeting(self, order_id: str, greeting: str) -> None:
-        """Keep the packet's greeting."""
+        """Keep the packet's greeting (at least as long as the packet can be opened)."""
         ...
 
     async def greeting(self, order_id: str) -> str | None:
@@ -310,8 +313,9 @@ class ProfileStore(Protocol):
         """Keep the user's nickname and avatar URL."""
         ...
 
-    async def profile(self, user_id: str) -> tuple[str, str] | None:
-        """(nickname, avatar_url), or None."""
+    async def profiles(self, user_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """(nickname, avatar_url) of each of ``user_ids`` that set a profile (the others are
+        left out), in one round trip."""
         ...
 
 

@@ -82,6 +82,7 @@ class App:
             Route("GET", "/v1/me/received", h.received),
             Route("GET", "/v1/me/sent", h.sent),
             Route("GET", "/v1/me/ledger", h.ledger),
+            Route("GET", "/v1/me/profile", h.my_profile),
             Route("PUT", "/v1/me/profile", h.profile),
             Route("GET", "/v1/ws", self.ws_gate.upgrade_required, auth="none"),  # 426 before any token check
             Route("GET", "/v1/ws/preflight", self.ws_gate.preflight),

@@ -161,11 +161,14 @@ class Handlers:
         return json_response(200, await self.svc.accounts.bill(ctx.user_id, ctx.query_int("page", 1, 1, MAX_PAGE)))
 
     async def profile(self, ctx: Context) -> Response:
-        """PUT /v1/me/profile {nickname, avatar_url}: non-critical profile fields."""
+        """PUT /v1/me/profile {nickname, avatar_url}: non-critical profile fields -> the profile as shown."""
         body = ctx.json()
         nickname, avatar = body.get("nickname", ""), body.get("avatar_url", "")
-        await self.svc.accounts.set_profile(ctx.user_id, nickname, avatar)
-        return json_response(200, {"user_id": ctx.user_id, "nickname": nickname, "avatar_url": avatar})
+        return json_response(200, await self.svc.profiles.set(ctx.user_id, nickname, avatar))
+
+    async def my_profile(self, ctx: Context) -> Response:
+        """GET /v1/me/profile -> {user_id, nickname, avatar_url} (the defaults when unset or unreadable)."""
+        return json_response(200, await self.svc.profiles.get(ctx.user_id))
 
     async def crediting_mode(self, ctx: Context) -> Response:
         """POST /v1/admin/crediting-mode {mode}: realtime_large | queued | deferred, at run time."""

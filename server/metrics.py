@@ -55,6 +55,7 @@ _COUNTERS = {
     "redis_fallback_details": "Packet details read from the DB because Redis was down (not cached there)",
     "redis_fallback_lists": "Sent/received list pages read from the DB because Redis was down (not cached there)",
     "redis_views_lost_bumps": "Details/list cache invalidations lost to a Redis outage (sent again with the next read)",
+    "redis_fallback_profiles": "Greeting and profile calls skipped because Redis was down (defaults shown)",
 }
 
 

@@ -1,7 +1,8 @@
 """The read side's product rules through the services, on the embedded backend (and, through
-tests/integration/test_mysql_service.py, on the production one): details say ``expired`` from the
-moment of expiry and ``refunded`` once refunded, the caller's groups page by page, and the lists'
-pressure switch that every worker follows."""
+tests/integration/test_mysql_service.py, on the production one): details name the sender and the
+openers with their profiles or the defaults, details say ``expired`` from the moment of expiry and
+``refunded`` once refunded, the caller's groups page by page, and the lists' pressure switch that
+every worker follows."""
 
 from __future__ import annotations
 
@@ -13,10 +14,49 @@ from hongbao.core.clock import ManualClock
 from hongbao.core.packet import Status
 from hongbao.core.services import Services
 from hongbao.core.services.pressure import PRESSURE_RETRY_AFTER_S
+from hongbao.core.services.profiles import PROFILE_MEMORY_TTL_MS
 from hongbao.core.vocabulary import Direction
 from hongbao.server.composition import Backend
 
 from tests.core.test_service import _group, _paid
+
+
+async def _names(svc: Services, reader: str, order_id: str) -> list[tuple[object, object, object]]:
+    """(user id, nickname, avatar_url) of the sender, then of each opener, in the details ``reader`` sees."""
+    view = await svc.reading.details(reader, order_id)
+    sender, receipts = view["sender"], view["receipts"]
+    assert isinstance(sender, dict) and isinstance(receipts, list)
+    people = [sender, *receipts]
+    return [(p["user_id"], p["nickname"], p["avatar_url"]) for p in people]
+
+
+async def test_details_name_the_sender_and_openers(make_backend: Callable[..., Backend], clock: ManualClock) -> None:
+    """Details carry the sender's and each opener's nickname and avatar_url (the user id and "" when
+    unset or empty); the worker that changes a profile shows it at once, another within its memory TTL."""
+    w1, w2 = make_backend().services, make_backend().services
+    await _group(w1, "g", ["S", "A", "B"])
+    assert await w1.profiles.set("S", "Sender", "https://x.test/s.png") == {
+        "user_id": "S",
+        "nickname": "Sender",
+        "avatar_url": "https://x.test/s.png",
+    }
+    await w1.profiles.set("A", "", "https://x.test/a.png")
+    order_id = await _paid(w1, "S", {"count": 3, "total_fen": 300, "group_id": "g", "greeting": "恭喜"}, fund=300)
+    for user in ("A", "B"):
+        await w1.opening.open(user, order_id)
+    expected = [("S", "Sender", "https://x.test/s.png"), ("A", "A", "https://x.test/a.png"), ("B", "B", "")]
+    assert await _names(w2, "B", order_id) == expected
+    assert (await w2.reading.details("A", order_id))["greeting"] == "恭喜"
+    assert await w2.profiles.get("B") == {"user_id": "B", "nickname": "B", "avatar_url": ""}
+
+    await w1.profiles.set("B", "Bee", "https://x.test/b.png")
+    changed = [*expected[:2], ("B", "Bee", "https://x.test/b.png")]
+    assert await _names(w1, "S", order_id) == changed
+    assert await _names(w2, "S", order_id) == expected  # w2 keeps what it read for its memory TTL
+    clock.advance_ms(PROFILE_MEMORY_TTL_MS)
+    assert await _names(w2, "S", order_id) == changed
+    with pytest.raises(errors.InvalidRequest):
+        await w1.profiles.set("A", "n" * 65, "")
 
 
 async def test_details_say_expired_from_the_moment_of_expiry(backend: Backend, clock: ManualClock) -> None:

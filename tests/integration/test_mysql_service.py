@@ -1,8 +1,8 @@
 """The service suites of tests/core/test_service.py, test_half_done_pay.py and test_reads.py, unchanged,
 on the production backend: the MySQL/MariaDB adapters over a real MariaDB (2 x 2 shards), the queue
-on Redis Streams and the order-id sequence and pre-orders on a real standalone Redis and on a
-3-master Redis Cluster, all emptied before each test; then what only a real server shows: the batched open under 300
-concurrent openers across two workers, and refunds racing on three."""
+on Redis Streams and the order-id sequence, pre-orders, greetings and profiles on a real standalone
+Redis and on a 3-master Redis Cluster, all emptied before each test; then what only a real server
+shows: the batched open under 300 concurrent openers across two workers, and refunds racing on three."""
 
 from __future__ import annotations
 

@@ -339,6 +339,8 @@ ROWS = [
     Row("list-year-text", "GET", "/v1/me/received?year=last", 400, "invalid_request"),
     Row("ledger-page-huge", "GET", "/v1/me/ledger?page=99999999999999999999", 400, "invalid_request"),
     Row("profile-nickname-too-long", "PUT", "/v1/me/profile", 400, "invalid_request", body={"nickname": "n" * 65}),
+    Row("profile-avatar-not-text", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": ["x"]}),
+    Row("profile-read-no-token", "GET", "/v1/me/profile", 401, "unauthorized", user=""),
     Row("groups-page-zero", "GET", "/v1/groups?page=0", 400, "invalid_request"),
     Row("groups-page-text", "GET", "/v1/groups?page=two", 400, "invalid_request"),
     # routes and methods

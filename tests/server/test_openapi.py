@@ -443,8 +443,11 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert code(check(alice.post(PUSH, json={"topic": "news", "event": "note"}), PUSH, 403)) == "forbidden"
 
     # profile
+    unset = {"user_id": "alice", "nickname": "alice", "avatar_url": ""}
+    assert check(alice.get("/v1/me/profile"), "/v1/me/profile", 200) == unset
     profile = {"nickname": "Alice", "avatar_url": "https://example.com/a.png"}
     assert check(alice.put("/v1/me/profile", json=profile), "/v1/me/profile", 200) == {"user_id": "alice", **profile}
+    assert check(alice.get("/v1/me/profile"), "/v1/me/profile", 200) == {"user_id": "alice", **profile}
     assert code(check(alice.put("/v1/me/profile", json={"nickname": 5}), "/v1/me/profile", 400)) == "invalid_request"
 
     # send: bad input, then a lucky packet of 3 shares
@@ -521,7 +524,12 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert code(check(frank.post(f"/v1/packets/{order}/open"), OPEN, 410)) == "finished"
     details = check(frank.get(f"/v1/packets/{order}"), PACKET, 200)
     assert details["status"] == "finished" and details["opened_fen"] == 300 and details["greeting"] == "恭喜发财"
-    assert [r["user_id"] for r in details["receipts"]] == ["bob", "carol", "alice"]
+    assert [(r["user_id"], r["nickname"], r["avatar_url"]) for r in details["receipts"]] == [
+        ("bob", "bob", ""),
+        ("carol", "carol", ""),
+        ("alice", "Alice", "https://example.com/a.png"),
+    ]
+    assert details["sender"] == {"user_id": "alice", **profile}
     assert details["best_luck_user_id"] in {"bob", "carol", "alice"}
 
     # lists and the bill (written by background jobs)

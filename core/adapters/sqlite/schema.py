@@ -74,6 +74,7 @@ _SHARED = (
         amount_fen INTEGER NOT NULL, created_at INTEGER NOT NULL, best_luck INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (user_id, direction, order_id)) STRICT""",
     "CREATE INDEX IF NOT EXISTS t_user_list_time ON t_user_list (user_id, direction, created_at)",
+    # the non-critical store's side tables (greetings, profiles: hongbao.core.adapters.sqlite.profiles)
     """CREATE TABLE IF NOT EXISTS t_packet_note (order_id TEXT PRIMARY KEY, greeting TEXT NOT NULL) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_profile (
         user_id TEXT PRIMARY KEY, nickname TEXT NOT NULL, avatar_url TEXT NOT NULL) STRICT""",
