@@ -15,6 +15,7 @@ PACKAGES = {
     "hongbao.core.services": "core/services",
     "hongbao.server": "server",
     "hongbao.server.static": "server/static",  # data only (the push clients' JS and demo page)
+    "hongbao.server.docs": "docs",  # data only (openapi.yaml, served at /v1/openapi.yaml)
     "hongbao.bench": "bench",
     "hongbao.bench.http": "bench/http",
     "hongbao.bench.push": "bench/push",
@@ -27,5 +28,6 @@ PACKAGES = {
 setup(
     packages=list(PACKAGES),
     package_dir=PACKAGES,
-    package_data={name: ["py.typed"] for name in PACKAGES} | {"hongbao.server.static": ["*.js", "*.html"]},
+    package_data={name: ["py.typed"] for name in PACKAGES}
+    | {"hongbao.server.static": ["*.js", "*.html"], "hongbao.server.docs": ["openapi.yaml"]},
 )

@@ -134,16 +134,21 @@ class Busy(HongbaoError):
 
 
 class Degraded(HongbaoError):
-    """A dependency is down and the operation has no degraded path (503 degraded, with
-    ``Retry-After: 1``: a breaker or a pool tries the dependency again within a second)."""
+    """A dependency is down and the operation has no degraded path, or the operation is shed
+    under pressure (503 degraded, with ``Retry-After: <retry_after>`` in whole seconds; 1 by
+    default: a breaker or a pool tries the dependency again within a second)."""
 
     code = "degraded"
     status = 503
 
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
     @property
     def headers(self) -> list[tuple[str, str]]:
-        """Retry-After: 1 (RFC 9110 section 10.2.3)."""
-        return [("retry-after", "1")]
+        """Retry-After in whole seconds, at least 1 (RFC 9110 section 10.2.3)."""
+        return [("retry-after", str(max(1, self.retry_after)))]
 
 
 class MethodNotAllowed(HongbaoError):

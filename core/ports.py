@@ -213,6 +213,11 @@ class GroupStore(Protocol):
         """Every member, sorted."""
         ...
 
+    async def of_member(self, user_id: str, offset: int, limit: int) -> list[tuple[str, str]]:
+        """(group_id, creator_id) of the groups ``user_id`` is a member of, by group id, skipping
+        the first ``offset``, at most ``limit``."""
+        ...
+
 
 class SequenceSource(Protocol):
     """Order-id sequence numbers: (source, sequence) unique per region and day (docs/architecture.md section 4)."""
@@ -301,10 +306,13 @@ class ListScans(Protocol):
 
 
 class ProfileStore(Protocol):
-    """The non-critical store: greetings, nicknames, avatars; callers fall back to defaults."""
+    """The non-critical store (docs/architecture.md section 5): packets' greetings and users'
+    nicknames and avatar URLs; Redis in production, a SQLite side table embedded. Every method
+    raises ``hongbao.core.breaker.BreakerOpen`` while the store is down: callers fall back to
+    defaults (hongbao.core.services.profiles)."""
 
     async def set_greeting(self, order_id: str, greeting: str) -> None:
-        """Keep the packet's greeting."""
+        """Keep the packet's greeting (at least as long as the packet can be opened)."""
         ...
 
     async def greeting(self, order_id: str) -> str | None:
@@ -315,8 +323,9 @@ class ProfileStore(Protocol):
         """Keep the user's nickname and avatar URL."""
         ...
 
-    async def profile(self, user_id: str) -> tuple[str, str] | None:
-        """(nickname, avatar_url), or None."""
+    async def profiles(self, user_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """(nickname, avatar_url) of each of ``user_ids`` that set a profile (the others are
+        left out), in one round trip."""
         ...
 
 

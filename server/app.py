@@ -23,6 +23,7 @@ from hongbao.core.clock import OffsetFileClock
 from hongbao.core.membership import FOLLOW_S
 from hongbao.core.soon import Soon
 from hongbao.server.access_log import access, audit
+from hongbao.server.api_docs import docs_routes
 from hongbao.server.auth import Identity, TokenVerifier
 from hongbao.server.composition import Backend
 from hongbao.server.config import Settings
@@ -67,8 +68,10 @@ class App:
             *MetricsRoutes(backend, metrics, stores.sessions).routes(),
             Route("POST", "/v1/admin/accounts/{user_id}/topup", h.topup, auth="admin"),
             Route("POST", "/v1/admin/crediting-mode", h.crediting_mode, auth="admin"),
+            Route("POST", "/v1/admin/lists-pressure", h.lists_pressure, auth="admin"),
             AdminPush(self.push).route(),
             Route("GET", "/v1/balance", h.balance),
+            Route("GET", "/v1/groups", h.my_groups),
             Route("POST", "/v1/groups", h.create_group),
             Route("GET", "/v1/groups/{group_id}", h.get_group),
             Route("POST", "/v1/groups/{group_id}/members", h.add_members),
@@ -82,10 +85,12 @@ class App:
             Route("GET", "/v1/me/received", h.received),
             Route("GET", "/v1/me/sent", h.sent),
             Route("GET", "/v1/me/ledger", h.ledger),
+            Route("GET", "/v1/me/profile", h.my_profile),
             Route("PUT", "/v1/me/profile", h.profile),
             Route("GET", "/v1/ws", self.ws_gate.upgrade_required, auth="none"),  # 426 before any token check
             Route("GET", "/v1/ws/preflight", self.ws_gate.preflight),
             *asset_routes(),
+            *docs_routes(),
         ]
         if settings.test_clock:
             routes.append(Route("POST", "/v1/admin/clock", self.move_clock, auth="admin"))
@@ -226,10 +231,10 @@ class App:
     def background_jobs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
         """The periodic money jobs of a worker: crediting and lists (every worker: a consumer
         group shares the queue), refunds and reconciliation (one worker at a time: the holder of
-        the job's lease, so the databases' idle load does not grow with workers or nodes), flags,
-        metrics. Each is safe on any number of workers at once (every step is idempotent), and
-        each ends after its current step once ``stopping`` is set (a stop never cuts a credit
-        between its ledger entry and its mark)."""
+        the job's lease, so the databases' idle load does not grow with workers or nodes), flags
+        (the crediting mode, the lists' pressure switch), metrics. Each is safe on any number of
+        workers at once (every step is idempotent), and each ends after its current step once
+        ``stopping`` is set (a stop never cuts a credit between its ledger entry and its mark)."""
         svc, s, leases = self.backend.services, self.settings, self.backend.leases
 
         def leased(name: str, interval_s: float, job: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
@@ -250,6 +255,10 @@ class App:
         async def metrics() -> None:
             self.metrics.flush()
 
+        async def flags() -> None:
+            await svc.crediting.sync()
+            await svc.pressure.sync()
+
         return [
             every("credits", s.credit_interval_s, credits, self.stopping),
             every(
@@ -264,7 +273,7 @@ class App:
                 leased("reconcile", s.reconcile_interval_s, lambda: svc.settlement.reconcile(s.reconcile_window_ms)),
                 self.stopping,
             ),
-            every("flags", 1.0, svc.crediting.sync, self.stopping),
+            every("flags", 1.0, flags, self.stopping),
             *(every("follow", FOLLOW_S, follow, self.stopping) for follow in self.backend.follow),
             every("metrics", 1.0, metrics, self.stopping),
         ]

@@ -10,7 +10,8 @@ Two backends, side by side:
 - ``production``: money (packets, receipts, accounts, ledger, lists), groups and flags in sharded
   MySQL/MariaDB (``mysql_dsn``, migrated by ``hongbao migrate``); the order-id sequence, pre-orders,
   the grab filter's shared level and the read views on Redis (``redis_url``, ``redis_cluster``) in
-  front of their MySQL fallbacks; the queues and the push stores on Redis. One Redis client (its
+  front of their MySQL fallbacks; the queues, the non-critical store (greetings, profiles: no
+  fallback but their defaults) and the push stores on Redis. One Redis client (its
   ``Pipelines``: the commands of one loop tick go out together) and one circuit breaker per worker
   serve money and push alike, so one outage opens one breaker (docs/architecture.md section 10).
 
@@ -34,7 +35,7 @@ from hongbao.core.adapters.mysql.audit import audit_mysql
 from hongbao.core.adapters.mysql.cold import move_cold
 from hongbao.core.adapters.mysql.db import MysqlShards
 from hongbao.core.adapters.mysql.ledger import MysqlLedgerStore
-from hongbao.core.adapters.mysql.lists import MysqlProfileStore, MysqlUserListStore
+from hongbao.core.adapters.mysql.lists import MysqlUserListStore
 from hongbao.core.adapters.mysql.packets import MysqlPacketStore
 from hongbao.core.adapters.mysql.schema import MigrateReport, NotMigrated, check_migrated
 from hongbao.core.adapters.mysql.schema import migrate as migrate_mysql
@@ -49,6 +50,7 @@ from hongbao.core.adapters.redis.guard import (
     GuardedTopicLog,
 )
 from hongbao.core.adapters.redis.members import RedisMembershipFeed
+from hongbao.core.adapters.redis.profiles import RedisProfileStore
 from hongbao.core.adapters.redis.push import RedisSessionStore
 from hongbao.core.adapters.redis.push_logs import MAX_BLOCK_S, Generation, RedisMessageLog, RedisTopicLog
 from hongbao.core.adapters.redis.push_nodes import RedisNodeDirectory
@@ -65,8 +67,9 @@ from hongbao.core.adapters.redis.views import RedisViews
 from hongbao.core.adapters.sqlite.audit import audit_sqlite
 from hongbao.core.adapters.sqlite.db import DB_FILE, SqliteDb
 from hongbao.core.adapters.sqlite.ledger import SqliteLedgerStore
-from hongbao.core.adapters.sqlite.lists import SqliteProfileStore, SqliteUserListStore
+from hongbao.core.adapters.sqlite.lists import SqliteUserListStore
 from hongbao.core.adapters.sqlite.packets import SqlitePacketStore
+from hongbao.core.adapters.sqlite.profiles import SqliteProfileStore
 from hongbao.core.adapters.sqlite.push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
 from hongbao.core.adapters.sqlite.push_db import PUSH_DB_FILE, open_push_db
 from hongbao.core.adapters.sqlite.state import (
@@ -219,10 +222,12 @@ def production(
     ``redis`` for one worker, without a push channel (``open_backend`` adds it): the queue on
     Redis Streams as ``consumer``; the sequence and pre-orders on Redis first, MySQL while it is
     down; the grab filter's shared level (while Redis is down at most ``grab_db_rate_per_s``
-    grab checks a second go to the DB) and the read views on Redis; everything Redis behind one
+    grab checks a second go to the DB), the read views and the non-critical store (greetings kept
+    the packets' expiry and a day) on Redis; everything Redis behind one
     breaker (fallbacks and openings counted in ``counts``, the worker's metrics events). Both the
     pools and ``redis`` are closed with the backend."""
     counts = {} if counts is None else counts
+    limits = limits or Limits()
     breaker = redis_breaker(counts)
     preorders: PreOrderStore = RedisPreOrderStore(redis, breaker, MysqlPreOrderStore(shards), counts)
     sequence: SequenceSource = RedisSequenceSource(redis, breaker, shards, MysqlSequenceSource(shards), counts)
@@ -240,13 +245,13 @@ def production(
         queue,
         clock,
         MysqlUserListStore(shards),
-        MysqlProfileStore(shards),
+        RedisProfileStore(redis, breaker, counts, expiry_ms=limits.expiry_ms),
         RedisFlags(redis, breaker, MysqlFlags(shards), counts),
         RedisExpiryIndex(redis, breaker, counts),
     )
     services = Services.build(
         ports,
-        limits or Limits(),
+        limits,
         admission,
         max_in_db=max_in_db,
         draw=draw,

@@ -54,6 +54,11 @@ class Handlers:
         group_id, members = await self.svc.groups.create(ctx.user_id, ctx.json().get("members"))
         return json_response(201, {"group_id": group_id, "members": members})
 
+    async def my_groups(self, ctx: Context) -> Response:
+        """GET /v1/groups?page= -> {page, items: [{group_id, creator_id}]}: the caller's groups, 20 a page."""
+        page = ctx.query_int("page", 1, 1, MAX_PAGE)
+        return json_response(200, await self.svc.groups.of_member(ctx.user_id, page))
+
     async def get_group(self, ctx: Context) -> Response:
         """GET /v1/groups/{group_id} -> {group_id, creator_id, members} (members only)."""
         group_id = ctx.params["group_id"]
@@ -156,11 +161,14 @@ class Handlers:
         return json_response(200, await self.svc.accounts.bill(ctx.user_id, ctx.query_int("page", 1, 1, MAX_PAGE)))
 
     async def profile(self, ctx: Context) -> Response:
-        """PUT /v1/me/profile {nickname, avatar_url}: non-critical profile fields."""
+        """PUT /v1/me/profile {nickname, avatar_url}: non-critical profile fields -> the profile as shown."""
         body = ctx.json()
         nickname, avatar = body.get("nickname", ""), body.get("avatar_url", "")
-        await self.svc.accounts.set_profile(ctx.user_id, nickname, avatar)
-        return json_response(200, {"user_id": ctx.user_id, "nickname": nickname, "avatar_url": avatar})
+        return json_response(200, await self.svc.profiles.set(ctx.user_id, nickname, avatar))
+
+    async def my_profile(self, ctx: Context) -> Response:
+        """GET /v1/me/profile -> {user_id, nickname, avatar_url} (the defaults when unset or unreadable)."""
+        return json_response(200, await self.svc.profiles.get(ctx.user_id))
 
     async def crediting_mode(self, ctx: Context) -> Response:
         """POST /v1/admin/crediting-mode {mode}: realtime_large | queued | deferred, at run time."""
@@ -171,3 +179,11 @@ class Handlers:
             raise errors.InvalidRequest("mode must be one of realtime_large, queued, deferred") from None
         await self.svc.crediting.set_mode(mode)
         return json_response(200, {"mode": mode.value})
+
+    async def lists_pressure(self, ctx: Context) -> Response:
+        """POST /v1/admin/lists-pressure {on}: shed list and bill pages past the cached ones, or not."""
+        on = ctx.json().get("on")
+        if type(on) is not bool:
+            raise errors.InvalidRequest("on must be true or false")
+        await self.svc.pressure.set(on)
+        return json_response(200, {"on": on})

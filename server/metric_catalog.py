@@ -107,6 +107,12 @@ CREDITING_MODE = MetricSpec(
     ("mode",),
     "scrape",
 )
+LISTS_PRESSURE = MetricSpec(
+    "lists_pressure",
+    "gauge",
+    "1 while the lists' pressure switch is on (only the first two pages of a list are served), else 0",
+    merge="scrape",
+)
 CREDITS_PENDING = MetricSpec(
     "credits_pending",
     "gauge",
@@ -158,6 +164,7 @@ EVENTS: tuple[MetricSpec, ...] = (
         "redis_views_lost_bumps",
         "Details/list cache invalidations lost to a Redis outage (sent again with the next read)",
     ),
+    _counter("redis_fallback_profiles", "Greeting and profile calls skipped because Redis was down (defaults shown)"),
     _counter(
         "membership_lost_announcements",
         "Group membership changes not announced to the other workers (their copies live out their 60 s)",
@@ -175,6 +182,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     OPENS_IN_FLIGHT,
     BREAKER_OPEN,
     CREDITING_MODE,
+    LISTS_PRESSURE,
     CREDITS_PENDING,
 )
 BY_NAME = {spec.name: spec for spec in CATALOG}

@@ -24,6 +24,7 @@ from hongbao.server.metric_catalog import (
     BREAKER_OPEN,
     CREDITING_MODE,
     CREDITS_PENDING,
+    LISTS_PRESSURE,
     ONLINE_USERS,
     OPENS_IN_FLIGHT,
 )
@@ -65,10 +66,11 @@ class MetricsRoutes:
 
     async def scraped(self) -> dict[str, dict[Labels, float]]:
         """The gauges read now: the crediting mode (1 for the mode in force, 0 for the others),
-        the credits pending and the users online (each left out when its store fails to answer)."""
+        the lists' pressure switch, the credits pending and the users online (each left out when its store fails to answer)."""
         mode = self.backend.services.crediting.mode
         values: dict[str, dict[Labels, float]] = {
-            CREDITING_MODE.name: {(m.value,): float(m is mode) for m in CreditingMode}
+            CREDITING_MODE.name: {(m.value,): float(m is mode) for m in CreditingMode},
+            LISTS_PRESSURE.name: {(): float(self.backend.services.pressure.on)},
         }
         answers = await asyncio.gather(
             self.backend.services.settlement.credits_pending(), self.sessions.online_count(), return_exceptions=True

@@ -5,9 +5,12 @@ Receive: the native ``FrameDecoder`` (masking required, sizes checked before all
 checked across fragments); a ``ProtocolError`` fails the connection with its close code (1002,
 1007, 1009) and the TCP connection is closed at once (section 7.1.7). Messages:
 
-- a text message must be a JSON object, else close 1007 (section 7.4.1: "data within a message
-  that was not consistent with the type of the message"); ``{"type": "ping"}`` is answered
-  ``{"type": "pong"}`` here; every other object goes to ``hub.on_message``;
+- a text message that is not a JSON object (valid UTF-8: the decoder closed 1007 on anything
+  else) is answered ``{"type": "error", "code": "invalid_request", "message"}`` and the
+  connection stays open, as for an object the hub does not know (1007 is for data inconsistent
+  with the message's type, i.e. text that is not UTF-8: RFC 6455 section 7.4.1; a JSON mistake is
+  an application error); ``{"type": "ping"}`` is answered ``{"type": "pong"}`` here; every other
+  object goes to ``hub.on_message``;
 - a binary message closes with 1003 (the protocol has no binary messages);
 - a ping is answered with a pong carrying its payload (section 5.5.2), an unsolicited pong is
   ignored (5.5.3); inbound frames call ``hub.touched`` (liveness; once per read, and not before
@@ -45,6 +48,7 @@ from collections import deque
 from typing import Any, Protocol, cast
 
 import orjson
+from hongbao.server import push_messages
 from hongbao.server.auth import Identity
 from hongbao.server.config import Settings
 from hongbao.server.ws_handshake import Cursor
@@ -67,6 +71,7 @@ WRITE_LOW = 16 * 1024
 SNDBUF = 64 * 1024  # the socket's kernel send buffer (Linux doubles it), fixed rather than autotuned
 HELD_MAX = 64  # messages held while the hub attaches the connection
 PONG_FRAME = encode_frame(OP_TEXT, b'{"type":"pong"}')
+NOT_AN_OBJECT_FRAME = encode_frame(OP_TEXT, push_messages.error("a message must be a JSON object"))
 MAX_REASON_BYTES = 123  # a close reason fits a 125-byte control frame with its code (section 5.5.1)
 
 
@@ -235,7 +240,7 @@ class WsConnection(asyncio.Protocol):
         except orjson.JSONDecodeError:
             message = None
         if not isinstance(message, dict):
-            self.close(1007, "a message must be a JSON object")
+            self.send_frame(NOT_AN_OBJECT_FRAME)
         elif message.get("type") == "ping":
             self._write_control(PONG_FRAME)
         elif self.held is not None:

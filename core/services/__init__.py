@@ -5,7 +5,8 @@ small class over the ports it needs (docs/architecture.md, the layers):
   (open and its batches), ``crediting`` (the crediting mode and the credit itself),
   ``settlement`` (the credit queue, refunds, the reconciler), ``lists`` (the user lists from
   their queue, and their repair), ``reading`` (details and lists), ``accounts`` (balances,
-  top-ups, the bill, profiles) and ``groups`` (the group rules);
+  top-ups, the bill), ``groups`` (the group rules), ``profiles`` (nicknames, avatars and
+  greetings, with their defaults) and ``pressure`` (the lists' pressure switch);
 - ``audience`` (who may see a packet) and ``outbox`` (events, queue messages and cache
   invalidations after a write; its ``notifier`` is the push hub in a server) are shared by them.
 
@@ -30,6 +31,8 @@ from hongbao.core.services.groups import Groups
 from hongbao.core.services.lists import ListKeeper
 from hongbao.core.services.opening import Opening
 from hongbao.core.services.outbox import Outbox
+from hongbao.core.services.pressure import ListsPressure
+from hongbao.core.services.profiles import Profiles
 from hongbao.core.services.reading import Reading
 from hongbao.core.services.sending import Sending
 from hongbao.core.services.settlement import Settlement
@@ -53,6 +56,8 @@ class Services:
     reading: Reading
     accounts: Accounts
     groups: Groups
+    profiles: Profiles
+    pressure: ListsPressure
 
     @staticmethod
     def build(
@@ -107,6 +112,7 @@ class Services:
         lists = ListKeeper(
             ports.lists, ports.packets, ports.queue, ports.flags, ports.clock, limits, outbox, list_scans
         )
+        profiles, pressure = Profiles(ports.profiles, ports.clock), ListsPressure(ports.flags)
         return Services(
             ports,
             limits,
@@ -118,7 +124,9 @@ class Services:
             opening,
             lists,
             Settlement(ports, limits, crediting, sending, lists, outbox, grab_state),
-            Reading(audience, ports.packets, ports.lists, ports.profiles, ports.groups, ports.clock, views),
-            Accounts(ports.ledger, ports.profiles, ports.clock),
+            Reading(audience, ports.packets, ports.lists, profiles, ports.groups, ports.clock, views, pressure),
+            Accounts(ports.ledger, ports.clock, pressure),
             Groups(ports.groups, limits, ports.clock),
+            profiles,
+            pressure,
         )

@@ -1,5 +1,5 @@
-"""Accounts: balances, top-ups (each Idempotency-Key applies once, for one amount), the bill
-(the ledger, newest first) and the non-critical profile fields."""
+"""Accounts: balances, top-ups (each Idempotency-Key applies once, for one amount) and the bill
+(the ledger, newest first; past the first pages refused under pressure)."""
 
 from __future__ import annotations
 
@@ -9,24 +9,24 @@ import secrets
 from hongbao.core import errors
 from hongbao.core.clock import Clock
 from hongbao.core.money import parse_fen
-from hongbao.core.ports import LedgerEntry, LedgerStore, ProfileStore
+from hongbao.core.ports import LedgerEntry, LedgerStore
 from hongbao.core.rules import valid_user_id
+from hongbao.core.services.pressure import ListsPressure
 from hongbao.core.times import rfc3339
 from hongbao.core.vocabulary import EntryKind
 
 PAGE_SIZE = 20
 MAX_TOPUP_FEN = 100_000_000_000  # 1e9 yuan a top-up: keeps every balance far from the int64 limit of its column
-NICKNAME_MAX_CHARS, AVATAR_URL_MAX_CHARS = 64, 512
 _IDEMPOTENCY_KEY = re.compile(r"[!-~]{1,128}")
 
 
 class Accounts:
-    """The accounts over ``ledger`` and ``profiles``."""
+    """The accounts over ``ledger``; the bill's pages follow the lists' ``pressure`` switch."""
 
-    __slots__ = ("ledger", "profiles", "clock")
+    __slots__ = ("ledger", "clock", "pressure")
 
-    def __init__(self, ledger: LedgerStore, profiles: ProfileStore, clock: Clock) -> None:
-        self.ledger, self.profiles, self.clock = ledger, profiles, clock
+    def __init__(self, ledger: LedgerStore, clock: Clock, pressure: ListsPressure) -> None:
+        self.ledger, self.clock, self.pressure = ledger, clock, pressure
 
     async def topup(self, user_id: str, amount_fen: object, key: str | None) -> bool:
         """Add ``amount_fen`` (an integer, 1..MAX_TOPUP_FEN) to ``user_id``'s balance once per
@@ -55,7 +55,9 @@ class Accounts:
         return await self.ledger.balance(user_id)
 
     async def bill(self, user_id: str, page: int) -> dict[str, object]:
-        """Page ``page`` (PAGE_SIZE entries) of ``user_id``'s ledger, newest first."""
+        """Page ``page`` (PAGE_SIZE entries) of ``user_id``'s ledger, newest first. Raises
+        Degraded for a page the pressure switch sheds."""
+        self.pressure.check(page)
         entries = await self.ledger.entries(user_id, (page - 1) * PAGE_SIZE, PAGE_SIZE)
         return {
             "page": page,
@@ -64,15 +66,3 @@ class Accounts:
                 for e in entries
             ],
         }
-
-    async def set_profile(self, user_id: str, nickname: object, avatar_url: object) -> None:
-        """Keep ``user_id``'s nickname (at most 64 characters) and avatar URL (at most 512).
-        Raises InvalidRequest for anything else."""
-        if (
-            not isinstance(nickname, str)
-            or not isinstance(avatar_url, str)
-            or len(nickname) > NICKNAME_MAX_CHARS
-            or len(avatar_url) > AVATAR_URL_MAX_CHARS
-        ):
-            raise errors.InvalidRequest("nickname (<= 64 chars) and avatar_url (<= 512 chars) must be strings")
-        await self.profiles.set_profile(user_id, nickname, avatar_url)

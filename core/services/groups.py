@@ -11,6 +11,8 @@ from hongbao.core.clock import Clock
 from hongbao.core.ports import GroupStore
 from hongbao.core.rules import Limits, valid_user_id
 
+PAGE_SIZE = 20
+
 
 class Groups:
     """The group rules over ``groups`` under ``limits``."""
@@ -32,6 +34,12 @@ class Groups:
         """(creator, members sorted) of ``group_id`` for its member ``user_id``. Raises NotFound, NotMember."""
         await self.check_member(user_id, group_id)
         return await self.groups.creator(group_id), await self.groups.members(group_id)
+
+    async def of_member(self, user_id: str, page: int) -> dict[str, object]:
+        """Page ``page`` (1 first, PAGE_SIZE a page, by group id) of the groups ``user_id`` is a
+        member of: ``{page, items: [{group_id, creator_id}]}``."""
+        found = await self.groups.of_member(user_id, (page - 1) * PAGE_SIZE, PAGE_SIZE)
+        return {"page": page, "items": [{"group_id": g, "creator_id": c} for g, c in found]}
 
     async def add_members(self, user_id: str, group_id: str, members: object) -> tuple[int, list[str]]:
         """A member adds others: (how many were new, the members sorted). Raises NotFound,

@@ -60,5 +60,7 @@ class Outbox:
         if greeting:
             try:
                 await self.profiles.set_greeting(order_id, greeting)
+            except BreakerOpen:  # the non-critical store is down: its breaker logged it and counts the skip
+                pass
             except Exception:
                 log.exception("could not keep the greeting of %s", order_id)

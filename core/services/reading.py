@@ -4,7 +4,12 @@ summary. Nothing here reveals an amount before it is opened (none is pre-allocat
 Details and lists go through the read caches when there are any (production: memory, then
 Redis, then the database; hongbao.core.view_cache); the embedded backend reads the database. A
 cached view holds nothing about its reader: details are checked against the reader's membership
-(memory for a second, then the database) on every read."""
+(memory for a second, then the database) on every read. What changes without a write is added
+to the view on every read, not cached with it: the status of a packet past its expiry
+(``expired`` from the moment ``now >= expires_at``, before the refund job got to it), and the
+sender's and openers' nicknames and avatars (hongbao.core.services.profiles: memory, then one
+read of the non-critical store, else the defaults). Pages past the first SERVED_PAGES of a list
+are refused while the pressure switch is on (hongbao.core.services.pressure)."""
 
 from __future__ import annotations
 
@@ -13,14 +18,16 @@ from datetime import datetime
 from hongbao.core import errors
 from hongbao.core.clock import Clock
 from hongbao.core.packet import Packet, Status
-from hongbao.core.ports import GroupStore, PacketStore, ProfileStore, UserListStore
+from hongbao.core.ports import GroupStore, PacketStore, UserListStore
 from hongbao.core.services.audience import Audience, check_order_id
+from hongbao.core.services.pressure import SERVED_PAGES, ListsPressure
+from hongbao.core.services.profiles import Profiles
 from hongbao.core.times import BUSINESS_TZ, rfc3339
 from hongbao.core.view_cache import View, ViewCache, details_entry, lists_entry
 from hongbao.core.vocabulary import Direction
 
 PAGE_SIZE = 20
-CACHED_PAGES = 2  # the lists' first two pages are cached
+CACHED_PAGES = SERVED_PAGES  # the lists' first two pages are cached: those served under pressure
 
 
 def year_bounds_ms(year: int) -> tuple[int, int]:
@@ -31,40 +38,63 @@ def year_bounds_ms(year: int) -> tuple[int, int]:
 
 
 class Reading:
-    """Details and lists over ``packets``, ``lists``, ``profiles`` and ``groups``, checked by
-    ``audience``, through ``views`` (the read caches; None: every read from the database)."""
+    """Details and lists over ``packets``, ``lists``, ``profiles`` (the non-critical fields) and
+    ``groups``, checked by ``audience``, through ``views`` (the read caches; None: every read from
+    the database); list pages follow the ``pressure`` switch."""
 
-    __slots__ = ("audience", "packets", "lists", "profiles", "groups", "clock", "views")
+    __slots__ = ("audience", "packets", "lists", "profiles", "groups", "clock", "views", "pressure")
 
     def __init__(
         self,
         audience: Audience,
         packets: PacketStore,
         lists: UserListStore,
-        profiles: ProfileStore,
+        profiles: Profiles,
         groups: GroupStore,
         clock: Clock,
         views: ViewCache | None,
+        pressure: ListsPressure,
     ) -> None:
         self.audience, self.packets, self.lists, self.profiles = audience, packets, lists, profiles
-        self.groups, self.clock, self.views = groups, clock, views
+        self.groups, self.clock, self.views, self.pressure = groups, clock, views, pressure
 
     async def details(self, user_id: str, order_id: str) -> dict[str, object]:
-        """Packet details for a member: totals, status, receipts in open order, best luck once
-        finished (a finished or refunded packet's details are final). Raises BadOrderId,
-        NotFound, NotPaid, NotMember."""
+        """Packet details for a member: totals, status (``expired`` once past its expiry until
+        refunded), receipts in open order, best luck once finished (a finished or refunded
+        packet's details are final), the sender and every opener with their nickname and
+        avatar_url. Raises BadOrderId, NotFound, NotPaid, NotMember."""
         check_order_id(order_id)
         cache = self.views
-        if cache is None:
-            return (await self._details_of(await self.audience.visible_packet(user_id, order_id, reading=True)))[0]
         now_ms = self.clock.now_ms()
+        if cache is None:
+            view = (await self._details_of(await self.audience.visible_packet(user_id, order_id, reading=True)))[0]
+            return await self._as_of(view, now_ms)
 
         async def load() -> tuple[View, bool]:
             return await self._details_of(await self.audience.visible_packet(user_id, order_id, reading=True))
 
         view = await cache.read(details_entry(order_id), "d", now_ms, load, "details")
         await self._check_audience(cache, view, user_id, now_ms)
-        return view
+        return await self._as_of(view, now_ms)
+
+    async def _as_of(self, view: View, now_ms: int) -> View:
+        """A copy of the details ``view`` (a cached one is shared: never changed) as of ``now_ms``:
+        an active packet past its expiry shows ``expired``, and the sender and each receipt get
+        their nickname and avatar_url (one read for all of them)."""
+        receipts = view["receipts"]
+        assert isinstance(receipts, list)
+        sender = str(view["sender_id"])
+        names = await self.profiles.names([sender, *(r["user_id"] for r in receipts)])
+        out = dict(view)
+        # RFC 3339 strings of one fixed width (times.rfc3339) sort as the times they name
+        if out["status"] == Status.ACTIVE and rfc3339(now_ms) >= str(view["expires_at"]):
+            out["status"] = Status.EXPIRED.value
+        nickname, avatar_url = names[sender]
+        out["sender"] = {"user_id": sender, "nickname": nickname, "avatar_url": avatar_url}
+        out["receipts"] = [
+            {**r, "nickname": names[r["user_id"]][0], "avatar_url": names[r["user_id"]][1]} for r in receipts
+        ]
+        return out
 
     async def _check_audience(self, cache: ViewCache, view: View, user_id: str, now_ms: int) -> None:
         """Raise NotMember unless ``user_id`` may see the packet of ``view`` (as
@@ -82,14 +112,12 @@ class Reading:
             raise errors.NotMember(f"{user_id} is not a member of the packet's group")
 
     async def _details_of(self, packet: Packet) -> tuple[View, bool]:
-        """(the details of ``packet`` from the database, whether they are final: finished or refunded)."""
+        """(the details of ``packet`` from the database, whether they are final: finished or
+        refunded, with the greeting read)."""
         order_id = packet.order_id
         receipts = await self.packets.receipts(order_id)
         best = await self.packets.best_luck(order_id) if packet.status is Status.FINISHED else None
-        try:
-            greeting = await self.profiles.greeting(order_id) or ""
-        except Exception:  # non-critical store down: default greeting
-            greeting = ""
+        greeting = await self.profiles.greeting(order_id)  # None: the non-critical store is down
         return {
             "order_id": order_id,
             "sender_id": packet.sender_id,
@@ -103,7 +131,7 @@ class Reading:
             "refunded_fen": packet.refunded_fen,
             "group_id": packet.group_id,
             "receiver_id": packet.receiver_id,
-            "greeting": greeting,
+            "greeting": greeting or "",
             "created_at": rfc3339(packet.created_at_ms),
             "expires_at": rfc3339(packet.expires_at_ms),
             "receipts": [
@@ -111,12 +139,14 @@ class Reading:
                 for r in receipts
             ],
             "best_luck_user_id": best,
-        }, packet.status in (Status.FINISHED, Status.REFUNDED)
+        }, packet.status in (Status.FINISHED, Status.REFUNDED) and greeting is not None  # kept long once whole
 
     async def user_list(self, user_id: str, direction: Direction, year: int, page: int) -> dict[str, object]:
         """Page ``page`` (PAGE_SIZE rows, newest first) of the user's ``direction`` list in
         ``year``, with the year's summary: count, total fen, best-luck count. The first
-        CACHED_PAGES pages come from the read caches when there are any."""
+        CACHED_PAGES pages come from the read caches when there are any. Raises Degraded for a
+        page the pressure switch sheds."""
+        self.pressure.check(page)
         cache = self.views
 
         async def load() -> tuple[View, bool]:

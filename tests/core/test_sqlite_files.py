@@ -49,7 +49,7 @@ def test_new_files_each_hold_their_own_tables(tmp_path: Path) -> None:
 
 def test_version_3_money_file_drops_the_push_tables(tmp_path: Path) -> None:
     """A version 3 money file upgrades in place: push tables dropped, money rows kept, the ledger's
-    index of kinds added, version 5."""
+    index of kinds and the members' index of users added, version 6."""
     SqliteDb(tmp_path / MONEY_FILE).close()
     with sqlite3.connect(tmp_path / MONEY_FILE) as conn:
         conn.execute("INSERT INTO t_account (user_id, balance_fen) VALUES ('u1', 1234)")
@@ -59,12 +59,14 @@ def test_version_3_money_file_drops_the_push_tables(tmp_path: Path) -> None:
         conn.execute("CREATE TABLE t_push_session (uid TEXT PRIMARY KEY, sid TEXT)")
         conn.execute("INSERT INTO t_push_message VALUES ('u1', 1, 0, x'00')")
         conn.execute("DROP INDEX t_ledger_kind")
+        conn.execute("DROP INDEX t_group_member_user")
     SqliteDb(tmp_path / MONEY_FILE).close()
     assert not any(name.startswith("t_push_") for name in tables(tmp_path / MONEY_FILE))
     with sqlite3.connect(tmp_path / MONEY_FILE) as conn:
         assert conn.execute("SELECT balance_fen FROM t_account WHERE user_id = 'u1'").fetchone() == (1234,)
         assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 't_ledger_kind'").fetchone() == (1,)
-    assert meta(tmp_path / MONEY_FILE, "schema_version") == str(SCHEMA_VERSION) == "5"
+        assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 't_group_member_user'").fetchone() == (1,)
+    assert meta(tmp_path / MONEY_FILE, "schema_version") == str(SCHEMA_VERSION) == "6"
 
 
 def test_version_1_push_file_restarts_its_streams(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.core.test_service import _group, _paid
 from tests.integration.mariadb import SERVICE_LAYOUT, MariaDb, make_backend  # noqa: F401  (fixture)
 
-TABLES_PER_DB = 7 + 3 * 4 + 4 * 31 * 2  # per-database tables + accounts/ledger/lists x M + packets/receipts x M x 31
+TABLES_PER_DB = 5 + 3 * 4 + 4 * 31 * 2  # per-database tables + accounts/ledger/lists x M + packets/receipts x M x 31
 
 
 def _config(tmp_path: Path, prefix: str, dbs: int = 4, tables: int = 4) -> Path:
@@ -71,13 +71,17 @@ def test_migrate_is_idempotent_and_refuses_another_layout(
 def test_migrate_upgrades_a_version_1_schema_in_place(
     mariadb: MariaDb, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A schema of version 1 (ledger tables without the by_kind index) is upgraded in place to
-    version 2: the index added to every ledger table, the rows kept, the version recorded."""
+    """A schema of version 1 (ledger tables without the by_kind index, group members without
+    by_user, the greeting and profile tables of version 2 and older) is upgraded in place to version
+    3: the indexes added, the rows kept (the old tables' too: left for the operator), the version recorded."""
     config, dsn = _config(tmp_path, "up_", 2, 2), mariadb.dsn
     assert cli_main(["migrate", "--config", str(config), "--mysql-dsn", dsn]) == 0
     for db in range(2):
         for t in range(2):
             asyncio.run(_sql(mariadb, f"ALTER TABLE up_db_{db:02}.t_ledger_{t:02} DROP INDEX by_kind"))
+        asyncio.run(_sql(mariadb, f"ALTER TABLE up_db_{db:02}.t_group_member DROP INDEX by_user"))
+        asyncio.run(_sql(mariadb, f"CREATE TABLE up_db_{db:02}.t_profile (user_id VARCHAR(64) PRIMARY KEY)"))
+        asyncio.run(_sql(mariadb, f"INSERT INTO up_db_{db:02}.t_profile VALUES ('old')"))
         asyncio.run(_sql(mariadb, f"UPDATE up_db_{db:02}.t_meta SET value = '1' WHERE name = 'schema_version'"))
     asyncio.run(
         _sql(
@@ -98,6 +102,15 @@ def test_migrate_upgrades_a_version_1_schema_in_place(
         )
     )
     assert indexed == [(f"up_db_{db:02}", f"t_ledger_{t:02}") for db in range(2) for t in range(2)]
+    by_user = asyncio.run(
+        _sql(
+            mariadb,
+            "SELECT table_schema, table_name, column_name FROM information_schema.statistics "
+            "WHERE table_schema LIKE 'up\\_db\\___' AND index_name = 'by_user' AND seq_in_index = 1 ORDER BY 1",
+        )
+    )
+    assert by_user == [(f"up_db_{db:02}", "t_group_member", "user_id") for db in range(2)]
+    assert asyncio.run(_sql(mariadb, "SELECT user_id FROM up_db_01.t_profile")) == [("old",)]
     versions = asyncio.run(
         _sql(
             mariadb,
@@ -105,7 +118,7 @@ def test_migrate_upgrades_a_version_1_schema_in_place(
             "SELECT value FROM up_db_01.t_meta WHERE name = 'schema_version'",
         )
     )
-    assert versions == [("2",), ("2",)]
+    assert versions == [("3",), ("3",)]
     assert asyncio.run(_sql(mariadb, "SELECT amount_fen FROM up_db_01.t_ledger_01 WHERE user_id = 'kept'")) == [(5,)]
 
 

@@ -1,8 +1,8 @@
-"""The service suites of tests/core/test_service.py and test_half_done_pay.py, unchanged, on the production backend: the
-MySQL/MariaDB adapters over a real MariaDB (2 x 2 shards), the queue on Redis Streams and the
-order-id sequence and pre-orders on a real standalone Redis and on a 3-master Redis Cluster, all
-emptied before each test; then what only a real server shows: the batched open under 300
-concurrent openers across two workers, and refunds racing on three."""
+"""The service suites of tests/core/test_service.py, test_half_done_pay.py and test_reads.py, unchanged,
+on the production backend: the MySQL/MariaDB adapters over a real MariaDB (2 x 2 shards), the queue
+on Redis Streams and the order-id sequence, pre-orders, greetings and profiles on a real standalone
+Redis and on a 3-master Redis Cluster, all emptied before each test; then what only a real server
+shows: the batched open under 300 concurrent openers across two workers, and refunds racing on three."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from hongbao.core.packet import Status
 from hongbao.server.composition import Backend
 
 from tests.core import test_half_done_pay as half_done
+from tests.core import test_reads as reads
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
 from tests.integration.mariadb import backend, make_backend  # noqa: F401  (fixtures)
@@ -26,7 +27,7 @@ from tests.integration.mariadb import backend, make_backend  # noqa: F401  (fixt
 globals().update(
     {
         name: test
-        for module in (suite, half_done)
+        for module in (suite, half_done, reads)
         for name, test in vars(module).items()
         if name.startswith("test_") and name != "test_lapsed_pre_orders_are_dropped"
     }

@@ -257,6 +257,17 @@ ROWS = [
     # admin routes: admins only, and their inputs are checked too
     Row("topup-not-admin", "POST", "/v1/admin/accounts/alice/topup", 403, "forbidden", body={"amount_fen": 100}),
     Row("crediting-mode-not-admin", "POST", "/v1/admin/crediting-mode", 403, "forbidden", body={"mode": "queued"}),
+    Row("lists-pressure-not-admin", "POST", "/v1/admin/lists-pressure", 403, "forbidden", body={"on": True}),
+    Row(
+        "lists-pressure-not-bool",
+        "POST",
+        "/v1/admin/lists-pressure",
+        400,
+        "invalid_request",
+        user="admin",
+        body={"on": 1},
+    ),
+    Row("lists-pressure-missing", "POST", "/v1/admin/lists-pressure", 400, "invalid_request", user="admin", body={}),
     Row("clock-not-admin", "POST", "/v1/admin/clock", 403, "forbidden", body={"now_ms": 0}),
     Row(
         "topup-zero",
@@ -328,6 +339,10 @@ ROWS = [
     Row("list-year-text", "GET", "/v1/me/received?year=last", 400, "invalid_request"),
     Row("ledger-page-huge", "GET", "/v1/me/ledger?page=99999999999999999999", 400, "invalid_request"),
     Row("profile-nickname-too-long", "PUT", "/v1/me/profile", 400, "invalid_request", body={"nickname": "n" * 65}),
+    Row("profile-avatar-not-text", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": ["x"]}),
+    Row("profile-read-no-token", "GET", "/v1/me/profile", 401, "unauthorized", user=""),
+    Row("groups-page-zero", "GET", "/v1/groups?page=0", 400, "invalid_request"),
+    Row("groups-page-text", "GET", "/v1/groups?page=two", 400, "invalid_request"),
     # routes and methods
     Row("unknown-route", "GET", "/v1/nothing-here", 404, "not_found"),
     Row("unknown-root", "GET", "/", 404, "not_found", user=""),
@@ -337,6 +352,8 @@ ROWS = [
     Row("wrong-method-open", "GET", "/v1/packets/{packet}/open", 405, "method_not_allowed", allow="POST"),
     Row("wrong-method-packet", "PUT", "/v1/packets/{packet}", 405, "method_not_allowed", allow="DELETE, GET, HEAD"),
     Row("wrong-method-healthz", "DELETE", "/healthz", 405, "method_not_allowed", user="", allow="GET, HEAD"),
+    Row("wrong-method-groups", "PUT", "/v1/groups", 405, "method_not_allowed", allow="GET, HEAD, POST"),
+    Row("wrong-method-spec", "POST", "/v1/openapi.yaml", 405, "method_not_allowed", user="", allow="GET, HEAD"),
 ]
 
 

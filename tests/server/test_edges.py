@@ -1,5 +1,6 @@
 """Edges a newcomer hit: the bearer scheme's case, idempotency keys (and their reuse), token claims,
-HTTP/1.0 keep-alive, HEAD, repeated group members, and command-line values that must be refused clearly."""
+HTTP/1.0 keep-alive, HEAD, repeated group members, details right after expiry, and command-line
+values that must be refused clearly."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import hongbao_native
@@ -17,7 +19,7 @@ import yaml
 from hongbao.server.auth import embedded_secret
 
 from tests.server.conftest import Server, run_cli
-from tests.server.flows import balance, ok, pipelined
+from tests.server.flows import balance, group, move_clock, ms, ok, paid_packet, pipelined
 from tests.server.test_openapi import SPEC_PATH, TOPUP, Checker
 
 
@@ -78,6 +80,20 @@ JSON_ROUTES = [
     for method, operation in operations.items()
     if isinstance(operation, dict) and "requestBody" in operation
 ]
+
+
+def test_details_say_expired_from_the_moment_of_expiry(make_server: Callable[..., Server]) -> None:
+    """At expires_at, before any refund job has run, details say ``expired`` as open answers 410
+    expired (they said ``active`` until the refund, which here never comes)."""
+    server = make_server(extra_config="refund_interval_s = 3600\n")
+    gid = group(server, "S", ["A"])
+    order_id = paid_packet(server, "S", {"count": 2, "total_fen": 100, "group_id": gid}, fund_fen=100)
+    with server.client("A") as a:
+        before = ok(a.get(f"/v1/packets/{order_id}"))
+        assert before["status"] == "active"
+        move_clock(server, ms(before["expires_at"]))
+        assert ok(a.get(f"/v1/packets/{order_id}"))["status"] == "expired"
+        assert ok(a.post(f"/v1/packets/{order_id}/open"), 410)["error"]["code"] == "expired"
 
 
 def test_every_json_route_refuses_an_empty_or_null_body(server: Server) -> None:

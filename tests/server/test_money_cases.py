@@ -37,6 +37,7 @@ from tests.server.flows import (
 DETAIL_KEYS = {
     "order_id",
     "sender_id",
+    "sender",
     "kind",
     "status",
     "count",
@@ -430,7 +431,9 @@ async def test_m18_amounts_are_not_predictable(server: Server) -> None:
         partial = await details_of(server, crowd, orders[0], "o9")
         assert set(partial) == DETAIL_KEYS and partial["best_luck_user_id"] is None
         assert [r["user_id"] for r in partial["receipts"]] == users[:3]
-        assert all(set(r) == {"user_id", "amount_fen", "opened_at"} for r in partial["receipts"])
+        assert all(
+            set(r) == {"user_id", "amount_fen", "opened_at", "nickname", "avatar_url"} for r in partial["receipts"]
+        )
         assert partial["opened_fen"] == sum(r["amount_fen"] for r in partial["receipts"])
         # Every packet opened by the same ten users at once.
         opens = [_call("POST", f"/v1/packets/{o}/open", auth(server, u)) for o in orders for u in users]

@@ -47,6 +47,7 @@ T = TypeVar("T")
 
 TOPUP = "/v1/admin/accounts/{user_id}/topup"
 MODE = "/v1/admin/crediting-mode"
+PRESSURE = "/v1/admin/lists-pressure"
 PUSH = "/v1/admin/push"
 CLOCK = "/v1/admin/clock"
 GROUP = "/v1/groups/{group_id}"
@@ -60,6 +61,8 @@ NON_JSON = {
     "/dashboard": ["text/html"],
     "/v1/ws/client.js": ["application/javascript"],
     "/v1/ws/demo": ["text/html"],
+    "/v1/openapi.yaml": ["application/yaml"],
+    "/v1/docs": ["text/html"],
 }
 
 
@@ -379,6 +382,10 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert "class HongbaoPush" in check(anon.get("/v1/ws/client.js"), "/v1/ws/client.js", 200)
     assert '<script src="/v1/ws/client.js">' in check(anon.get("/v1/ws/demo"), "/v1/ws/demo", 200)
 
+    # the API's own description
+    assert yaml.safe_load(check(anon.get("/v1/openapi.yaml"), "/v1/openapi.yaml", 200)) == SPEC
+    assert "<code>/v1/packets/{order_id}/open</code>" in check(anon.get("/v1/docs"), "/v1/docs", 200)
+
     # top-up, crediting mode, balance
     key = {"idempotency-key": "flow-1"}
     first = check(admin.post("/v1/admin/accounts/alice/topup", json={"amount_fen": 10_000}, headers=key), TOPUP, 200)
@@ -401,9 +408,14 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert check(alice.get("/v1/balance"), "/v1/balance", 200) == {"user_id": "alice", "balance_fen": 10_000}
 
     # groups
+    assert check(bob.get("/v1/groups"), "/v1/groups", 200) == {"page": 1, "items": []}
     created = check(alice.post("/v1/groups", json={"members": ["bob", "bob", "alice"]}), "/v1/groups", 201)
     gid = created["group_id"]
     assert created["members"] == ["alice", "bob"]
+    mine = {"page": 1, "items": [{"group_id": gid, "creator_id": "alice"}]}
+    assert check(bob.get("/v1/groups"), "/v1/groups", 200) == mine
+    assert check(bob.get("/v1/groups", params={"page": 2}), "/v1/groups", 200) == {"page": 2, "items": []}
+    assert code(check(bob.get("/v1/groups", params={"page": 0}), "/v1/groups", 400)) == "invalid_request"
     assert code(check(alice.post("/v1/groups", json={"members": "bob"}), "/v1/groups", 400)) == "invalid_request"
     assert check(bob.get(f"/v1/groups/{gid}"), GROUP, 200) == {
         "group_id": gid,
@@ -440,8 +452,11 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert code(check(alice.post(PUSH, json={"topic": "news", "event": "note"}), PUSH, 403)) == "forbidden"
 
     # profile
+    unset = {"user_id": "alice", "nickname": "alice", "avatar_url": ""}
+    assert check(alice.get("/v1/me/profile"), "/v1/me/profile", 200) == unset
     profile = {"nickname": "Alice", "avatar_url": "https://example.com/a.png"}
     assert check(alice.put("/v1/me/profile", json=profile), "/v1/me/profile", 200) == {"user_id": "alice", **profile}
+    assert check(alice.get("/v1/me/profile"), "/v1/me/profile", 200) == {"user_id": "alice", **profile}
     assert code(check(alice.put("/v1/me/profile", json={"nickname": 5}), "/v1/me/profile", 400)) == "invalid_request"
 
     # send: bad input, then a lucky packet of 3 shares
@@ -518,7 +533,12 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert code(check(frank.post(f"/v1/packets/{order}/open"), OPEN, 410)) == "finished"
     details = check(frank.get(f"/v1/packets/{order}"), PACKET, 200)
     assert details["status"] == "finished" and details["opened_fen"] == 300 and details["greeting"] == "恭喜发财"
-    assert [r["user_id"] for r in details["receipts"]] == ["bob", "carol", "alice"]
+    assert [(r["user_id"], r["nickname"], r["avatar_url"]) for r in details["receipts"]] == [
+        ("bob", "bob", ""),
+        ("carol", "carol", ""),
+        ("alice", "Alice", "https://example.com/a.png"),
+    ]
+    assert details["sender"] == {"user_id": "alice", **profile}
     assert details["best_luck_user_id"] in {"bob", "carol", "alice"}
 
     # lists and the bill (written by background jobs)
@@ -545,6 +565,19 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
         assert (
             code(check(alice.get("/v1/me/ledger", params={"page": page}), "/v1/me/ledger", 400)) == "invalid_request"
         ), page
+
+    # under pressure, pages past the second are shed
+    assert check(admin.post(PRESSURE, json={"on": True}), PRESSURE, 200) == {"on": True}
+    assert "hongbao_lists_pressure 1.0" in check(anon.get("/metrics"), "/metrics", 200)
+    for path in ("/v1/me/received", "/v1/me/sent", "/v1/me/ledger"):
+        shed = alice.get(path, params={"page": 3})
+        assert code(check(shed, path, 503)) == "degraded" and shed.headers["retry-after"] == "30", path
+        assert check(alice.get(path, params={"page": 2}), path, 200)["items"] == [], path
+    assert code(check(admin.post(PRESSURE, json={"on": "yes"}), PRESSURE, 400)) == "invalid_request"
+    assert code(check(alice.post(PRESSURE, json={"on": False}), PRESSURE, 403)) == "forbidden"
+    assert check(admin.post(PRESSURE, json={"on": False}), PRESSURE, 200) == {"on": False}
+    assert check(alice.get("/v1/me/ledger", params={"page": 3}), "/v1/me/ledger", 200)["items"] == []
+    assert "hongbao_lists_pressure 0.0" in check(anon.get("/metrics"), "/metrics", 200)
 
     # expiry: a paid packet past its expiry is gone, then refunded
     late = check(

@@ -8,8 +8,9 @@ the TCP connection. Also push cases P-20 (control frames inside fragments), P-21
 
 Families: 1 framing (lengths 0/125/126/65535/65536), 2 ping/pong, 3 reserved bits, 4 opcodes,
 5 fragmentation, 6 UTF-8, 7 close, 9 limits (``ws_max_message_bytes`` = 65536), plus what the
-app layer refuses (binary 1003, text that is not a JSON object 1007). Valid client frames come
-from the native encoder with a fresh mask; invalid ones are made by hand."""
+app layer refuses (binary 1003; text that is valid UTF-8 but not a JSON object is answered with an
+error message and the connection stays open: 1007 is for text that is not UTF-8). Valid client
+frames come from the native encoder with a fresh mask; invalid ones are made by hand."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ T, B, C, X, P, Q = hn.OP_TEXT, hn.OP_BINARY, hn.OP_CONT, hn.OP_CLOSE, hn.OP_PING
 LIMIT = 65536
 NO_STATUS = 1005  # an empty close frame reads as 1005 (RFC 6455 section 7.1.5)
 APP_PONG = (T, PONG_MESSAGE)
+NOT_AN_OBJECT = (T, b'{"type":"error","code":"invalid_request","message":"a message must be a JSON object"}')
 MASK = b"\x00\x00\x00\x00"  # an all-zero mask key: the payload goes as it is
 
 
@@ -150,9 +152,10 @@ CASES: list[Case] = [
     fail("P22-unmasked-Hi", [bytes([0x81, 0x02, 0x48, 0x69])], 1002),
     fail("P22-unmasked-app-ping", [hn.encode_frame(T, PING_MESSAGE)], 1002),
     # the app layer
-    fail("app-empty-text", [m(T)], 1007),
-    fail("app-not-json", [m(T, b"hello")], 1007),
-    fail("app-json-array", [m(T, b'[{"type":"ping"}]')], 1007),
+    ok("app-empty-text", [m(T)], NOT_AN_OBJECT),
+    ok("app-not-json", [m(T, b"hello")], NOT_AN_OBJECT),
+    ok("app-json-array", [m(T, b'[{"type":"ping"}]')], NOT_AN_OBJECT),
+    ok("app-not-json-then-ping", [m(T, b"null"), m(T, PING_MESSAGE)], NOT_AN_OBJECT, APP_PONG),
     fail("app-binary-after-ping", [m(T, PING_MESSAGE), m(B, b"\x00")], 1003, APP_PONG),
 ]
 

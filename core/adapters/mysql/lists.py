@@ -1,5 +1,6 @@
-"""UserListStore and ProfileStore on the sharded MySQL/MariaDB schema: list rows in
-``t_user_list_{t}`` on the user's shard, greetings on the packet's database, profiles on the user's."""
+"""UserListStore on the sharded MySQL/MariaDB schema: list rows in ``t_user_list_{t}`` on the user's
+shard. (Greetings and profiles are not here: they live in the non-critical store, Redis,
+hongbao.core.adapters.redis.profiles.)"""
 
 from __future__ import annotations
 
@@ -99,43 +100,3 @@ class MysqlUserListStore:
             )
         )
         return {(str(u), str(d), str(o)): bool(b) for rows in found for u, d, o, b in rows}
-
-
-class MysqlProfileStore:
-    """The production ProfileStore (hongbao.core.ports.ProfileStore), for a deployment that keeps
-    these non-critical fields in MySQL rather than in Redis."""
-
-    __slots__ = ("_shards",)
-
-    def __init__(self, shards: MysqlShards) -> None:
-        self._shards = shards
-
-    async def set_greeting(self, order_id: str, greeting: str) -> None:
-        """Keep the greeting."""
-        db, _, _ = self._shards.layout.order_shard(order_id)
-        await self._shards.execute(
-            db, "REPLACE INTO t_packet_note (order_id, greeting) VALUES (%s, %s)", (order_id, greeting)
-        )
-
-    async def greeting(self, order_id: str) -> str | None:
-        """The greeting, or None."""
-        db, _, _ = self._shards.layout.order_shard(order_id)
-        row = await self._shards.fetchone(db, "SELECT greeting FROM t_packet_note WHERE order_id = %s", (order_id,))
-        return None if row is None else str(row[0])
-
-    async def set_profile(self, user_id: str, nickname: str, avatar_url: str) -> None:
-        """Keep the profile fields."""
-        db, _ = self._shards.layout.key_shard(user_id)
-        await self._shards.execute(
-            db,
-            "REPLACE INTO t_profile (user_id, nickname, avatar_url) VALUES (%s, %s, %s)",
-            (user_id, nickname, avatar_url),
-        )
-
-    async def profile(self, user_id: str) -> tuple[str, str] | None:
-        """(nickname, avatar_url), or None."""
-        db, _ = self._shards.layout.key_shard(user_id)
-        row = await self._shards.fetchone(
-            db, "SELECT nickname, avatar_url FROM t_profile WHERE user_id = %s", (user_id,)
-        )
-        return None if row is None else (str(row[0]), str(row[1]))

@@ -4,12 +4,15 @@ Every database ``{prefix}db_{i:02}`` (i < N) holds, for t < M: the packet and re
 ``t_packet_{t:02}_{dd}`` / ``t_receipt_{t:02}_{dd}`` (dd = 01..31, the same names as the embedded
 schema), ``t_account_{t:02}``, ``t_ledger_{t:02}`` and ``t_user_list_{t:02}`` (sharded by user),
 and the per-database tables: pre-orders (by order id; only while the cache is down, and kept
-apart from the packet tables so these hold paid packets only), greetings, profiles, groups and
-their members, and ``t_meta`` (schema version, layout; run-time flags in db_00). db_00 also keeps
-the DB sequence blocks. Money is BIGINT fen, times BIGINT ms since the epoch (UTC), ids compare
-byte for byte (utf8mb4_bin). Rerunning is safe: tables are created if missing, the version is
-checked (a newer schema is refused) and recorded, and a different N x M is refused (resharding
-moves data; this tool does not).
+apart from the packet tables so these hold paid packets only), groups and their members, and
+``t_meta`` (schema version, layout; run-time flags in db_00). db_00 also keeps the DB sequence
+blocks. Greetings and profiles are not here: they live in the non-critical store (Redis); version 3
+stopped creating their tables (``t_packet_note``, ``t_profile``), and a database upgraded from an
+older version keeps them, unread, for the operator to drop (docs/operations.md). Money is BIGINT
+fen, times BIGINT ms since the epoch (UTC), ids compare byte for byte (utf8mb4_bin). Rerunning is
+safe: tables are created if missing (indexes a later version added too), the version is checked (a
+newer schema is refused) and recorded, and a different N x M is refused (resharding moves data;
+this tool does not).
 """
 
 from __future__ import annotations
@@ -24,9 +27,14 @@ from hongbao.core.adapters.mysql.db import connect_args
 from hongbao.core.adapters.sql import DAYS, packet_table, receipt_table
 from hongbao.core.sharding import Layout, parse_dsn
 
-SCHEMA_VERSION = 2  # 2: t_ledger_{t}.by_kind, the reconciler's scan of the send debits
+#: 2: t_ledger_{t}.by_kind, the reconciler's scan of the send debits; 3: t_group_member.by_user (a
+#: user's groups), t_packet_note and t_profile no longer created (greetings and profiles on Redis).
+SCHEMA_VERSION = 3
 #: Indexes a later version added to tables an older one created: (table template, index name, its definition).
-ADDED_INDEXES = (("t_ledger_{t:02}", "by_kind", "KEY by_kind (kind, created_at)"),)
+ADDED_INDEXES = (
+    ("t_ledger_{t:02}", "by_kind", "KEY by_kind (kind, created_at)"),
+    ("t_group_member", "by_user", "KEY by_user (user_id, group_id)"),
+)
 _TABLE = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
 _ORDER_ID = "order_id CHAR(20) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"
 _ID = "VARCHAR(64)"
@@ -61,13 +69,10 @@ _PER_DB = (
     f"CREATE TABLE IF NOT EXISTS t_meta (name VARCHAR(64) NOT NULL PRIMARY KEY, value VARCHAR(255) NOT NULL){_TABLE}",
     f"""CREATE TABLE IF NOT EXISTS t_preorder ({_ORDER_ID} PRIMARY KEY, body BLOB NOT NULL, expires_at BIGINT NOT NULL,
         state VARCHAR(8) NOT NULL DEFAULT 'pending', KEY expiry (expires_at)){_TABLE}""",
-    f"CREATE TABLE IF NOT EXISTS t_packet_note ({_ORDER_ID} PRIMARY KEY, greeting VARCHAR(255) NOT NULL){_TABLE}",
-    f"""CREATE TABLE IF NOT EXISTS t_profile (user_id {_ID} NOT NULL PRIMARY KEY, nickname VARCHAR(255) NOT NULL,
-        avatar_url VARCHAR(1024) NOT NULL){_TABLE}""",
     f"""CREATE TABLE IF NOT EXISTS t_group (group_id VARCHAR(255) NOT NULL PRIMARY KEY, creator_id {_ID} NOT NULL,
         created_at BIGINT NOT NULL){_TABLE}""",
     f"""CREATE TABLE IF NOT EXISTS t_group_member (group_id VARCHAR(255) NOT NULL, user_id {_ID} NOT NULL,
-        PRIMARY KEY (group_id, user_id)){_TABLE}""",
+        PRIMARY KEY (group_id, user_id), KEY by_user (user_id, group_id)){_TABLE}""",
     f"""CREATE TABLE IF NOT EXISTS t_seq_block (region TINYINT NOT NULL, yymmdd INT NOT NULL, next_seq BIGINT NOT NULL,
         PRIMARY KEY (region, yymmdd)){_TABLE}""",
 )
@@ -144,8 +149,7 @@ async def _add_indexes(cur: Cursor, name: str, layout: Layout) -> None:
     )
     present = {(str(table), str(index)) for table, index in await cur.fetchall()}
     for template, index, definition in ADDED_INDEXES:
-        for t in range(layout.n_tables):
-            table = template.format(t=t)
+        for table in dict.fromkeys(template.format(t=t) for t in range(layout.n_tables)):  # once a per-database table
             if (table, index) not in present:
                 await cur.execute(f"ALTER TABLE {table} ADD {definition}")
 

@@ -176,6 +176,23 @@ class MysqlGroupStore:
         )
         return [str(r[0]) for r in rows]
 
+    async def of_member(self, user_id: str, offset: int, limit: int) -> list[tuple[str, str]]:
+        """(group_id, creator_id) of the user's groups by group id, ``offset`` skipped, at most
+        ``limit``: the first ``offset + limit`` of every database at once (index by_user), merged."""
+        found = await asyncio.gather(
+            *(
+                self._shards.fetchall(
+                    db,
+                    "SELECT m.group_id, g.creator_id FROM t_group_member m JOIN t_group g ON g.group_id = m.group_id "
+                    "WHERE m.user_id = %s ORDER BY m.group_id LIMIT %s",
+                    (user_id, offset + limit),
+                )
+                for db in range(self._shards.layout.n_dbs)
+            )
+        )
+        merged = sorted((str(g), str(c)) for rows in found for g, c in rows)
+        return merged[offset : offset + limit]
+
 
 class MysqlSequenceSource(BlockSequence):
     """The DB block allocator (source 1) on db_00.t_seq_block: the order-id source while Redis is down."""

@@ -1,4 +1,4 @@
-"""UserListStore and ProfileStore on SQLite (t_user_list, t_packet_note, t_profile)."""
+"""UserListStore on SQLite (t_user_list)."""
 
 from __future__ import annotations
 
@@ -69,59 +69,5 @@ class SqliteUserListStore:
         def get() -> dict[tuple[str, str, str], bool]:
             found = ((k, self._db.reader.execute(sql, k).fetchone()) for k in dict.fromkeys(keys))
             return {k: bool(row[0]) for k, row in found if row is not None}
-
-        return self._db.read(get)
-
-
-class SqliteProfileStore:
-    """The embedded ProfileStore (hongbao.core.ports.ProfileStore)."""
-
-    __slots__ = ("_db",)
-
-    def __init__(self, db: SqliteDb) -> None:
-        self._db = db
-
-    async def set_greeting(self, order_id: str, greeting: str) -> None:
-        """Keep the greeting."""
-
-        def put() -> None:
-            with self._db.immediate() as conn:
-                conn.execute(
-                    "INSERT OR REPLACE INTO t_packet_note (order_id, greeting) VALUES (?, ?)", (order_id, greeting)
-                )
-
-        await self._db.run(put)
-
-    async def greeting(self, order_id: str) -> str | None:
-        """The greeting, or None."""
-
-        def get() -> str | None:
-            row = self._db.reader.execute(
-                "SELECT greeting FROM t_packet_note WHERE order_id = ?", (order_id,)
-            ).fetchone()
-            return None if row is None else str(row[0])
-
-        return self._db.read(get)
-
-    async def set_profile(self, user_id: str, nickname: str, avatar_url: str) -> None:
-        """Keep the profile fields."""
-
-        def put() -> None:
-            with self._db.immediate() as conn:
-                conn.execute(
-                    "INSERT OR REPLACE INTO t_profile (user_id, nickname, avatar_url) VALUES (?, ?, ?)",
-                    (user_id, nickname, avatar_url),
-                )
-
-        await self._db.run(put)
-
-    async def profile(self, user_id: str) -> tuple[str, str] | None:
-        """(nickname, avatar_url), or None."""
-
-        def get() -> tuple[str, str] | None:
-            row = self._db.reader.execute(
-                "SELECT nickname, avatar_url FROM t_profile WHERE user_id = ?", (user_id,)
-            ).fetchone()
-            return None if row is None else (str(row[0]), str(row[1]))
 
         return self._db.read(get)

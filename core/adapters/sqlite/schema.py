@@ -13,7 +13,9 @@ import sqlite3
 
 from hongbao.core.adapters.sql import DAYS, packet_table, receipt_table
 
-SCHEMA_VERSION = 5  # 2: t_preorder.state; 3: the push tables (t_push_*); 4: they moved to push.db; 5: t_ledger_kind
+#: 2: t_preorder.state; 3: the push tables (t_push_*); 4: they moved to push.db; 5: t_ledger_kind;
+#: 6: t_group_member_user (a user's groups)
+SCHEMA_VERSION = 6
 #: Tables of version 3 that version 4 drops (the push channel has its own file, push_db).
 MOVED_OUT_V4 = ("t_push_session", "t_push_node", "t_push_stream", "t_push_message", "t_push_topic", "t_push_broadcast")
 
@@ -58,6 +60,7 @@ _SHARED = (
         group_id TEXT PRIMARY KEY, creator_id TEXT NOT NULL, created_at INTEGER NOT NULL) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_group_member (
         group_id TEXT NOT NULL, user_id TEXT NOT NULL, PRIMARY KEY (group_id, user_id)) STRICT""",
+    "CREATE INDEX IF NOT EXISTS t_group_member_user ON t_group_member (user_id, group_id)",
     """CREATE TABLE IF NOT EXISTS t_preorder (
         order_id TEXT PRIMARY KEY, body TEXT NOT NULL, expires_at INTEGER NOT NULL,
         state TEXT NOT NULL DEFAULT 'pending') STRICT""",
@@ -71,6 +74,7 @@ _SHARED = (
         amount_fen INTEGER NOT NULL, created_at INTEGER NOT NULL, best_luck INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (user_id, direction, order_id)) STRICT""",
     "CREATE INDEX IF NOT EXISTS t_user_list_time ON t_user_list (user_id, direction, created_at)",
+    # the non-critical store's side tables (greetings, profiles: hongbao.core.adapters.sqlite.profiles)
     """CREATE TABLE IF NOT EXISTS t_packet_note (order_id TEXT PRIMARY KEY, greeting TEXT NOT NULL) STRICT""",
     """CREATE TABLE IF NOT EXISTS t_profile (
         user_id TEXT PRIMARY KEY, nickname TEXT NOT NULL, avatar_url TEXT NOT NULL) STRICT""",

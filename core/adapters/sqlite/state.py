@@ -167,6 +167,16 @@ class SqliteGroupStore:
         sql = "SELECT user_id FROM t_group_member WHERE group_id = ? ORDER BY user_id"
         return self._db.read(lambda: [str(r[0]) for r in self._db.reader.execute(sql, (group_id,))])
 
+    async def of_member(self, user_id: str, offset: int, limit: int) -> list[tuple[str, str]]:
+        """(group_id, creator_id) of the user's groups by group id, ``offset`` skipped, at most ``limit``."""
+        sql = (
+            "SELECT m.group_id, g.creator_id FROM t_group_member m JOIN t_group g ON g.group_id = m.group_id "
+            "WHERE m.user_id = ? ORDER BY m.group_id LIMIT ? OFFSET ?"
+        )
+        return self._db.read(
+            lambda: [(str(g), str(c)) for g, c in self._db.reader.execute(sql, (user_id, limit, offset))]
+        )
+
 
 class SqliteSequenceSource(BlockSequence):
     """The DB block allocator (source 1) on t_seq_block: each worker takes blocks of 1000 in a transaction."""
