@@ -66,7 +66,8 @@ class MetricsRoutes:
 
     async def scraped(self) -> dict[str, dict[Labels, float]]:
         """The gauges read now: the crediting mode (1 for the mode in force, 0 for the others),
-        the lists' pressure switch, the credits pending and the users online (each left out when its store fails to answer)."""
+        the lists' pressure switch, the credits pending and the users online (each left out when
+        its store fails to answer)."""
         mode = self.backend.services.crediting.mode
         values: dict[str, dict[Labels, float]] = {
             CREDITING_MODE.name: {(m.value,): float(m is mode) for m in CreditingMode},
