@@ -9,7 +9,8 @@
   crediting mode, the test clock, admin pushes: every route with ``auth="admin"``), refused ones
   included: who (the token's sub, "-" without a valid token), the route and path, the arguments
   (the JSON body's fields and the Idempotency-Key; only the body's size when the caller is no
-  admin), the status and the answer. INFO when it succeeded, WARNING when it was refused or failed.
+  admin), the status and the answer. WARNING when the caller was refused (401, 403: someone tried
+  an admin action without the right), else INFO (a dependency that was down has its own line).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def audit(request: Request, route: Route, identity: Identity | None, response: R
     valid token), answered with ``response`` (a JSON body, as every route's)."""
     admin = identity is not None and identity.admin
     AUDIT.log(
-        logging.INFO if response.status < 400 else logging.WARNING,
+        logging.WARNING if response.status in (401, 403) else logging.INFO,
         AUDIT_LINE,
         {
             "user": "-" if identity is None else identity.user_id,
