@@ -96,6 +96,11 @@ class CachedGroups:
                 self._creators.put(group_id, creator, now_ms)
         return creator
 
+    async def of_member(self, user_id: str, offset: int, limit: int) -> list[tuple[str, str]]:
+        """The groups of ``user_id`` (GroupStore.of_member), from the database: a listing, not the
+        request path's membership check."""
+        return await self.inner.of_member(user_id, offset, limit)
+
     async def is_member(self, group_id: str, user_id: str) -> bool:
         """Whether ``user_id`` is a member of ``group_id`` (from the first level that has the group)."""
         return user_id in await self.member_set(group_id)
