@@ -8,7 +8,10 @@ Processes are started with ``spawn`` (no state inherited from the parent's event
 threads). The parent hands each a ``LoadJob``; the process answers on the queue with
 ``("ready", proc, calls)``, then ``("progress", proc, done, counts)`` every ``PROGRESS_S``
 seconds, then ``("loaded", proc)`` when its calls are played, then (after the parent sets
-``settled``) ``("done", proc)`` once its file is written; or ``("error", proc, text)``.
+``settled``) ``("done", proc)`` once its file is written; or ``("error", proc, text)``. The file
+also holds the process's own CPU time over the load (``generator``: CPU seconds, every thread,
+and wall seconds from the common start until its last call answered), so a report can tell a
+generator that ran out of CPU from a slow server.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ async def _main(
     queue.put(("ready", job.proc, len(calls)))
     await asyncio.get_running_loop().run_in_executor(None, go.wait)
     t0 = time.monotonic() + (start.value - time.time())
+    cpu0 = time.process_time()
     push.schedule_drops(t0)
     timeout = aiohttp.ClientTimeout(total=job.scenario.timeout_s)
     recorder = Recorder(job.record) if job.record is not None else None
@@ -101,6 +105,7 @@ async def _main(
             reporter.cancel()
             if recorder is not None:
                 recorder.close()
+    generator = {"cpu_s": time.process_time() - cpu0, "wall_s": time.monotonic() - t0}
     queue.put(("progress", job.proc, executor.done, dict(executor.counts)))
     queue.put(("loaded", job.proc))
     await asyncio.get_running_loop().run_in_executor(None, settled.wait)
@@ -114,6 +119,7 @@ async def _main(
                 "receipts": [(order, user, amount, wall) for (order, user), (amount, wall) in executor.opened.items()],
                 "disagreements": executor.disagreements,
                 "push": push.summary(),
+                "generator": generator,
             }
         )
     )

@@ -5,7 +5,9 @@ are 2xx answers per second from the start to the last answer (``load.seconds``; 
 with the wait for late pushes, is ``load.wall_seconds``), and the peak is the busiest whole second.
 Errors are counted per attempt by the answer's ``error.code`` (``timeout`` or the client
 exception's name when there was no answer); ``busy`` (429) attempts are the admission rejections.
-Push delivery (expected vs delivered, latency) is ``delivery.py``'s.
+Push delivery (expected vs delivered, latency) is ``delivery.py``'s. The generator's own cost:
+``load.lag_p99_ms`` (how late calls left against the plan) and ``load.generator_cores``, each
+load process's CPU over the load in cores (CPU seconds / wall seconds; one process cannot pass 1.0).
 """
 
 from __future__ import annotations
@@ -94,6 +96,10 @@ def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: s
             "processes": scenario.processes,
             "lag_p99_ms": round(percentile(lags, 99.0), 1),
             "lag_max_ms": round(lags[-1], 1) if lags else 0.0,
+            "generator_cpu_s": round(sum(g["cpu_s"] for g in result.generator), 2),
+            "generator_cores": [
+                round(g["cpu_s"] / g["wall_s"], 2) if g["wall_s"] > 0 else 0.0 for g in result.generator
+            ],
         },
         "operations": _operations(result.samples, result.counts, span),
         "errors": {op: dict(codes.most_common()) for op, codes in sorted(errors.items())},
@@ -197,7 +203,8 @@ def print_table(report: dict[str, Any], console: Console) -> None:
     console.print(
         f"clients: {clients['packets_paid']} packets paid, {clients['receipts_seen']} receipts seen, "
         f"{clients['fen_seen']} fen, "
-        f"{clients['disagreements']} repeated opens disagreeing; generator lag p99 {load['lag_p99_ms']} ms"
+        f"{clients['disagreements']} repeated opens disagreeing; generator lag p99 {load['lag_p99_ms']} ms, "
+        f"CPU per load process {load['generator_cores']} cores"
     )
     push = report["push"]
     if push is None:

@@ -68,7 +68,9 @@ class LoadResult:
     the packets sent (order id -> [audience, count, sender, paid at]), the distinct receipts
     answered (order id, user, fen, opened at), repeated opens answered with another amount
     (``disagreements``: must be 0), each process's push summary (``push.py``), the groups' members
-    by name, the online users, the load's wall time (s) and the setup's. Times: wall clock, s."""
+    by name, the online users, the load's wall time (s) and the setup's, and each load process's
+    ``generator`` use over the load ({"cpu_s", "wall_s"}: its CPU and wall seconds, ``proc.py``).
+    Times: wall clock, s."""
 
     samples: list[Sample] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
@@ -82,6 +84,7 @@ class LoadResult:
     setup_s: float = 0.0
     calls: int = 0
     started_at: float = 0.0  # wall time (s) of the load's start: every sample's t counts from it
+    generator: list[dict[str, float]] = field(default_factory=list)
 
 
 async def _setup(opts: StormOptions, calls: list[Call], recorder: Recorder | None) -> dict[str, str]:
@@ -191,6 +194,7 @@ def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T
         result.receipts += [tuple(r) for r in data["receipts"]]
         result.disagreements += data["disagreements"]
         result.push.append(data["push"])
+        result.generator.append(data["generator"])
     if opts.record is not None:
         merge([opts.work_dir / "record-setup.jsonl", *(j.record for j in jobs if j.record)], opts.record)
     return result, settled
