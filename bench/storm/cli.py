@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from hongbao.bench.storm.runner import StormOptions
     from hongbao.server.composition import Auditor
 
-# The heavy imports (aiohttp, rich, matplotlib) wait until a storm runs: ``hongbao serve`` builds
+# The heavy imports (httptools, rich, matplotlib) wait until a storm runs: ``hongbao serve`` builds
 # this parser too.
 # flag -> scenario field, for the knobs changed most often (any other: --set FIELD=VALUE)
 SHORTCUTS = {

@@ -26,15 +26,15 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 import uvloop
-from hongbao.bench.storm.load import Executor
+from hongbao.bench.storm.http1 import Http1Client
+from hongbao.bench.storm.load import Executor, warm
 from hongbao.bench.storm.plan import SETUP, Call, load_calls, populate
 from hongbao.bench.storm.push import PushUsers
 from hongbao.bench.storm.record import Recorder, read_record
 from hongbao.bench.storm.scenario import Scenario
-from hongbao.bench.storm.wire import Tokens, connector
+from hongbao.bench.storm.wire import Tokens
 
 PROGRESS_S = 0.25
 
@@ -81,6 +81,7 @@ async def _main(
     job: LoadJob, calls: list[Call], queue: Queue[Any], start: Synchronized[float], go: Event, settled: Event
 ) -> None:
     tokens = Tokens(job.secret)
+    warm(tokens, calls)
     push = PushUsers(job.url, job.online, tokens, job.scenario)
     await push.connect()
     queue.put(("ready", job.proc, len(calls)))
@@ -88,23 +89,23 @@ async def _main(
     t0 = time.monotonic() + (start.value - time.time())
     cpu0 = time.process_time()
     push.schedule_drops(t0)
-    timeout = aiohttp.ClientTimeout(total=job.scenario.timeout_s)
     recorder = Recorder(job.record) if job.record is not None else None
-    async with aiohttp.ClientSession(connector=connector(job.scenario.connections), timeout=timeout) as session:
-        executor = Executor(session, job.url, tokens, t0, job.scenario.busy_retries, recorder, job.known)
+    client = Http1Client(job.url, job.scenario.connections, job.scenario.timeout_s)
+    executor = Executor(client, tokens, t0, job.scenario.busy_retries, recorder, job.known)
 
-        async def report() -> None:
-            while True:
-                queue.put(("progress", job.proc, executor.done, dict(executor.counts)))
-                await asyncio.sleep(PROGRESS_S)
+    async def report() -> None:
+        while True:
+            queue.put(("progress", job.proc, executor.done, dict(executor.counts)))
+            await asyncio.sleep(PROGRESS_S)
 
-        reporter = asyncio.create_task(report())
-        try:
-            await executor.play(calls)
-        finally:
-            reporter.cancel()
-            if recorder is not None:
-                recorder.close()
+    reporter = asyncio.create_task(report())
+    try:
+        await executor.play(calls)
+    finally:
+        reporter.cancel()
+        client.close()
+        if recorder is not None:
+            recorder.close()
     generator = {"cpu_s": time.process_time() - cpu0, "wall_s": time.monotonic() - t0}
     queue.put(("progress", job.proc, executor.done, dict(executor.counts)))
     queue.put(("loaded", job.proc))

@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiohttp
 import orjson
 import uvloop
+from hongbao.bench.storm.http1 import Http1Client
 from hongbao.bench.storm.load import Executor, Sample
 from hongbao.bench.storm.plan import SETUP, Call, populate
 from hongbao.bench.storm.proc import LoadJob, load_main
 from hongbao.bench.storm.push import GRACE_S, home, is_online
 from hongbao.bench.storm.record import Recorder, merge, read_record
 from hongbao.bench.storm.scenario import Scenario
-from hongbao.bench.storm.wire import Tokens, connector
+from hongbao.bench.storm.wire import Tokens
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -89,13 +89,13 @@ class LoadResult:
 
 async def _setup(opts: StormOptions, calls: list[Call], recorder: Recorder | None) -> dict[str, str]:
     # Every setup call starts at once and waits for one of ``connections`` client connections: the
-    # timeout bounds the connect and each read, not that wait (a slower target still gets set up).
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.scenario.timeout_s, sock_read=opts.scenario.timeout_s)
-    async with aiohttp.ClientSession(connector=connector(opts.scenario.connections), timeout=timeout) as session:
-        executor = Executor(
-            session, opts.url, Tokens(opts.secret), time.monotonic(), opts.scenario.busy_retries, recorder
-        )
+    # timeout bounds the connect and the answer, not that wait (a slower target still gets set up).
+    client = Http1Client(opts.url, opts.scenario.connections, opts.scenario.timeout_s, wait_counts=False)
+    executor = Executor(client, Tokens(opts.secret), time.monotonic(), opts.scenario.busy_retries, recorder)
+    try:
         await executor.play(calls)
+    finally:
+        client.close()
     failed = {k: v for k, v in executor.counts.items() if not k.endswith(" ok")}
     if failed:
         codes = Counter(
