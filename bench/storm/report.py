@@ -4,7 +4,8 @@ Latency percentiles (nearest rank) are over the 2xx answers of each operation, i
 are 2xx answers per second from the start to the last answer (``load.seconds``; the wall time,
 with the wait for late pushes, is ``load.wall_seconds``), and the peak is the busiest whole second.
 Errors are counted per attempt by the answer's ``error.code`` (``timeout`` or the client
-exception's name when there was no answer); ``busy`` (429) attempts are the admission rejections.
+exception's name when there was no answer; ``unanswered`` counts those attempts of the load);
+``busy`` (429) attempts are the admission rejections.
 Push delivery (expected vs delivered, latency) is ``delivery.py``'s. The generator's own cost:
 ``load.lag_p99_ms`` (how late calls left against the plan) and ``load.generator_cores``, each
 load process's CPU over the load in cores (CPU seconds / wall seconds; one process cannot pass 1.0).
@@ -104,6 +105,7 @@ def build(result: LoadResult, settlement: Settlement, scenario: Scenario, url: s
         "operations": _operations(result.samples, result.counts, span),
         "errors": {op: dict(codes.most_common()) for op, codes in sorted(errors.items())},
         "admission_rejections": sum(1 for s in load if s[3] == 429),
+        "unanswered": sum(1 for s in load if s[3] == 0),
         "timeline": _timeline(load),
         "clients": {
             "receipts_seen": len(result.receipts),

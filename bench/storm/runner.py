@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 import uvloop
@@ -46,11 +46,23 @@ class StormError(RuntimeError):
     """The storm could not run: the setup failed, or a load process died (the message says why)."""
 
 
+class Meter(Protocol):
+    """Measures the target over the load (``peak.py``'s CPU meter): ``start()`` just before the
+    load begins, after the setup; ``stop()`` once the credits have drained, before the audit."""
+
+    def start(self) -> None:
+        """Take the first reading."""
+
+    def stop(self) -> None:
+        """Take the last reading."""
+
+
 @dataclass(frozen=True)
 class StormOptions:
     """One storm: ``url`` of the target, the ``scenario``, the HS256 ``secret`` to mint tokens,
     ``work_dir`` for per-process files, optional ``record`` / ``replay`` JSONL files; ``key_origin``
-    names where the secret came from (``var/jwt.key``...) in the message of a refused token."""
+    names where the secret came from (``var/jwt.key``...) in the message of a refused token;
+    ``meter``, if given, is started just before the load and stopped once the credits drained."""
 
     url: str
     scenario: Scenario
@@ -60,6 +72,7 @@ class StormOptions:
     replay: Path | None = None
     console: Console | None = None
     key_origin: str = "the storm's secret"
+    meter: Meter | None = None
 
 
 @dataclass
@@ -185,7 +198,7 @@ def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T
         )
         for p in range(procs)
     ]
-    settled = _spawn_and_watch(jobs, result, opts.console or Console(stderr=True), settle)
+    settled = _spawn_and_watch(jobs, result, opts.console or Console(stderr=True), settle, opts.meter)
     for job in jobs:
         data: dict[str, Any] = orjson.loads(job.samples.read_bytes())
         result.samples += [tuple(s) for s in data["samples"]]
@@ -200,7 +213,9 @@ def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T
     return result, settled
 
 
-def _spawn_and_watch(jobs: list[LoadJob], result: LoadResult, console: Console, settle: Callable[[], T]) -> T:
+def _spawn_and_watch(
+    jobs: list[LoadJob], result: LoadResult, console: Console, settle: Callable[[], T], meter: Meter | None
+) -> T:
     ctx = multiprocessing.get_context("spawn")
     messages = ctx.Queue()
     start, go, settled = ctx.Value("d", 0.0), ctx.Event(), ctx.Event()
@@ -220,6 +235,8 @@ def _spawn_and_watch(jobs: list[LoadJob], result: LoadResult, console: Console, 
             if message[0] == "ready":
                 sizes[message[1]] = message[2]
         result.calls = sum(sizes.values())
+        if meter is not None:
+            meter.start()
         start.value = result.started_at = time.time() + START_MARGIN_S
         go.set()
         began = time.monotonic()
