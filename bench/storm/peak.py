@@ -163,11 +163,19 @@ def summarize(
             notes.append(f"{system} held every rate up to {rungs[-1].rate:g}/s: its knee is at least that (add rates)")
         for rung in rungs:
             limits = knee.generator_limits(rung)
-            if limits:
+            if not limits:
+                continue
+            why = f"{'; '.join(limits)}; machine load average {rung.loadavg:.2f} when it began"
+            server_side = [reason for reason in rung.reasons if reason not in limits]
+            if server_side:
                 notes.append(
-                    f"the generator was the limit for {system} at {rung.rate:g}/s ({'; '.join(limits)}; machine load "
-                    f"average {rung.loadavg:.2f}): that rung measured the load generator, or a machine too busy to "
-                    "run it on time, not the server alone"
+                    f"the generator also fell behind for {system} at {rung.rate:g}/s ({why}): the rung fails on "
+                    f"the server's side too ({'; '.join(server_side)}), on a machine it saturated"
+                )
+            else:
+                notes.append(
+                    f"the generator was the limit for {system} at {rung.rate:g}/s ({why}): that rung measured the "
+                    "load generator, or a machine too busy to run it on time, not the server"
                 )
 
     def ratio(ours: str) -> float | None:

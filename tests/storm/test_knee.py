@@ -65,11 +65,11 @@ def test_the_ladder_stops_after_the_first_failing_rung() -> None:
 
 
 def test_the_report_gives_knees_ratios_and_notes() -> None:
-    """peak.json's summary: knees, hongbao / baseline ratios, a topped-out ladder and a generator limit noted."""
+    """peak.json's summary: knees, hongbao / baseline ratios, a topped-out ladder and a lagging generator noted."""
     ladders = {
         "hongbao": [judged(rung(20)), judged(rung(40)), judged(rung(80, lag_p99_ms=300.0))],
         "hongbao-offline": [judged(rung(20)), judged(rung(40)), judged(rung(80))],
-        "baseline": [judged(rung(20)), judged(rung(40, open_p99_ms=2000.0))],
+        "baseline": [judged(rung(20)), judged(rung(40, open_p99_ms=2000.0, lag_p99_ms=150.0))],
     }
     result = summarize(ladders, load_scenario("smoke"), [20.0, 40.0, 80.0], 2)
     assert {s: e["knee"] for s, e in result["systems"].items()} == {
@@ -83,7 +83,8 @@ def test_the_report_gives_knees_ratios_and_notes() -> None:
     rungs = result["systems"]["hongbao"]["rungs"]
     assert [r["holds"] for r in rungs] == [True, True, False] and rungs[2]["generator_limited"] is True
     notes = " | ".join(result["notes"])
-    assert "the generator was the limit for hongbao at 80/s" in notes
+    assert "the generator was the limit for hongbao at 80/s (generator lag p99 300 ms >= 100 ms" in notes
+    assert "the generator also fell behind for baseline at 40/s" in notes and "(open p99 2000 ms >= 500 ms)" in notes
     assert "hongbao-offline held every rate up to 80/s" in notes
     dirty = summarize({"baseline": [judged(rung(20, audit_clean=False))]}, load_scenario("smoke"), [20.0], 2)
     assert dirty["audits_clean"] is False and dirty["knee_ratio"] == {"online": None, "offline": None}
