@@ -81,15 +81,18 @@ bench-gate: bench
 bench-http: install
 	$(BIN)/python bench/http/run.py --out bench-results/http.json
 
-# The storm (new-year-eve) on the production backend (MariaDB + Redis started here, 2 workers) and on
-# the baseline in the same run: bench-results/storm-production/bench-storm.json (bench/storm/production.py).
-# The new-year-eve shape (20k users, 4k groups, 20% online, 120 s + 60 s tail) at STORM_RATE sends/s: 15 is
-# what 2 cores hold with the load generator, MariaDB, Redis and both workers on them (measured: 15/s answers
-# within ~2 s p99, 25/s queues to ~4-6 s p99, 40/s and the scenario's 150/s collapse into 30 s timeouts).
-# On a bigger machine: make bench-storm STORM_RATE=150 (the scenario's own rate).
-STORM_RATE ?= 15
+# The peak: the new-year-eve storm (20k users, 4k groups, 120 s of sends + a 60 s tail) on the production backend
+# (2 workers) and on the baseline (bench/baselines), up a ladder of send rates (STORM_RATES, sends/s), each system
+# stopping after its first rate that does not hold (open p99 >= 500 ms, a timeout, a dirty audit, or a load
+# generator that fell behind); hongbao with its users online (20%) and offline, and the baseline; every rung on a
+# MariaDB and a Redis of its own. Knees, knee ratios, p50/p99 per operation and CPU per request and per open in
+# bench-results/storm-production/peak.json and on stderr (bench/storm/peak.py; docs/operations.md, "Reading the
+# peak report"). About 4 minutes per rung: 30-60 minutes in all. STORM_RATE=R plays that one rate instead, hongbao
+# online and the baseline: bench-results/storm-production/bench-storm.json (bench/storm/production.py).
+STORM_RATES ?= 20,40,80,150,300
+STORM_RATE ?=
 bench-storm: install
-	$(BIN)/python -m hongbao.bench.storm.production --scenario new-year-eve --rate $(STORM_RATE) --out bench-results/storm-production
+	$(BIN)/python -m hongbao.bench.storm.$(if $(STORM_RATE),production --rate $(STORM_RATE),peak --rates $(STORM_RATES)) --scenario new-year-eve --out bench-results/storm-production
 
 # Grabs/s on the production backend (MariaDB + Redis started here, 2 workers) vs the uvloop ceiling and
 # vs one redis-py round trip per request, and Redis bytes per packet: bench-results/grab.json (bench/http/grab.py).

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import redis
+from hongbao.bench.services import process
 from hongbao.bench.services.process import BenchError, Process, clean_env, free_port, start_hongbao
 from hongbao.server.auth import embedded_secret
 
@@ -97,13 +98,7 @@ def redis_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
 def wait_quiet(proc: Process, timeout_s: float = QUIET_TIMEOUT_S) -> bool:
     """Wait until the server uses less than ``QUIET_SHARE`` of a core over ``QUIET_SPAN_S`` (its
     work from the last step is done: closes, logouts); False if it is still busy after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        before = proc.cpu_seconds()
-        time.sleep(QUIET_SPAN_S)
-        if proc.cpu_seconds() - before < QUIET_SHARE * QUIET_SPAN_S:
-            return True
-    return False
+    return process.wait_quiet(proc.pids, timeout_s, QUIET_SHARE, QUIET_SPAN_S)
 
 
 def write_calls(proc: Process) -> int:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,20 +78,42 @@ class Process:
             text = ""
         return [int(p) for p in text.split()] or [self.popen.pid]
 
+    def pids(self) -> list[int]:
+        """The process and its workers (direct children), process first."""
+        return [self.popen.pid, *(pid for pid in self.children() if pid != self.popen.pid)]
+
     def cpu_seconds(self) -> float:
         """CPU time (user + system, every thread) of the process and its workers so far."""
-        total = 0
-        for pid in {self.popen.pid, *self.children()}:
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-        return total / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.pids())
 
     def stop(self) -> int:
         """SIGTERM and wait (see ``terminate``); the exit status."""
         return terminate(self.popen)
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """CPU seconds (user + system, every thread: ``/proc/<pid>/stat`` utime + stime) the processes
+    ``pids`` have used so far; a process that is gone counts 0."""
+    ticks = 0
+    for pid in set(pids):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def wait_quiet(pids: Callable[[], Iterable[int]], timeout_s: float, share: float = 0.1, span_s: float = 0.5) -> bool:
+    """Wait until the processes ``pids()`` use less than ``share`` of a core together over ``span_s``
+    seconds (the work a step left behind is done); False if they are still busy after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = cpu_seconds(pids())
+        time.sleep(span_s)
+        if cpu_seconds(pids()) - before < share * span_s:
+            return True
+    return False
 
 
 def clean_env() -> dict[str, str]:

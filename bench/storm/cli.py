@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from hongbao.bench.storm.runner import StormOptions
     from hongbao.server.composition import Auditor
 
-# The heavy imports (aiohttp, rich, matplotlib) wait until a storm runs: ``hongbao serve`` builds
+# The heavy imports (httptools, rich, matplotlib) wait until a storm runs: ``hongbao serve`` builds
 # this parser too.
 # flag -> scenario field, for the knobs changed most often (any other: --set FIELD=VALUE)
 SHORTCUTS = {
@@ -131,14 +131,16 @@ def scenario_from(args: argparse.Namespace) -> Scenario:
 
 def storm(opts: StormOptions, auditor: Auditor | None, out: Path, drain_timeout_s: float) -> dict[str, Any]:
     """Play the storm, then drain and audit (``auditor``: ``composition.auditor``; None: no audit)
-    while the push clients stay connected, then write ``out/report.json`` and ``out/report.png`` and
-    print the table; returns the report. Raises StormError when the storm cannot run."""
+    while the push clients stay connected (``opts.meter`` stopped between the two), then write
+    ``out/report.json`` and ``out/report.png`` and print the table; returns the report. Raises
+    StormError when the storm cannot run."""
     from hongbao.bench.storm import plot, report, table
     from hongbao.bench.storm.runner import run_load
     from hongbao.bench.storm.settle import settle
 
     console = opts.console or table.stderr_console()
-    result, settlement = run_load(opts, lambda: settle(opts.url, auditor, drain_timeout_s))
+    on_drained = opts.meter.stop if opts.meter is not None else None
+    result, settlement = run_load(opts, lambda: settle(opts.url, auditor, drain_timeout_s, on_drained))
     summary = report.build(result, settlement, opts.scenario, opts.url, backend=opts.backend, workers=opts.workers)
     report.write_json(summary, out / "report.json")
     plot.write_png(summary, out / "report.png")

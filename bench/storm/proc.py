@@ -8,12 +8,22 @@ Processes are started with ``spawn`` (no state inherited from the parent's event
 threads). The parent hands each a ``LoadJob``; the process answers on the queue with
 ``("ready", proc, calls)``, then ``("progress", proc, done, counts)`` every ``PROGRESS_S``
 seconds, then ``("loaded", proc)`` when its calls are played, then (after the parent sets
-``settled``) ``("done", proc)`` once its file is written; or ``("error", proc, text)``.
+``settled``) ``("done", proc)`` once its file is written; or ``("error", proc, text)``. The file
+also holds the process's own CPU time over the load (``generator``: CPU seconds, every thread,
+and wall seconds from the common start until its last call answered), so a report can tell a
+generator that ran out of CPU from a slow server.
+
+The garbage collector is off while the calls are played (what was made before, the plan, the
+tokens and the push clients, is frozen out of it): on a busy machine one collection of a load
+process's ~100k objects paused its loop for up to half a second, which the report counted as
+generator lag. The load makes little cyclic garbage (a closed connection, a failed request's
+traceback); it is collected once the calls are played.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import traceback
 from dataclasses import dataclass
@@ -23,15 +33,15 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 import uvloop
-from hongbao.bench.storm.load import Executor
+from hongbao.bench.storm.http1 import Http1Client
+from hongbao.bench.storm.load import Executor, warm
 from hongbao.bench.storm.plan import SETUP, Call, load_calls, populate
 from hongbao.bench.storm.push import PushUsers
 from hongbao.bench.storm.record import Recorder, read_record
 from hongbao.bench.storm.scenario import Scenario
-from hongbao.bench.storm.wire import Tokens, connector
+from hongbao.bench.storm.wire import Tokens
 
 PROGRESS_S = 0.25
 
@@ -78,29 +88,36 @@ async def _main(
     job: LoadJob, calls: list[Call], queue: Queue[Any], start: Synchronized[float], go: Event, settled: Event
 ) -> None:
     tokens = Tokens(job.secret)
+    warm(tokens, calls)
     push = PushUsers(job.url, job.online, tokens, job.scenario)
     await push.connect()
+    gc.collect()
+    gc.freeze()  # the plan, the tokens and the push clients: never scanned again
     queue.put(("ready", job.proc, len(calls)))
     await asyncio.get_running_loop().run_in_executor(None, go.wait)
+    gc.disable()
     t0 = time.monotonic() + (start.value - time.time())
+    cpu0 = time.process_time()
     push.schedule_drops(t0)
-    timeout = aiohttp.ClientTimeout(total=job.scenario.timeout_s)
     recorder = Recorder(job.record) if job.record is not None else None
-    async with aiohttp.ClientSession(connector=connector(job.scenario.connections), timeout=timeout) as session:
-        executor = Executor(session, job.url, tokens, t0, job.scenario.busy_retries, recorder, job.known)
+    client = Http1Client(job.url, job.scenario.connections, job.scenario.timeout_s)
+    executor = Executor(client, tokens, t0, job.scenario.busy_retries, recorder, job.known)
 
-        async def report() -> None:
-            while True:
-                queue.put(("progress", job.proc, executor.done, dict(executor.counts)))
-                await asyncio.sleep(PROGRESS_S)
+    async def report() -> None:
+        while True:
+            queue.put(("progress", job.proc, executor.done, dict(executor.counts)))
+            await asyncio.sleep(PROGRESS_S)
 
-        reporter = asyncio.create_task(report())
-        try:
-            await executor.play(calls)
-        finally:
-            reporter.cancel()
-            if recorder is not None:
-                recorder.close()
+    reporter = asyncio.create_task(report())
+    try:
+        await executor.play(calls)
+    finally:
+        reporter.cancel()
+        client.close()
+        if recorder is not None:
+            recorder.close()
+    generator = {"cpu_s": time.process_time() - cpu0, "wall_s": time.monotonic() - t0}
+    gc.enable()
     queue.put(("progress", job.proc, executor.done, dict(executor.counts)))
     queue.put(("loaded", job.proc))
     await asyncio.get_running_loop().run_in_executor(None, settled.wait)
@@ -114,6 +131,7 @@ async def _main(
                 "receipts": [(order, user, amount, wall) for (order, user), (amount, wall) in executor.opened.items()],
                 "disagreements": executor.disagreements,
                 "push": push.summary(),
+                "generator": generator,
             }
         )
     )

@@ -1,4 +1,4 @@
-"""``make bench-storm``: the storm on the production backend and on the baseline, in one run.
+"""``make bench-storm STORM_RATE=R``: the storm at one rate on the production backend and on the baseline, in one run.
 
 1. Start a MariaDB and a redis-server of its own, as the integration tests do
    (tests/integration/mariadb.py, redis_servers.py: throwaway directories, loopback, MariaDB with
@@ -17,12 +17,10 @@ Usage: ``python -m hongbao.bench.storm.production [--scenario new-year-eve] [--r
 hongbao's audit is clean, 1 it is not, 2 cannot run. It lives with the tests because it starts its
 servers with their helpers.
 
-Sizing: without ``--rate`` the scenario plays its own rate (new-year-eve: 150 sends/s).
-``make bench-storm`` plays the new-year-eve shape at ``--rate 15`` (``STORM_RATE``): on 2 cores
-shared by the load generator (4 processes, 4k WebSockets), MariaDB, Redis and the 2 workers, 15/s
-was answered within ~2 s p99 with no timeout, 25/s queued to 4-6 s p99, and 40/s or 150/s
-collapsed into 30 s timeouts (measured 2026-11-30, load average 3-12 from other jobs): an
-overloaded run measures the collapse, not the throughput.
+Sizing: without ``--rate`` the scenario plays its own rate (new-year-eve: 150 sends/s). One rate
+tells how each system fares there, not where it gives way: ``make bench-storm`` without
+``STORM_RATE`` climbs a ladder of rates to each system's knee (``peak.py``), which is the figure
+to compare systems with; an overloaded single run measures the collapse, not the throughput.
 """
 
 from __future__ import annotations

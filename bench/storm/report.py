@@ -18,6 +18,9 @@ money, in fen (``hongbao.core.audit``). ``verdict`` is PASS when the audit is cl
 the storm paid, no repeated open disagreed and every expected push arrived (or its user was told
 to reload); FAIL with the reasons otherwise; NOT AUDITED when nothing failed but no audit ran.
 Push delivery (expected vs delivered, latency, timeline) is ``delivery.py``'s.
+``unanswered`` counts the load's attempts that got no answer. The generator's own cost:
+``load.lag_p99_ms`` (how late calls left against the plan) and ``load.generator_cores``, each
+load process's CPU over the load in cores (CPU seconds / wall seconds; one process cannot pass 1.0).
 """
 
 from __future__ import annotations
@@ -143,10 +146,15 @@ def build(
             "processes": scenario.processes,
             "lag_p99_ms": round(percentile(lags, 99.0), 1),
             "lag_max_ms": round(lags[-1], 1) if lags else 0.0,
+            "generator_cpu_s": round(sum(g["cpu_s"] for g in result.generator), 2),
+            "generator_cores": [
+                round(g["cpu_s"] / g["wall_s"], 2) if g["wall_s"] > 0 else 0.0 for g in result.generator
+            ],
         },
         "operations": _operations(result.samples, result.counts, period),
         **outcomes,
         "admission_rejections": sum(1 for s in load if s[3] == 429),
+        "unanswered": sum(1 for s in load if s[3] == 0),
         "timeline": series.throughput(load),
         "latency_timeline": series.latency(load),
         "clients": {

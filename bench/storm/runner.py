@@ -19,18 +19,18 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-import aiohttp
 import orjson
 import uvloop
+from hongbao.bench.storm.http1 import Http1Client
 from hongbao.bench.storm.load import Executor, Sample
 from hongbao.bench.storm.plan import SETUP, Call, populate
 from hongbao.bench.storm.proc import LoadJob, load_main
 from hongbao.bench.storm.push import GRACE_S, home, is_online
 from hongbao.bench.storm.record import Recorder, merge, read_record
 from hongbao.bench.storm.scenario import Scenario
-from hongbao.bench.storm.wire import Tokens, connector
+from hongbao.bench.storm.wire import Tokens
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -47,12 +47,24 @@ class StormError(RuntimeError):
     """The storm could not run: the setup failed, or a load process died (the message says why)."""
 
 
+class Meter(Protocol):
+    """Measures the target over the load (``peak.py``'s CPU meter): ``start()`` just before the
+    load begins, after the setup; ``stop()`` once the credits have drained, before the audit."""
+
+    def start(self) -> None:
+        """Take the first reading."""
+
+    def stop(self) -> None:
+        """Take the last reading."""
+
+
 @dataclass(frozen=True)
 class StormOptions:
     """One storm: ``url`` of the target, the ``scenario``, the HS256 ``secret`` to mint tokens,
     ``work_dir`` for per-process files, optional ``record`` / ``replay`` JSONL files; ``key_origin``
     names where the secret came from (``var/jwt.key``...) in the message of a refused token;
-    ``backend`` and ``workers`` describe the target in the report ("" and None: not known)."""
+    ``backend`` and ``workers`` describe the target in the report ("" and None: not known);
+    ``meter``, if given, is started just before the load and stopped once the credits drained."""
 
     url: str
     scenario: Scenario
@@ -64,6 +76,7 @@ class StormOptions:
     key_origin: str = "the storm's secret"
     backend: str = ""
     workers: int | None = None
+    meter: Meter | None = None
 
 
 @dataclass
@@ -72,7 +85,9 @@ class LoadResult:
     the packets sent (order id -> [audience, count, sender, paid at]), the distinct receipts
     answered (order id, user, fen, opened at), repeated opens answered with another amount
     (``disagreements``: must be 0), each process's push summary (``push.py``), the groups' members
-    by name, the online users, the load's wall time (s) and the setup's. Times: wall clock, s."""
+    by name, the online users, the load's wall time (s) and the setup's, and each load process's
+    ``generator`` use over the load ({"cpu_s", "wall_s"}: its CPU and wall seconds, ``proc.py``).
+    Times: wall clock, s."""
 
     samples: list[Sample] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
@@ -86,17 +101,18 @@ class LoadResult:
     setup_s: float = 0.0
     calls: int = 0
     started_at: float = 0.0  # wall time (s) of the load's start: every sample's t counts from it
+    generator: list[dict[str, float]] = field(default_factory=list)
 
 
 async def _setup(opts: StormOptions, calls: list[Call], recorder: Recorder | None) -> dict[str, str]:
     # Every setup call starts at once and waits for one of ``connections`` client connections: the
-    # timeout bounds the connect and each read, not that wait (a slower target still gets set up).
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.scenario.timeout_s, sock_read=opts.scenario.timeout_s)
-    async with aiohttp.ClientSession(connector=connector(opts.scenario.connections), timeout=timeout) as session:
-        executor = Executor(
-            session, opts.url, Tokens(opts.secret), time.monotonic(), opts.scenario.busy_retries, recorder
-        )
+    # timeout bounds the connect and the answer, not that wait (a slower target still gets set up).
+    client = Http1Client(opts.url, opts.scenario.connections, opts.scenario.timeout_s, wait_counts=False)
+    executor = Executor(client, Tokens(opts.secret), time.monotonic(), opts.scenario.busy_retries, recorder)
+    try:
         await executor.play(calls)
+    finally:
+        client.close()
     failed = {k: v for k, v in executor.counts.items() if not k.endswith(" ok")}
     if failed:
         codes = Counter(
@@ -188,7 +204,7 @@ def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T
         )
         for p in range(procs)
     ]
-    settled = _spawn_and_watch(jobs, result, opts.console or Console(stderr=True), settle)
+    settled = _spawn_and_watch(jobs, result, opts.console or Console(stderr=True), settle, opts.meter)
     for job in jobs:
         data: dict[str, Any] = orjson.loads(job.samples.read_bytes())
         result.samples += [tuple(s) for s in data["samples"]]
@@ -197,12 +213,15 @@ def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T
         result.receipts += [tuple(r) for r in data["receipts"]]
         result.disagreements += data["disagreements"]
         result.push.append(data["push"])
+        result.generator.append(data["generator"])
     if opts.record is not None:
         merge([opts.work_dir / "record-setup.jsonl", *(j.record for j in jobs if j.record)], opts.record)
     return result, settled
 
 
-def _spawn_and_watch(jobs: list[LoadJob], result: LoadResult, console: Console, settle: Callable[[], T]) -> T:
+def _spawn_and_watch(
+    jobs: list[LoadJob], result: LoadResult, console: Console, settle: Callable[[], T], meter: Meter | None
+) -> T:
     ctx = multiprocessing.get_context("spawn")
     messages = ctx.Queue()
     start, go, settled = ctx.Value("d", 0.0), ctx.Event(), ctx.Event()
@@ -222,6 +241,8 @@ def _spawn_and_watch(jobs: list[LoadJob], result: LoadResult, console: Console, 
             if message[0] == "ready":
                 sizes[message[1]] = message[2]
         result.calls = sum(sizes.values())
+        if meter is not None:
+            meter.start()
         start.value = result.started_at = time.time() + START_MARGIN_S
         go.set()
         began = time.monotonic()

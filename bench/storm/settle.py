@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hongbao.core.audit import AuditReport
@@ -93,10 +94,15 @@ def check_audit_target(settings: Settings) -> None:
         )
 
 
-def settle(url: str, auditor: Auditor | None, timeout_s: float = 30.0) -> Settlement:
-    """Drain, then run ``auditor`` (if given); see the module's docstring."""
+def settle(
+    url: str, auditor: Auditor | None, timeout_s: float = 30.0, on_drained: Callable[[], None] | None = None
+) -> Settlement:
+    """Drain, call ``on_drained`` (if given: before the audit reads the database), then run
+    ``auditor`` (if given); see the module's docstring."""
     started = time.monotonic()
     drained, pending, waited = wait_drained(url, timeout_s)
+    if on_drained is not None:
+        on_drained()
     if auditor is None:
         return Settlement(
             drained, pending, waited, None, "audit not run: the storm does not know the target's database"

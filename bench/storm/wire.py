@@ -1,10 +1,10 @@
 """The storm's HTTP side: tokens for every user, and one request with its outcome.
 
-The client is aiohttp, not httpx: the storm is an open-loop generator whose own CPU must stay
-small next to the server's, and aiohttp's C-accelerated parser and keep-alive pool cost a
-fraction of httpx's per-request Python overhead on this path (httpx stays in the tests, where
-clarity matters more than throughput). Tokens are minted with the target's HS256 key, read
-from its data directory (``jwt.key``, docs/architecture.md section 12) or given as a secret.
+The client is ``http1.Http1Client`` (asyncio protocols and httptools), not httpx or aiohttp: the
+storm is an open-loop generator whose own CPU must stay small next to the server's (httpx stays
+in the tests, where clarity matters more than throughput). Tokens are minted with the target's
+HS256 key, read from its data directory (``jwt.key``, docs/architecture.md section 12) or given
+as a secret.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
+from hongbao.bench.storm.http1 import Http1Client, HttpError
 from hongbao.server.auth import KEY_FILE, mint
 
 TOKEN_TTL_S = 6 * 3600
@@ -70,28 +70,21 @@ class Answer:
     latency_s: float
 
 
-def connector(connections: int) -> aiohttp.TCPConnector:
-    """A keep-alive pool of at most ``connections`` connections (no DNS cache needed: loopback)."""
-    return aiohttp.TCPConnector(limit=connections, limit_per_host=connections, force_close=False)
-
-
 async def request(
-    session: aiohttp.ClientSession, url: str, method: str, auth: str, payload: bytes | None, key: str | None
+    client: Http1Client, path: str, method: str, auth: str, payload: bytes | None, key: str | None
 ) -> Answer:
     """Send one request and read the whole answer; never raises for network errors or timeouts."""
-    headers = {"Authorization": auth}
+    headers = [("Authorization", auth)]
     if payload is not None:
-        headers["Content-Type"] = "application/json"
+        headers.append(("Content-Type", "application/json"))
     if key is not None:
-        headers["Idempotency-Key"] = key
+        headers.append(("Idempotency-Key", key))
     started = time.monotonic()
     try:
-        async with session.request(method, url, data=payload, headers=headers) as response:
-            raw = await response.read()
-            status, retry = response.status, response.headers.get("Retry-After")
+        status, raw, retry = await client.request(method, path, headers, payload)
     except TimeoutError:
         return Answer(0, "timeout", None, 0.0, started, time.monotonic() - started)
-    except aiohttp.ClientError as exc:
+    except (OSError, HttpError) as exc:
         return Answer(0, type(exc).__name__, None, 0.0, started, time.monotonic() - started)
     latency = time.monotonic() - started
     try:

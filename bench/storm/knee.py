@@ -1,0 +1,120 @@
+"""The peak benchmark's rule (``peak.py``): when a send rate holds, the ladder, and the knee.
+
+A rung is one play of the whole storm at one send rate (sends/s) against one system. It HOLDS when
+- opens are answered within ``OPEN_P99_MS`` at p99 (over the 2xx answers, as the storm's report
+  computes it), and at least one open was answered;
+- no request timed out, and none went without an answer (a refused or reset connection);
+- the money audit is clean (and no repeated open was answered with another amount);
+- the generator kept up: its lag p99 (how late calls left against the plan, ``load.py``) is below
+  ``LAG_P99_MS`` and no load process used ``GENERATOR_CORE`` of a core or more over the load.
+  A rung that fails only these measured the load generator, not the server: it does not hold
+  either, and ``generator_limited`` says so (the generator must get cheaper, not the server).
+A rung whose storm could not run (``error``, e.g. the setup was refused) does not hold.
+
+The ladder plays the rates in ascending order, for every system at each rate before the next
+rate (so the systems share the machine's conditions), and a system stops climbing after its
+first rung that does not hold. Its knee is the highest rate that held (None: not even the first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+OPEN_P99_MS = 500.0
+LAG_P99_MS = 100.0
+GENERATOR_CORE = 0.9
+
+
+@dataclass
+class Rung:
+    """One play at ``rate`` sends/s. ``operations``: the storm report's per-operation entries
+    (``ok``, ``attempts``, ``rps``, ``p50_ms``, ``p99_ms``...); ``timeouts`` and ``unanswered``:
+    attempts that got no answer (timed out; other client errors); ``busy``: 429 answers;
+    ``audit_clean`` and the first ``violations``; ``lag_p99_ms`` and ``generator_cores`` (each load
+    process's CPU over the load, in cores); ``cpu``: the servers' CPU (``peak.py``); ``push``:
+    push delivery (None: nobody online); ``loadavg``: the machine's 1-minute load average when the
+    rung began; ``error``: why the storm could not run ("" when it ran). ``reasons`` is filled by
+    ``judge`` ([] when it holds)."""
+
+    rate: float
+    operations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timeouts: int = 0
+    unanswered: int = 0
+    busy: int = 0
+    audit_clean: bool = False
+    violations: list[str] = field(default_factory=list)
+    lag_p99_ms: float = 0.0
+    generator_cores: list[float] = field(default_factory=list)
+    cpu: dict[str, Any] = field(default_factory=dict)
+    push: dict[str, Any] | None = None
+    loadavg: float = 0.0
+    error: str = ""
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def holds(self) -> bool:
+        """True when ``judge`` found no reason against this rung."""
+        return not self.reasons
+
+    def as_json(self) -> dict[str, Any]:
+        """The rung as plain JSON values, with ``holds`` and ``generator_limited``."""
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return out | {"holds": self.holds, "generator_limited": bool(generator_limits(self))}
+
+
+def generator_limits(rung: Rung) -> list[str]:
+    """Why the load generator, not the server, may have set the pace of ``rung`` ([] when it kept up)."""
+    reasons = []
+    if rung.lag_p99_ms >= LAG_P99_MS:
+        reasons.append(f"generator lag p99 {rung.lag_p99_ms:g} ms >= {LAG_P99_MS:g} ms")
+    busiest = max(rung.generator_cores, default=0.0)
+    if busiest >= GENERATOR_CORE:
+        reasons.append(f"a load process used {busiest:g} of a core (>= {GENERATOR_CORE:g})")
+    return reasons
+
+
+def verdict(rung: Rung) -> list[str]:
+    """Every reason ``rung`` does not hold (the module's rule), [] when it holds."""
+    if rung.error:
+        return [f"the storm could not run: {rung.error}"]
+    reasons = []
+    opens = rung.operations.get("open", {})
+    if not opens.get("ok"):
+        reasons.append("no open was answered")
+    elif opens["p99_ms"] >= OPEN_P99_MS:
+        reasons.append(f"open p99 {opens['p99_ms']:g} ms >= {OPEN_P99_MS:g} ms")
+    if rung.timeouts:
+        reasons.append(f"{rung.timeouts} requests timed out")
+    if rung.unanswered:
+        reasons.append(f"{rung.unanswered} requests got no answer")
+    if not rung.audit_clean:
+        reasons.append("the audit is not clean")
+    return reasons + generator_limits(rung)
+
+
+def climb(rates: Iterable[float], systems: Sequence[str], play: Callable[[str, float], Rung]) -> dict[str, list[Rung]]:
+    """Play the ladder: for each rate in ascending order, ``play(system, rate)`` for every system of
+    ``systems`` whose previous rung held; each rung is judged (``reasons``) as it comes. Returns the
+    rungs played, by system."""
+    ladders: dict[str, list[Rung]] = {system: [] for system in systems}
+    for rate in sorted(rates):
+        climbing = [s for s in systems if not ladders[s] or ladders[s][-1].holds]
+        if not climbing:
+            break
+        for system in climbing:
+            rung = play(system, rate)
+            rung.reasons = verdict(rung)
+            ladders[system].append(rung)
+    return ladders
+
+
+def knee(rungs: Sequence[Rung]) -> float | None:
+    """The highest rate that held before the first rung that did not (None: the first did not hold)."""
+    best = None
+    for rung in rungs:
+        if not rung.holds:
+            break
+        best = rung.rate
+    return best

@@ -1,0 +1,90 @@
+"""The peak benchmark's rule on synthetic rungs: what holds, where the ladder stops, the knee and the report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hongbao.bench.storm import knee
+from hongbao.bench.storm.knee import Rung
+from hongbao.bench.storm.peak import summarize
+from hongbao.bench.storm.scenario import load_scenario
+
+
+def rung(rate: float, open_p99_ms: float = 120.0, **changes: Any) -> Rung:
+    """A rung that holds unless ``changes`` spoil it."""
+    opens = {"ok": 50, "attempts": 60, "rps": 5.0, "p50_ms": 20.0, "p99_ms": open_p99_ms}
+    values: dict[str, Any] = {
+        "operations": {"open": opens},
+        "audit_clean": True,
+        "lag_p99_ms": 3.0,
+        "generator_cores": [0.1, 0.2],
+    }
+    return Rung(rate, **(values | changes))
+
+
+def judged(r: Rung) -> Rung:
+    """``r`` with its reasons filled in, as the ladder does."""
+    r.reasons = knee.verdict(r)
+    return r
+
+
+def test_a_clean_fast_rung_holds_and_each_fault_breaks_it() -> None:
+    """Open p99 under 500 ms, no timeout, a clean audit and a generator that kept up hold; each fault alone does not."""
+    assert judged(rung(20)).holds
+    faults = {
+        "open p99 500 ms >= 500 ms": rung(20, open_p99_ms=500.0),
+        "3 requests timed out": rung(20, timeouts=3),
+        "2 requests got no answer": rung(20, unanswered=2),
+        "the audit is not clean": rung(20, audit_clean=False),
+        "generator lag p99 100 ms >= 100 ms": rung(20, lag_p99_ms=100.0),
+        "a load process used 0.95 of a core (>= 0.9)": rung(20, generator_cores=[0.3, 0.95]),
+        "no open was answered": rung(20, operations={}),
+        "the storm could not run: setup failed": rung(20, error="setup failed"),
+    }
+    for reason, faulty in faults.items():
+        assert judged(faulty).reasons == [reason], reason
+    assert judged(rung(20, timeouts=1, audit_clean=False)).reasons == ["1 requests timed out", "the audit is not clean"]
+    assert knee.generator_limits(rung(20, lag_p99_ms=250.0)) and not knee.generator_limits(rung(20, timeouts=9))
+    assert rung(20, lag_p99_ms=250.0).as_json()["generator_limited"] is True
+
+
+def test_the_ladder_stops_after_the_first_failing_rung() -> None:
+    """Each system climbs the rates in order until its first failing rung; the knee is the rung below it."""
+    breaks_at = {"a": 40.0, "b": 150.0, "c": 20.0}  # the first rate each system fails
+    played: list[tuple[str, float]] = []
+
+    def play(system: str, rate: float) -> Rung:
+        played.append((system, rate))
+        return rung(rate, timeouts=1) if rate >= breaks_at[system] else rung(rate)
+
+    ladders = knee.climb([150.0, 20.0, 40.0, 80.0], ["a", "b", "c"], play)
+    assert played == [("a", 20), ("b", 20), ("c", 20), ("a", 40), ("b", 40), ("b", 80), ("b", 150)]
+    assert [r.rate for r in ladders["a"]] == [20, 40] and [r.holds for r in ladders["a"]] == [True, False]
+    assert {system: knee.knee(rungs) for system, rungs in ladders.items()} == {"a": 20, "b": 80, "c": None}
+    assert knee.knee([judged(rung(20)), judged(rung(40, audit_clean=False)), judged(rung(80))]) == 20
+
+
+def test_the_report_gives_knees_ratios_and_notes() -> None:
+    """peak.json's summary: knees, hongbao / baseline ratios, a topped-out ladder and a lagging generator noted."""
+    ladders = {
+        "hongbao": [judged(rung(20)), judged(rung(40)), judged(rung(80, lag_p99_ms=300.0))],
+        "hongbao-offline": [judged(rung(20)), judged(rung(40)), judged(rung(80))],
+        "baseline": [judged(rung(20)), judged(rung(40, open_p99_ms=2000.0, lag_p99_ms=150.0))],
+    }
+    result = summarize(ladders, load_scenario("smoke"), [20.0, 40.0, 80.0], 2)
+    assert {s: e["knee"] for s, e in result["systems"].items()} == {
+        "hongbao": 40,
+        "hongbao-offline": 80,
+        "baseline": 20,
+    }
+    assert result["knee_ratio"] == {"online": 2.0, "offline": 4.0}
+    assert result["audits_clean"] is True
+    assert result["rule"]["open_p99_ms_below"] == 500.0 and result["rule"]["generator_lag_p99_ms_below"] == 100.0
+    rungs = result["systems"]["hongbao"]["rungs"]
+    assert [r["holds"] for r in rungs] == [True, True, False] and rungs[2]["generator_limited"] is True
+    notes = " | ".join(result["notes"])
+    assert "the generator was the limit for hongbao at 80/s (generator lag p99 300 ms >= 100 ms" in notes
+    assert "the generator also fell behind for baseline at 40/s" in notes and "(open p99 2000 ms >= 500 ms)" in notes
+    assert "hongbao-offline held every rate up to 80/s" in notes
+    dirty = summarize({"baseline": [judged(rung(20, audit_clean=False))]}, load_scenario("smoke"), [20.0], 2)
+    assert dirty["audits_clean"] is False and dirty["knee_ratio"] == {"online": None, "offline": None}
