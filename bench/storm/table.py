@@ -70,7 +70,7 @@ def print_table(report: dict[str, Any], console: Console) -> None:
         f"clients: {clients['packets_paid']} packets paid, {clients['receipts_seen']} receipts seen, "
         f"{clients['fen_seen']} fen, "
         f"{clients['disagreements']} repeated opens disagreeing; generator lag p99 {load['lag_p99_ms']} ms, "
-        f"CPU per load process {load['generator_cores']} cores"
+        f"load processes at {', '.join(f'{c:.2f}' for c in load['generator_cores'])} of a core"
     )
     console.print(_push(report["push"]), markup=False)
     settlement = report["settlement"]
