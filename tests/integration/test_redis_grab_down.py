@@ -117,9 +117,11 @@ async def test_redis_down_at_grab(make_backend: Make, own_redis: OwnRedis, clock
     await suite._group(one.services, "g", ["S", "A", "B", "C"])
     order_id = await suite._paid(one.services, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
     a, _ = await one.services.opening.open("A", order_id)
-    for follow in two.follow:  # two follows the membership feed and holds the group in memory: the grabs'
-        await follow()  # only Redis calls are then the grab state's, on the master stopped below (a
-    assert await two.services.ports.groups.is_member("g", "A")  # success on another one would reset the breaker)
+    # two follows the membership feed and holds the group in memory: the grabs' only Redis calls are
+    # then the grab state's, on the master stopped below (a success on another master would reset the breaker)
+    for follow in two.follow:
+        await follow()
+    assert await two.services.ports.groups.is_member("g", "A")
     stopped = own_redis.owner(key(order_id))
     own_redis.stop(stopped)
     clock.advance_ms(GRAB_CACHE_TTL_MS)
