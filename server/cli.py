@@ -74,7 +74,7 @@ def _settings(args: argparse.Namespace, *, dsn_means_production: bool = False) -
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = _settings(args, dsn_means_production=True)  # a DSN, from anywhere, means the shards
     from hongbao.server.composition import check_production, preflight
     from hongbao.server.logs import configure
 

@@ -13,6 +13,7 @@ import difflib
 import os
 import sys
 import tomllib
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -213,6 +214,8 @@ class Settings:
         the allowed range."""
         if self.redis_cluster and not self.redis_url:
             raise ConfigError("redis_cluster needs redis_url (one node of the cluster)")
+        if self.redis_url:
+            _check_redis_url(self.redis_url)
         if self.test_faults:
             if not self.test_clock:
                 raise ConfigError("test_faults kills workers on purpose: it needs test_clock = true (a test server)")
@@ -421,3 +424,15 @@ def _overridden(settings: Settings, values: Mapping[str, Any], source: str) -> S
         return settings.with_overrides(values)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{source}: {exc}") from None
+
+
+def _check_redis_url(url: str) -> None:
+    """ConfigError (the URL redacted) unless ``url`` is ``redis://`` or ``rediss://`` with a host
+    and, if any, a numeric port: what redis-py would otherwise refuse in every worker."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        raise ConfigError(f"redis_url must look like redis://[user:password@]host:port, got {redact(url)!r}")

@@ -224,3 +224,17 @@ def test_a_key_set_twice_in_the_toml_file_warns(tmp_path: Path) -> None:
     settings = load_settings(config, env={}, warn=warnings.append)
     assert (settings.port, settings.mysql_dbs) == (9002, 2)
     assert warnings == [f"config file {config}: port is set at the top level and in [server]: the last one counts"]
+
+
+def test_serve_with_a_dsn_is_production_and_a_bad_redis_url_stops_it(tmp_path: Path) -> None:
+    """A DSN means the shards for serve as for audit (no embedded server beside it: without redis_url
+    serve refuses, exit 2), and a malformed redis_url is one redacted line and exit 2 at start, not
+    a traceback in every worker."""
+    result = run_cli(tmp_path, ["serve", "--port", "0", "--mysql-dsn", f"mysql://u:{SECRET}@127.0.0.1:1"])
+    assert result.returncode == 2 and "production needs --redis-url" in result.stderr, result.stderr
+    assert not (tmp_path / "var" / "hongbao.db").exists() and SECRET not in result.stderr + result.stdout
+    result = run_cli(tmp_path, ["serve", "--port", "0"], {"HONGBAO_REDIS_URL": f"redis://:{SECRET}@h:port"})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "hongbao: redis_url must look like redis://[user:password@]host:port, got 'redis://:***@h:port'"
+    ]
