@@ -2,7 +2,8 @@
 the open transaction, then the batch's follow-ups in one queue write (list rows, the best-luck
 flag, queued credits), the grab filter's levels, the details' invalidation, the push of the
 opener's share and, with the last share, the packet's finish (the push goes with the open, not
-after the lists queue)."""
+after the lists queue). A packet this worker knows finished (finished is final: no share ever
+comes back) is answered from one receipt read, without a transaction or its row lock."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from hongbao.core.services.audience import Audience
 from hongbao.core.services.crediting import Crediting
 from hongbao.core.services.grabbing import GrabFilter
 from hongbao.core.services.outbox import Outbox
+from hongbao.core.ttl_cache import TtlCache
 from hongbao.core.view_cache import details_entry
 from hongbao.core.vocabulary import Direction, Refusal
 
@@ -32,6 +34,8 @@ _REFUSALS: dict[str, tuple[type[errors.HongbaoError], str]] = {
     Refusal.EXPIRED: (errors.Expired, "packet {} has expired"),
     Refusal.NOT_FOUND: (errors.NotFound, "no packet {}"),
 }
+FINISHED_TTL_MS = 600_000  # how long a worker remembers that a packet has no share left
+FINISHED_MAX_ENTRIES = 50_000
 
 
 class Opening:
@@ -51,6 +55,7 @@ class Opening:
         "draw",
         "faults",
         "batcher",
+        "_finished",
     )
 
     def __init__(
@@ -73,6 +78,7 @@ class Opening:
         self.crediting, self.outbox, self.shared = crediting, outbox, grabbing.shared
         self.draw, self.faults = draw, faults
         self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
+        self._finished: TtlCache[str, bool] = TtlCache(FINISHED_TTL_MS, FINISHED_MAX_ENTRIES)
 
     async def open(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
         """Open the packet for ``user_id``: (receipt, repeat). A repeat returns the first amount.
@@ -80,6 +86,8 @@ class Opening:
         packet = await self.audience.visible_packet(user_id, order_id, fixed=True)  # the transaction checks the rest
         if packet.kind is Kind.EXCLUSIVE and user_id != packet.receiver_id:
             raise errors.NotMember(f"packet {order_id} is for someone else")
+        if self._finished.get(order_id, self.clock.now_ms()):
+            return await self._after_finish(user_id, order_id)
         result = await self.batcher.open(order_id, user_id)
         if result.receipt is None:
             self.grabbing.forget(order_id)
@@ -97,6 +105,15 @@ class Opening:
                 log.exception("realtime credit of %s/%s failed; left to the reconciler", order_id, user_id)
         return result.receipt, result.repeat
 
+    async def _after_finish(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
+        """open of a packet known finished: the user's receipt as a repeat, else Finished. Every
+        receipt of a finished packet committed with its last share, so a plain read sees them all."""
+        receipt = await self.packets.receipt(order_id, user_id)
+        if receipt is None:
+            raise errors.Finished(f"packet {order_id} is finished")
+        self.grabbing.opened(order_id, user_id, receipt.amount_fen)
+        return receipt, True
+
     async def open_batch(self, order_id: str, user_ids: Sequence[str]) -> list[OpenResult]:
         """The batcher's transaction: open for ``user_ids`` at the clock's current time, then, in
         one tick, queue the batch's follow-ups (list rows, best luck, queued credits) in one queue
@@ -104,6 +121,8 @@ class Opening:
         expiry index and announce it finished."""
         results = await self.packets.open_batch(order_id, user_ids, self.clock.now_ms(), self.draw)
         self.faults.point("open_committed")
+        if any(r.last or r.refusal is Refusal.FINISHED for r in results):
+            self._finished.put(order_id, True, self.clock.now_ms())
         messages: list[Outgoing] = []
         for result in results:
             receipt = result.receipt
