@@ -109,7 +109,7 @@ class Settings:
     mysql_prefix: str = ""
     """Prefix of the database names (several deployments on one server)."""
     mysql_pool_size: int = 10
-    """Connections per database per worker."""
+    """Connections per database per worker, in each of its two pools (single statements, transactions)."""
     mysql_timeout_ms: int = 300
     """Bound of one MySQL statement on the request path, the wait for a connection included."""
     mysql_transaction_timeout_ms: int = 5000

@@ -41,7 +41,7 @@ TRANSACTION_TIMEOUT_S = 5.0  # ... and of one transaction (a batched open of hun
 CONNECT_TIMEOUT_S = 1.0  # the bound of a new connection (a server that does not answer it hangs: the breaker opens)
 SCAN_TIMEOUT_S = 10.0  # the bound of a background job's scan over every day table
 TIMEOUTS_TO_TRIP = 3  # consecutive calls past their bound that open the breaker (a frozen server)
-STATEMENT_CACHE = 64  # prepared statements kept per connection
+STATEMENT_CACHE = 256  # prepared statements kept per connection (a worker uses ~100 shapes per database)
 
 
 def _lost(exc: OperationalError) -> bool:
