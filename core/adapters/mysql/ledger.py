@@ -7,7 +7,9 @@ to its receiver, a top-up key is prefixed with its user), so a key unique per sh
 A debit is one conditional UPDATE of its account row (it locks the row, tests the balance and
 changes it), and the ``balance_fen >= 0`` CHECK backs the overdraft test; credits go to their
 accounts in one upsert per table at the end of the transaction (a balance only grows there, so
-nothing needs checking).
+nothing needs checking). A batch of credits only (the credit queue's) inserts its ledger rows in
+one statement per table; when that meets a row already there (a redelivered message), the
+transaction is rolled back and the batch replayed entry by entry, which tells which were new.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, MysqlShards
 from hongbao.core.errors import InsufficientBalance
 from hongbao.core.ports import LedgerEntry
 from hongbao.core.vocabulary import EntryKind
+
+
+class _SeenBefore(Exception):
+    """A multi-row ledger insert met an entry already applied (its transaction rolls back)."""
 
 
 class MysqlLedgerStore:
@@ -47,41 +53,35 @@ class MysqlLedgerStore:
         applied = [False] * len(entries)
 
         async def one_db(db: int, indices: list[int]) -> None:
-            # Locks in one order (ledger keys, then accounts by user), so two batches never deadlock.
+            # Locks in one order (ledger keys, then accounts by user); a batch inserting at once takes
+            # its keys table by table, and a deadlock with one going entry by entry is retried.
             mine = sorted(indices, key=lambda i: (entries[i].kind, entries[i].ref))
-            done = await self._shards.transaction(db, lambda cur: self._apply(cur, [entries[i] for i in mine]))
+            batch = [entries[i] for i in mine]
+            try:
+                done = await self._shards.transaction(db, lambda cur: self._apply(cur, batch, at_once=True))
+            except _SeenBefore:
+                done = await self._shards.transaction(db, lambda cur: self._apply(cur, batch, at_once=False))
             for i, ok in zip(mine, done, strict=True):
                 applied[i] = ok
 
         await asyncio.gather(*(one_db(db, indices) for db, indices in by_db.items()))
         return applied
 
-    async def _apply(self, cur: Cursor, entries: list[LedgerEntry]) -> list[bool]:
+    async def _apply(self, cur: Cursor, entries: list[LedgerEntry], *, at_once: bool) -> list[bool]:
         """In the caller's transaction: insert each ledger row (a (kind, ref) already there is
         skipped), check and apply each debit under its account's row lock, then add the credits
-        to their accounts in one multi-row upsert; per entry, True if applied."""
-        applied: list[bool] = []
+        to their accounts in one multi-row upsert; per entry, True if applied. ``at_once``, for
+        several credits and no debit: one insert per ledger table, raising _SeenBefore when any
+        row was there already."""
+        if at_once and len(entries) > 1 and all(e.amount_fen >= 0 for e in entries):
+            await self._insert_all(cur, entries)
+            applied = [True] * len(entries)
+        else:
+            applied = await self._insert_each(cur, entries)
         gains: dict[str, int] = defaultdict(int)
-        for entry in entries:
-            _, t = self._shards.layout.key_shard(entry.user_id)
-            inserted = await cur.execute(
-                f"INSERT INTO t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) VALUES (%s, %s, %s, %s, %s) "
-                "ON DUPLICATE KEY UPDATE id = id",
-                (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms),
-            )
-            applied.append(inserted == 1)
-            if inserted != 1:
-                continue
-            if entry.amount_fen >= 0:
+        for entry, new in zip(entries, applied, strict=True):
+            if new and entry.amount_fen >= 0:
                 gains[entry.user_id] += entry.amount_fen
-                continue
-            debited = await cur.execute(  # one statement: the row lock, the test and the change
-                f"UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s "
-                "WHERE user_id = %s AND balance_fen + %s >= 0",
-                (entry.amount_fen, entry.user_id, entry.amount_fen),
-            )
-            if debited != 1:  # no account, or too little in it (credits of this batch are not counted yet)
-                raise InsufficientBalance(f"balance of {entry.user_id} is below {-entry.amount_fen} fen")
         by_table: dict[int, list[tuple[str, int]]] = defaultdict(list)
         for user_id in sorted(gains):
             by_table[self._shards.layout.key_shard(user_id)[1]].append((user_id, gains[user_id]))
@@ -91,6 +91,44 @@ class MysqlLedgerStore:
                 "ON DUPLICATE KEY UPDATE balance_fen = balance_fen + VALUES(balance_fen)",
                 [v for row in rows for v in row],
             )
+        return applied
+
+    async def _insert_all(self, cur: Cursor, entries: list[LedgerEntry]) -> None:
+        """Insert every entry's ledger row, one statement per table (tables in order, each in the
+        entries' order); _SeenBefore when a (kind, ref) was there already."""
+        by_table: dict[int, list[LedgerEntry]] = defaultdict(list)
+        for entry in entries:
+            by_table[self._shards.layout.key_shard(entry.user_id)[1]].append(entry)
+        for t, rows in sorted(by_table.items()):
+            inserted = await cur.execute(
+                f"INSERT INTO t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) VALUES "
+                f"{', '.join(['(%s, %s, %s, %s, %s)'] * len(rows))} ON DUPLICATE KEY UPDATE id = id",
+                [v for e in rows for v in (e.user_id, e.kind, e.ref, e.amount_fen, e.created_at_ms)],
+            )
+            if inserted != len(rows):
+                raise _SeenBefore(f"{len(rows) - inserted} of {len(rows)} entries were applied before")
+
+    async def _insert_each(self, cur: Cursor, entries: list[LedgerEntry]) -> list[bool]:
+        """Insert each entry's ledger row and apply each new debit under its account's row lock;
+        per entry, True if its row is new. Raises InsufficientBalance on an overdraft."""
+        applied: list[bool] = []
+        for entry in entries:
+            _, t = self._shards.layout.key_shard(entry.user_id)
+            inserted = await cur.execute(
+                f"INSERT INTO t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) VALUES (%s, %s, %s, %s, %s) "
+                "ON DUPLICATE KEY UPDATE id = id",
+                (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms),
+            )
+            applied.append(inserted == 1)
+            if inserted != 1 or entry.amount_fen >= 0:
+                continue
+            debited = await cur.execute(  # one statement: the row lock, the test and the change
+                f"UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s "
+                "WHERE user_id = %s AND balance_fen + %s >= 0",
+                (entry.amount_fen, entry.user_id, entry.amount_fen),
+            )
+            if debited != 1:  # no account, or too little in it (credits of this batch are not counted yet)
+                raise InsufficientBalance(f"balance of {entry.user_id} is below {-entry.amount_fen} fen")
         return applied
 
     async def balance(self, user_id: str) -> int:
