@@ -145,8 +145,9 @@ class Settings:
     queued), queued, or deferred (the reconciler credits); switched at run time by POST /v1/admin/crediting-mode."""
     realtime_threshold_fen: int = 2000
     """In realtime_large mode, receipts of at least this many fen are credited in the request."""
-    credit_interval_s: float = 0.05
-    """How often each worker drains the credit and list queues."""
+    credit_interval_s: float = 0.25
+    """How often each worker drains the credit and list queues: the longest a queued credit or list row waits,
+    and what sizes their batches (one ledger insert per table and one commit per database for each batch)."""
     refund_interval_s: float = 1.0
     """How often the refund job (one worker at a time, by lease) refunds expired packets."""
     reconcile_interval_s: float = 5.0
