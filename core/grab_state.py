@@ -81,6 +81,11 @@ class SharedGrabState(Protocol):
         ``now_ms``: the caller's clock (the entry lives a while past the packet's expiry)."""
         ...
 
+    async def fixed(self, order_id: str) -> Packet | None:
+        """The packet for its fixed fields only (sender, kind, count, total, group, receiver, times;
+        not its remainder or status); None when the level does not hold them or is down."""
+        ...
+
     async def opened(self, order_id: str, results: Sequence[OpenResult]) -> None:
         """Record one committed open batch: new receipts, a finish, or a refusal (finished / expired)."""
         ...

@@ -84,7 +84,7 @@ class Services:
         database); ``list_scans``, what the reconciler reads to repair the lists (None: the
         lists queue cannot be lost); ``faults``, the crash points armed (tests)."""
         outbox = Outbox(ports.queue, views, ports.profiles)
-        audience = Audience(ports.packets, ports.preorders, ports.groups, ports.clock)
+        audience = Audience(ports.packets, ports.preorders, ports.groups, ports.clock, grab_state)
         sending = Sending(ports, limits, outbox, grab_state, region=region, faults=faults)
         grabbing = GrabFilter(audience, ports.groups, ports.packets, ports.clock, grab_state)
         crediting = Crediting(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hongbao_native
 from hongbao.core import errors
 from hongbao.core.clock import Clock
+from hongbao.core.grab_state import SharedGrabState
 from hongbao.core.messages import PreOrder
 from hongbao.core.packet import Packet
 from hongbao.core.ports import GroupStore, PacketStore, PreOrderStore
@@ -26,14 +27,23 @@ def check_order_id(order_id: str) -> str:
 
 
 class Audience:
-    """The visibility rules over ``packets``, ``preorders`` and ``groups``, with this worker's
-    memory of the packets' fixed fields (sender, group, receiver, kind, count, total, expiry: a
-    paid packet never changes them) for the callers that need only those."""
+    """The visibility rules over ``packets``, ``preorders`` and ``groups``, with two levels in front
+    of the database for the packets' fixed fields (sender, group, receiver, kind, count, total,
+    expiry: a paid packet never changes them), for the callers that need only those: this
+    worker's memory, then ``shared`` (the grab filter's shared level; None: none)."""
 
-    __slots__ = ("packets", "preorders", "groups", "clock", "_fixed")
+    __slots__ = ("packets", "preorders", "groups", "clock", "shared", "_fixed")
 
-    def __init__(self, packets: PacketStore, preorders: PreOrderStore, groups: GroupStore, clock: Clock) -> None:
+    def __init__(
+        self,
+        packets: PacketStore,
+        preorders: PreOrderStore,
+        groups: GroupStore,
+        clock: Clock,
+        shared: SharedGrabState | None = None,
+    ) -> None:
         self.packets, self.preorders, self.groups, self.clock = packets, preorders, groups, clock
+        self.shared = shared
         self._fixed: TtlCache[str, Packet] = TtlCache(FIXED_TTL_MS, FIXED_MAX_ENTRIES)
 
     async def visible_packet(
@@ -63,10 +73,14 @@ class Audience:
 
     async def fixed_packet(self, order_id: str) -> Packet | None:
         """The paid packet ``order_id`` for its fixed fields only (sender, group, receiver, kind,
-        count, total, expiry): from this worker's memory (up to FIXED_TTL_MS old), else the
-        database; None when it is not paid."""
+        count, total, expiry): from this worker's memory (up to FIXED_TTL_MS old), else the shared
+        level, else the database; None when it is not paid."""
         now_ms = self.clock.now_ms()
         packet = self._fixed.get(order_id, now_ms)
+        if packet is None and self.shared is not None:
+            packet = await self.shared.fixed(order_id)
+            if packet is not None:
+                self._fixed.put(order_id, packet, now_ms)
         if packet is None:
             packet = await self.packets.get_packet(order_id)
             if packet is not None:

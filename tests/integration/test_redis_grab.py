@@ -50,6 +50,10 @@ async def test_grab_state_follows_the_packet(make_backend: Make, redis_target: R
         "g": "g",
         "r": "",
         "e": str(packet.expires_at_ms),
+        "o": "S",
+        "t": str(packet.total_fen),
+        "a": str(packet.created_at_ms),
+        "b": str(packet.pay_by_ms),
     }
     ttl_ms = redis_target.sync_keys().pttl(key(order_id))
     assert packet.expires_at_ms - clock.now_ms() < ttl_ms <= packet.expires_at_ms - clock.now_ms() + KEEP_MS
@@ -94,6 +98,10 @@ async def test_grab_state_rebuilt_from_the_db(
         "r": "",
         "e": _state(redis_target, order_id)["e"],
         "p": "1",
+        "o": "S",
+        "t": "300",
+        "a": _state(redis_target, order_id)["a"],
+        "b": _state(redis_target, order_id)["b"],
     }
     b, _ = await one.services.opening.open("B", order_id)
     assert _state(redis_target, order_id)["n"] == "2" and _state(redis_target, order_id)["u:B"] == str(b.amount_fen)

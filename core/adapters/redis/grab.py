@@ -5,6 +5,9 @@ Cluster never answers CROSSSLOT), holding its state and the users who opened it:
 - ``k`` kind, ``c`` count, ``n`` remaining count, ``s`` status, ``g`` group id, ``r`` receiver id
   ("" when none), ``e`` expires_at (ms), ``p`` present when the entry was rebuilt from the database
   after opens (then its opened users are incomplete and ``n`` is frozen, see below);
+- ``o`` sender id, ``t`` total (fen), ``a`` created_at, ``b`` pay_by (ms): with ``k c g r e``, the
+  packet's fixed fields, which the open path reads from here after its worker's memory
+  (``fixed``) instead of from the database;
 - ``u:<user_id>`` the fen that user opened.
 
 Reads are one HMGET; writes are one Lua script each (EVALSHA), all through
@@ -45,6 +48,7 @@ log = logging.getLogger("hongbao.redis_grab")
 KEEP_MS = 3600_000  # a key outlives its packet's expiry by this much (late grabs answered "expired" from Redis)
 DB_RATE_PER_S = 500.0  # database checks a second per worker while Redis is down (a fifth of a second's worth at once)
 _FIELDS = ("k", "c", "n", "s", "g", "r", "e", "p")
+_FIXED = ("k", "c", "n", "s", "g", "r", "e", "o", "t", "a", "b")  # fixed()'s HMGET
 STATES_MAX = 1024  # packets whose last parsed state is kept (a hot packet is parsed once per change of its fields)
 _KINDS = {kind.value.encode(): kind for kind in Kind}  # a dict lookup instead of Enum.__call__ per read
 _STATUSES = {status.value.encode(): status for status in Status}
@@ -54,11 +58,11 @@ _HMGET = b"*%d\r\n%b" % (
 )  # lookup's request: this, the key, _FIELDS_BULK, the user's field
 _FIELDS_BULK = b"".join(map(bulk, _FIELDS))
 
-# ARGV: k c n s g r e rebuilt ttl_ms. Returns 1 when stored, 0 when the key already existed.
+# ARGV: k c n s g r e rebuilt ttl_ms o t a b. Returns 1 when stored, 0 when the key already existed.
 _PUT = LuaScript(
     "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
     "redis.call('HSET', KEYS[1], 'k', ARGV[1], 'c', ARGV[2], 'n', ARGV[3], 's', ARGV[4], "
-    "'g', ARGV[5], 'r', ARGV[6], 'e', ARGV[7])\n"
+    "'g', ARGV[5], 'r', ARGV[6], 'e', ARGV[7], 'o', ARGV[10], 't', ARGV[11], 'a', ARGV[12], 'b', ARGV[13])\n"
     "if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'p', '1') end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[9])\nreturn 1"
 )
@@ -193,8 +197,41 @@ class RedisGrabState:
             packet.expires_at_ms,
             int(packet.remaining_count < packet.count),
             ttl_ms,
+            packet.sender_id,
+            packet.total_fen,
+            packet.created_at_ms,
+            packet.pay_by_ms,
         )
         await self._write(packet.order_id, _PUT, args)
+
+    async def fixed(self, order_id: str) -> Packet | None:
+        """The packet for its fixed fields only (sender, kind, count, total, group, receiver, times),
+        from one HMGET; None when Redis does not hold them (no key, an entry older than these
+        fields) or is down: the caller reads the database. Its remainder is not kept here:
+        ``remaining_fen`` reads 0 and ``remaining_count``/``status`` may lag."""
+        name = key(order_id)
+        try:
+            reply: list[Any] = await self._breaker.call(lambda: self._pipes.command(name, "HMGET", name, *_FIXED))
+        except BreakerOpen:
+            return None
+        k, c, n, s, g, r, e, o, t, a, b = reply
+        if k is None or o is None:
+            return None
+        return Packet(
+            order_id,
+            text(o),
+            _KINDS[k],
+            int(c),
+            int(t),
+            text(g) or None,
+            text(r) or None,
+            0,
+            int(n),
+            _STATUSES[s],
+            int(a),
+            int(b),
+            int(e),
+        )
 
     async def opened(self, order_id: str, results: Sequence[OpenResult]) -> None:
         """Add the batch's new receipts; finish the entry on its last share or a "finished"
