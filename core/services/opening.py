@@ -91,10 +91,7 @@ class Opening:
         result = await self.batcher.open(order_id, user_id)
         if result.receipt is None:
             self.grabbing.forget(order_id)
-            error, message = _REFUSALS.get(
-                result.refusal or "", (errors.HongbaoError, f"packet {{}}: {result.refusal}")
-            )
-            raise error(message.format(order_id))
+            raise _refused(result.refusal, order_id)
         self.grabbing.opened(order_id, user_id, result.receipt.amount_fen)
         if not result.repeat:
             self.outbox.notify(events.opened(result.receipt))
@@ -110,7 +107,7 @@ class Opening:
         receipt of a finished packet committed with its last share, so a plain read sees them all."""
         receipt = await self.packets.receipt(order_id, user_id)
         if receipt is None:
-            raise errors.Finished(f"packet {order_id} is finished")
+            raise _refused(Refusal.FINISHED, order_id)
         self.grabbing.opened(order_id, user_id, receipt.amount_fen)
         return receipt, True
 
@@ -150,7 +147,7 @@ class Opening:
 
     async def _announce_finished(self, order_id: str, best: Receipt) -> None:
         """Notify ``finished`` with best luck (``best``, the transaction's) for a packet whose last
-        share went; its audience from the packet's fixed fields (this worker's memory first)."""
+        share went; its audience from the packet's fixed fields (Audience.fixed_packet)."""
         try:
             packet = await self.audience.fixed_packet(order_id)
         except Exception:  # the packet is finished all the same; only its push is lost
@@ -158,3 +155,9 @@ class Opening:
             return
         if packet is not None:
             self.outbox.notify(events.finished(packet, best.user_id, best.amount_fen))
+
+
+def _refused(refusal: Refusal | None, order_id: str) -> errors.HongbaoError:
+    """The error an open refused with ``refusal`` raises (Finished and Expired: 410, NotFound: 404)."""
+    error, message = _REFUSALS.get(refusal or "", (errors.HongbaoError, f"packet {{}}: {refusal}"))
+    return error(message.format(order_id))

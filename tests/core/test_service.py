@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from itertools import count
-from typing import Any
 
 import hongbao_native
 import pytest
@@ -14,11 +13,13 @@ from hongbao.core import errors, events
 from hongbao.core.clock import ManualClock
 from hongbao.core.messages import CREDIT_STREAM
 from hongbao.core.packet import Receipt, Status
-from hongbao.core.ports import LedgerEntry, ListRow, OpenResult, PacketStore
+from hongbao.core.ports import LedgerEntry, ListRow
 from hongbao.core.services import Services
 from hongbao.core.services.crediting import CreditingMode
 from hongbao.core.vocabulary import EntryKind
 from hongbao.server.composition import Backend
+
+from tests.core.counting import Counting
 
 DAY_MS = 24 * 3600 * 1000
 _FUNDINGS = count()  # each funding its own Idempotency-Key
@@ -470,20 +471,6 @@ async def test_batch_reads_of_best_luck_and_receipts(backend: Backend) -> None:
     assert len(found) == 4 + 3
 
 
-class _CountedBatches:
-    """A PacketStore that counts its open transactions and passes every call on."""
-
-    def __init__(self, inner: PacketStore) -> None:
-        self.inner, self.batches = inner, 0
-
-    async def open_batch(self, *args: Any) -> list[OpenResult]:
-        self.batches += 1
-        return await self.inner.open_batch(*args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 async def test_a_finished_packet_is_answered_without_a_transaction(make_backend: Callable[..., Backend]) -> None:
     """Once a worker has seen a packet's last share go (or an open refused as finished), its next
     opens read the opener's receipt instead of locking the row: a repeat gets the first amount, a
@@ -491,18 +478,18 @@ async def test_a_finished_packet_is_answered_without_a_transaction(make_backend:
     first, second = make_backend().services, make_backend().services
     await _group(first, "g", ["S", "A", "B", "C"])
     order_id = await _paid(first, "S", {"count": 2, "total_fen": 100, "group_id": "g"}, fund=100)
-    counted = [_CountedBatches(svc.opening.packets) for svc in (first, second)]
+    counted = [Counting(svc.opening.packets) for svc in (first, second)]
     for svc, store in zip((first, second), counted, strict=True):
-        svc.opening.packets = store
+        svc.opening.packets = store  # type: ignore[assignment]
     amounts = {user: (await first.opening.open(user, order_id))[0].amount_fen for user in ("A", "B")}
-    assert counted[0].batches == 2
+    assert counted[0].calls["open_batch"] == 2
     with pytest.raises(errors.Finished):
         await first.opening.open("C", order_id)
     assert await first.opening.open("A", order_id) == (await first.ports.packets.receipt(order_id, "A"), True)
-    assert counted[0].batches == 2
+    assert counted[0].calls["open_batch"] == 2
     with pytest.raises(errors.Finished):  # the other worker learns it from its transaction's refusal
         await second.opening.open("C", order_id)
     assert [(await second.opening.open(u, order_id))[0].amount_fen for u in ("A", "B")] == [amounts["A"], amounts["B"]]
     with pytest.raises(errors.Finished):
         await second.opening.open("C", order_id)
-    assert counted[1].batches == 1
+    assert counted[1].calls["open_batch"] == 1

@@ -40,21 +40,25 @@ def _credit(user: str, ref: str, fen: int) -> LedgerEntry:
 
 
 def test_credits_go_in_at_once_and_a_redelivered_batch_applies_only_the_new(mariadb: MariaDb) -> None:
+    """Six credits on one ledger table cost the server two INSERTs (ledger rows, account rows);
+    the same six again with two new ones apply the two only, and a third time nothing."""
     migrated(mariadb, SERVICE_LAYOUT)
 
     async def run() -> None:
         shards = MysqlShards(mariadb.dsn, SERVICE_LAYOUT, pool_size=2, timeout_s=5.0)
-        ledger = MysqlLedgerStore(shards)
-        users = _users_on_one_table(8)
-        first = [_credit(u, f"o1:{u}", 10 + i) for i, u in enumerate(users[:6])]
-        before = await _com_insert(mariadb.dsn)
-        assert await ledger.post_many(first) == [True] * 6
-        assert await _com_insert(mariadb.dsn) - before == 2  # one ledger insert, one account upsert
-        again = [*first, *(_credit(u, f"o1:{u}", 100) for u in users[6:])]
-        assert await ledger.post_many(again) == [False] * 6 + [True] * 2
-        assert [await ledger.balance(u) for u in users] == [10, 11, 12, 13, 14, 15, 100, 100]
-        assert await ledger.post_many(again) == [False] * 8
-        assert [await ledger.balance(u) for u in users] == [10, 11, 12, 13, 14, 15, 100, 100]
-        await shards.close()
+        try:
+            ledger = MysqlLedgerStore(shards)
+            users = _users_on_one_table(8)
+            first = [_credit(u, f"o1:{u}", 10 + i) for i, u in enumerate(users[:6])]
+            before = await _com_insert(mariadb.dsn)
+            assert await ledger.post_many(first) == [True] * 6
+            assert await _com_insert(mariadb.dsn) - before == 2  # one ledger insert, one account upsert
+            again = [*first, *(_credit(u, f"o1:{u}", 100) for u in users[6:])]
+            assert await ledger.post_many(again) == [False] * 6 + [True] * 2
+            assert [await ledger.balance(u) for u in users] == [10, 11, 12, 13, 14, 15, 100, 100]
+            assert await ledger.post_many(again) == [False] * 8
+            assert [await ledger.balance(u) for u in users] == [10, 11, 12, 13, 14, 15, 100, 100]
+        finally:
+            await shards.close()
 
     asyncio.run(run())

@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core import errors
 from hongbao.core.clock import ManualClock
-from hongbao.core.packet import Packet, Status
-from hongbao.core.ports import PacketStore
+from hongbao.core.packet import Status
 from hongbao.server.composition import Backend
 
 from tests.core import test_half_done_pay as half_done
 from tests.core import test_reads as reads
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures of the suite)
+from tests.core.counting import Counting
 from tests.integration.mariadb import backend, make_backend  # noqa: F401  (fixtures)
 
 # On Redis a lapsed pre-order is dropped by its key's TTL, not by the next send: that case is
@@ -102,20 +101,6 @@ FIXED = ("order_id", "sender_id", "kind", "count", "total_fen", "group_id", "rec
 FIXED += ("pay_by_ms", "expires_at_ms")
 
 
-class _CountedReads:
-    """A PacketStore that counts its packet-row reads and passes every call on."""
-
-    def __init__(self, inner: PacketStore) -> None:
-        self.inner, self.reads = inner, 0
-
-    async def get_packet(self, order_id: str) -> Packet | None:
-        self.reads += 1
-        return await self.inner.get_packet(order_id)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 async def test_a_packets_fixed_fields_come_from_redis_before_the_database(
     make_backend: Callable[..., Backend],
 ) -> None:
@@ -125,10 +110,10 @@ async def test_a_packets_fixed_fields_come_from_redis_before_the_database(
     await suite._group(first, "g", ["S", "A"])
     order_id = await suite._paid(first, "S", {"count": 3, "total_fen": 300, "group_id": "g"}, fund=300)
     row = await first.ports.packets.get_packet(order_id)
-    counted = _CountedReads(second.audience.packets)
-    second.audience.packets = counted
+    counted = Counting(second.audience.packets)
+    second.audience.packets = counted  # type: ignore[assignment]
     assert (await second.opening.open("A", order_id))[0].amount_fen >= 1
     fixed = await second.audience.fixed_packet(order_id)
-    assert counted.reads == 0
+    assert counted.calls["get_packet"] == 0
     assert row is not None and fixed is not None
     assert [getattr(fixed, f) for f in FIXED] == [getattr(row, f) for f in FIXED]

@@ -30,6 +30,19 @@ class _SeenBefore(Exception):
     """A multi-row ledger insert met an entry already applied (its transaction rolls back)."""
 
 
+async def _insert_rows(cur: Cursor, table: int, entries: Sequence[LedgerEntry]) -> int:
+    """Insert the ledger rows of ``entries`` (all on ledger table ``table``) in one statement, a
+    (kind, ref) already there left as it is; returns how many rows are new."""
+    marks = ", ".join(["(%s, %s, %s, %s, %s)"] * len(entries))
+    return int(
+        await cur.execute(
+            f"INSERT INTO t_ledger_{table:02} (user_id, kind, ref, amount_fen, created_at) VALUES {marks} "
+            "ON DUPLICATE KEY UPDATE id = id",
+            [v for e in entries for v in (e.user_id, e.kind, e.ref, e.amount_fen, e.created_at_ms)],
+        )
+    )
+
+
 class MysqlLedgerStore:
     """The production LedgerStore (see hongbao.core.ports.LedgerStore for the contract)."""
 
@@ -57,8 +70,9 @@ class MysqlLedgerStore:
             # its keys table by table, and a deadlock with one going entry by entry is retried.
             mine = sorted(indices, key=lambda i: (entries[i].kind, entries[i].ref))
             batch = [entries[i] for i in mine]
+            at_once = len(batch) > 1 and all(e.amount_fen >= 0 for e in batch)  # several credits, no debit
             try:
-                done = await self._shards.transaction(db, lambda cur: self._apply(cur, batch, at_once=True))
+                done = await self._shards.transaction(db, lambda cur: self._apply(cur, batch, at_once=at_once))
             except _SeenBefore:
                 done = await self._shards.transaction(db, lambda cur: self._apply(cur, batch, at_once=False))
             for i, ok in zip(mine, done, strict=True):
@@ -70,10 +84,9 @@ class MysqlLedgerStore:
     async def _apply(self, cur: Cursor, entries: list[LedgerEntry], *, at_once: bool) -> list[bool]:
         """In the caller's transaction: insert each ledger row (a (kind, ref) already there is
         skipped), check and apply each debit under its account's row lock, then add the credits
-        to their accounts in one multi-row upsert; per entry, True if applied. ``at_once``, for
-        several credits and no debit: one insert per ledger table, raising _SeenBefore when any
-        row was there already."""
-        if at_once and len(entries) > 1 and all(e.amount_fen >= 0 for e in entries):
+        to their accounts in one multi-row upsert; per entry, True if applied. ``at_once`` (credits
+        only): one insert per ledger table, raising _SeenBefore when any row was there already."""
+        if at_once:
             await self._insert_all(cur, entries)
             applied = [True] * len(entries)
         else:
@@ -100,11 +113,7 @@ class MysqlLedgerStore:
         for entry in entries:
             by_table[self._shards.layout.key_shard(entry.user_id)[1]].append(entry)
         for t, rows in sorted(by_table.items()):
-            inserted = await cur.execute(
-                f"INSERT INTO t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) VALUES "
-                f"{', '.join(['(%s, %s, %s, %s, %s)'] * len(rows))} ON DUPLICATE KEY UPDATE id = id",
-                [v for e in rows for v in (e.user_id, e.kind, e.ref, e.amount_fen, e.created_at_ms)],
-            )
+            inserted = await _insert_rows(cur, t, rows)
             if inserted != len(rows):
                 raise _SeenBefore(f"{len(rows) - inserted} of {len(rows)} entries were applied before")
 
@@ -114,11 +123,7 @@ class MysqlLedgerStore:
         applied: list[bool] = []
         for entry in entries:
             _, t = self._shards.layout.key_shard(entry.user_id)
-            inserted = await cur.execute(
-                f"INSERT INTO t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) VALUES (%s, %s, %s, %s, %s) "
-                "ON DUPLICATE KEY UPDATE id = id",
-                (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms),
-            )
+            inserted = await _insert_rows(cur, t, [entry])
             applied.append(inserted == 1)
             if inserted != 1 or entry.amount_fen >= 0:
                 continue

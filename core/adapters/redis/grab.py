@@ -99,6 +99,12 @@ class TokenBucket:
         return True
 
 
+def _state(order_id: str, raw: Sequence[Any]) -> PacketState:
+    """The PacketState of an HMGET reply that starts with the fields ``k c n s g r e``."""
+    k, c, n, s, g, r, e = raw[:7]
+    return PacketState(order_id, _KINDS[k], int(c), int(n), _STATUSES[s], text(g) or None, text(r) or None, int(e))
+
+
 def key(order_id: str) -> str:
     """The Redis key of a packet's grab state."""
     return f"grab:{{{order_id}}}"
@@ -161,10 +167,7 @@ class RedisGrabState:
         if last is not None and last[0] == raw:
             state = last[1]
         else:
-            k, c, n, s, g, r, e, _ = raw
-            state = PacketState(
-                order_id, _KINDS[k], int(c), int(n), _STATUSES[s], text(g) or None, text(r) or None, int(e)
-            )
+            state = _state(order_id, raw)
             if len(self._states) >= STATES_MAX:
                 self._states.clear()
             self._states[order_id] = (raw, state)
@@ -214,23 +217,24 @@ class RedisGrabState:
             reply: list[Any] = await self._breaker.call(lambda: self._pipes.command(name, "HMGET", name, *_FIXED))
         except BreakerOpen:
             return None
-        k, c, n, s, g, r, e, o, t, a, b = reply
-        if k is None or o is None:
+        sender, total, created, pay_by = reply[7:]
+        if reply[0] is None or sender is None:
             return None
+        state = _state(order_id, reply)
         return Packet(
             order_id,
-            text(o),
-            _KINDS[k],
-            int(c),
-            int(t),
-            text(g) or None,
-            text(r) or None,
+            text(sender),
+            state.kind,
+            state.count,
+            int(total),
+            state.group_id,
+            state.receiver_id,
             0,
-            int(n),
-            _STATUSES[s],
-            int(a),
-            int(b),
-            int(e),
+            state.remaining_count,
+            state.status,
+            int(created),
+            int(pay_by),
+            state.expires_at_ms,
         )
 
     async def opened(self, order_id: str, results: Sequence[OpenResult]) -> None:
