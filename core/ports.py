@@ -386,3 +386,18 @@ class Ports:
     profiles: ProfileStore
     flags: Flags
     expiries: ExpiryIndex
+
+
+class NodeRegistry(Protocol):
+    """The live nodes of one region (docs/architecture.md section 9): each node's URL with the
+    moment its liveness lapses, renewed by a beat every second."""
+
+    async def beat(self, node_url: str, ttl_ms: int, now_ms: int) -> list[str]:
+        """Mark ``node_url`` alive until ``now_ms + ttl_ms`` (ms, UTC), forget nodes lapsed at
+        ``now_ms``, and return the URLs of the nodes alive at ``now_ms``, sorted. Raises when the
+        registry's store does not answer (BreakerOpen while it is known down)."""
+        ...
+
+    async def leave(self, node_url: str) -> None:
+        """Remove ``node_url`` at once (a graceful stop): the others stop forwarding to it."""
+        ...

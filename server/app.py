@@ -28,12 +28,16 @@ from hongbao.server.auth import Identity, TokenVerifier
 from hongbao.server.composition import Backend
 from hongbao.server.config import Settings
 from hongbao.server.context import Context
+from hongbao.server.fleet import Fleet, node_url
 from hongbao.server.handlers import Handlers
+from hongbao.server.metric_catalog import FLEET_NODES
 from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.metrics_routes import MetricsRoutes
 from hongbao.server.push_admin import AdminPush
 from hongbao.server.push_assets import asset_routes
 from hongbao.server.push_hub import PushHub
+from hongbao.server.push_internal import internal_secret
+from hongbao.server.relay import Relay
 from hongbao.server.responses import Response, error_response, from_error, json_response, prebuilt
 from hongbao.server.router import Route, Router
 from hongbao.server.ws_handshake import Gate
@@ -77,11 +81,11 @@ class App:
             Route("POST", "/v1/groups/{group_id}/members", h.add_members),
             Route("DELETE", "/v1/groups/{group_id}/members/{user_id}", h.remove_member),
             Route("POST", "/v1/packets", h.send),
-            Route("POST", "/v1/packets/{order_id}/pay", h.pay),
-            Route("DELETE", "/v1/packets/{order_id}", h.cancel),
-            Route("POST", "/v1/packets/{order_id}/grab", h.grab, event="grabs"),
-            Route("POST", "/v1/packets/{order_id}/open", h.open, event="opens"),
-            Route("GET", "/v1/packets/{order_id}", h.details),
+            Route("POST", "/v1/packets/{order_id}/pay", h.pay, owned=True),
+            Route("DELETE", "/v1/packets/{order_id}", h.cancel, owned=True),
+            Route("POST", "/v1/packets/{order_id}/grab", h.grab, event="grabs", owned=True),
+            Route("POST", "/v1/packets/{order_id}/open", h.open, event="opens", owned=True),
+            Route("GET", "/v1/packets/{order_id}", h.details, owned=True),
             Route("GET", "/v1/me/received", h.received),
             Route("GET", "/v1/me/sent", h.sent),
             Route("GET", "/v1/me/ledger", h.ledger),
@@ -95,6 +99,11 @@ class App:
         if settings.test_clock:
             routes.append(Route("POST", "/v1/admin/clock", self.move_clock, auth="admin"))
         self.router = Router(routes)
+        self.fleet: Fleet | None = None  # the packets' owners (production); embedded, one node: all local
+        self.relay = Relay(internal_secret(settings), settings.fleet_forward_timeout_ms / 1000)
+        if backend.nodes is not None:
+            fleet = self.fleet = Fleet(node_url(settings), backend.nodes, settings.fleet_node_ttl_s)
+            metrics.sample(FLEET_NODES.name, lambda: {(): float(len(fleet.live))})
         # each route's request counters by (method, template)
         self._route_metrics = {(r.method, r.template): metrics.route(r.method, r.template) for r in routes}
         self._unmatched = metrics.route("", "unmatched")
@@ -125,7 +134,12 @@ class App:
                 identity = self.verifier.bearer(request.header("authorization"))
                 if auth == "admin" and not identity.admin:
                     raise errors.Forbidden("this route needs an admin token")
-            result = route.handler(Context(identity, params, request))
+            ctx = Context(identity, params, request)
+            if route.owned and self.fleet is not None:
+                owner = self.fleet.owner(params["order_id"])
+                if owner is not None and not self.relay.relayed(request):
+                    return self._relay(ctx, route, owner, started)
+            result = route.handler(ctx)
         except Exception as exc:
             return self._done(request, route, identity, self._failed(exc, request, route), started)
         if isinstance(result, Response):
@@ -163,6 +177,25 @@ class App:
             response = self._failed(exc, request, route)
         return self._done(request, route, identity, response, started)
 
+    async def _relay(self, ctx: Context, route: Route, owner: str | None, started: float) -> Response:
+        """``ctx``'s request answered by ``owner``, the node that owns its packet; when that node
+        does not answer, it is skipped and the next owner is asked, at last this node serves it."""
+        assert self.fleet is not None
+        request, identity, events = ctx.request, ctx.identity, self.metrics.events
+        while owner is not None:
+            answer = await self.relay.send(owner, request)
+            if answer is not None:
+                events["fleet_forwarded"] += 1
+                return self._done(request, route, identity, answer, started, relayed=True)
+            events["fleet_forward_failures"] += 1
+            self.fleet.skip(owner)
+            owner = self.fleet.owner(ctx.params["order_id"])
+        try:
+            pending = _answer(route.handler(ctx))
+        except Exception as exc:
+            return self._done(request, route, identity, self._failed(exc, request, route), started)
+        return await self._complete(request, route, identity, pending, started)
+
     def _failed(self, exc: Exception, request: Request, route: Route | None) -> Response:
         """The answer for an exception a handler raised: its own status for a HongbaoError, else
         a logged 500 (the worker goes on)."""
@@ -174,10 +207,17 @@ class App:
         return error_response(500, "internal", "internal error")
 
     def _done(
-        self, request: Request, route: Route | None, identity: Identity | None, response: Response, started: float
+        self,
+        request: Request,
+        route: Route | None,
+        identity: Identity | None,
+        response: Response,
+        started: float,
+        relayed: bool = False,
     ) -> Response:
-        """Count ``response`` (to ``identity``'s ``request``) in the metrics, log it in the access
-        log when it is on and in the audit log when the route is an admin's; return it."""
+        """Count ``response`` (to ``identity``'s ``request``) in the metrics (its route's event
+        only when it was served here, not ``relayed`` from the packet's owner), log it in the
+        access log when it is on and in the audit log when the route is an admin's; return it."""
         elapsed = perf_counter() - started
         status = response.status
         if route is None:
@@ -185,7 +225,7 @@ class App:
         else:
             self._route_metrics[route.method, route.template].observe(status, elapsed)
             event = route.event
-            if event is not None and (event != "opens" or status == 200):
+            if event is not None and not relayed and (event != "opens" or status == 200):
                 self.metrics.events[event] += 1
         if self.access_log:
             access(request, "unmatched" if route is None else route.template, status, elapsed, identity)
@@ -294,6 +334,14 @@ class App:
         return await _until_done("crediting the queue", drain, deadline) + await _until_done(
             "reconciling", lambda: settlement.reconcile(0), deadline
         )
+
+
+async def _answer(result: Any) -> Response:
+    """A handler's result as its Response: the Response itself, or what its Soon or coroutine
+    (and the coroutine a Soon fell back to) comes to."""
+    while not isinstance(result, Response):
+        result = await result
+    return result
 
 
 async def _until_done(what: str, step: Callable[[], Awaitable[int]], deadline: float) -> int:

@@ -41,6 +41,7 @@ from hongbao.core.adapters.mysql.schema import MigrateReport, NotMigrated, check
 from hongbao.core.adapters.mysql.schema import migrate as migrate_mysql
 from hongbao.core.adapters.mysql.state import MysqlFlags, MysqlGroupStore, MysqlPreOrderStore, MysqlSequenceSource
 from hongbao.core.adapters.redis.client import Pipelines, redis_client
+from hongbao.core.adapters.redis.fleet import RedisNodeRegistry
 from hongbao.core.adapters.redis.grab import DB_RATE_PER_S, RedisGrabState
 from hongbao.core.adapters.redis.guard import (
     GuardedMessageLog,
@@ -86,7 +87,7 @@ from hongbao.core.breaker import Breaker
 from hongbao.core.clock import Clock, SystemClock
 from hongbao.core.faults import NO_FAULTS, Faults
 from hongbao.core.membership import CachedGroups
-from hongbao.core.ports import Draw, Leases, Ports, PreOrderStore, Queue, SequenceSource
+from hongbao.core.ports import Draw, Leases, NodeRegistry, Ports, PreOrderStore, Queue, SequenceSource
 from hongbao.core.push_ports import PushStores
 from hongbao.core.redact import redact
 from hongbao.core.rules import Limits
@@ -117,7 +118,9 @@ class Backend:
     with the push stores), the ``push`` stores (None when built without a push channel, as the
     service tests are), the ``leases`` of the periodic jobs (on Redis in production; every
     worker holds every one embedded) and the jobs each worker runs every FOLLOW_S (``follow``:
-    the membership feed of the production group cache, hongbao.core.membership)."""
+    the membership feed of the production group cache, hongbao.core.membership); ``nodes``: the
+    region's node registry on Redis (production: the packets' owners, server/fleet.py), None
+    embedded (one node: everything is local)."""
 
     services: Services
     admission: hongbao_native.AdmissionTable
@@ -128,6 +131,7 @@ class Backend:
     push: PushStores | None = None
     leases: Leases = field(default_factory=SqliteLeases)
     follow: tuple[Callable[[], Awaitable[None]], ...] = ()
+    nodes: NodeRegistry | None = None
 
     async def databases(self) -> dict[str, bool]:
         """Each money database -> whether it answers (a shard: a trivial query within the
@@ -403,7 +407,8 @@ async def open_backend(
     backend.services.crediting.mode = CreditingMode(settings.crediting_mode)
     backend.services.crediting.realtime_threshold_fen = settings.realtime_threshold_fen
     shared = None if backend.redis is None or backend.breaker is None else (backend.redis, backend.breaker)
-    return dataclasses.replace(backend, push=push_stores(settings, counts, shared))
+    nodes = None if shared is None or settings.backend != "production" else RedisNodeRegistry(*shared, settings.region)
+    return dataclasses.replace(backend, push=push_stores(settings, counts, shared), nodes=nodes)
 
 
 async def preflight(settings: Settings) -> list[str]:

@@ -68,6 +68,8 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "ws_close_timeout_s": (0.001, 3600, ""),
     "ws_token_grace_s": (0, DAY_S, ""),
     "push_node_ttl_s": (1.001, DAY_S, " (more than the 1 s heartbeat)"),
+    "fleet_node_ttl_s": (1.001, DAY_S, " (more than the 1 s beat)"),
+    "fleet_forward_timeout_ms": (1, 600_000, ""),
     "push_session_ttl_s": (0.001, 30 * DAY_S, ""),
     "push_forward_timeout_s": (0.001, 3600, ""),
     "push_store_failures": (1, 1_000_000, ""),
@@ -200,6 +202,12 @@ class Settings:
     """Per-user offline queue: the newest this many messages are kept (and none past push_log_max_age_s)."""
     push_log_max_age_s: float = 86_400.0
     """Per-user offline queue: no message older than this is kept."""
+    fleet_node_url: str = ""
+    """Where the other nodes of the region reach this node (production); empty: http://{host}:{port} as it listens."""
+    fleet_node_ttl_s: float = 3.0
+    """A node not heard for this long leaves its region's live set, and its packets move to their next owner."""
+    fleet_forward_timeout_ms: int = 1000
+    """A relayed request not answered in this: its owner is skipped for fleet_node_ttl_s and the next one serves."""
     redis_url: str = ""
     """redis://[user:pass@]host:port: the production backend's Redis; beside the embedded backend, push state
     (sessions, logs, topics, the group queue) in Redis. Empty: push state in data_dir/push.db."""
@@ -217,6 +225,8 @@ class Settings:
             raise ConfigError("redis_cluster needs redis_url (one node of the cluster)")
         if self.redis_url:
             _check_redis_url(self.redis_url)
+        if self.fleet_node_url:
+            _check_node_url(self.fleet_node_url)
         if self.test_faults:
             if not self.test_clock:
                 raise ConfigError("test_faults kills workers on purpose: it needs test_clock = true (a test server)")
@@ -425,6 +435,17 @@ def _overridden(settings: Settings, values: Mapping[str, Any], source: str) -> S
         return settings.with_overrides(values)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{source}: {exc}") from None
+
+
+def _check_node_url(url: str) -> None:
+    """ConfigError unless ``url`` is ``http://host:port`` (nothing after the port but a ``/``)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    if parts is None or parts.scheme != "http" or not parts.hostname or not port or parts.path.strip("/"):
+        raise ConfigError(f"fleet_node_url must look like http://host:port, got {url!r}")
 
 
 def _check_redis_url(url: str) -> None:

@@ -92,6 +92,12 @@ OPENS_IN_FLIGHT = MetricSpec(
     "Opens of this node waiting in a packet's batch or inside its transaction",
     merge="sum",
 )
+FLEET_NODES = MetricSpec(
+    "fleet_nodes",
+    "gauge",
+    "Live nodes of this node's region as its workers see them (the packets' owners); absent when embedded",
+    merge="max",
+)
 BREAKER_OPEN = MetricSpec(
     "breaker_open",
     "gauge",
@@ -125,6 +131,11 @@ EVENTS: tuple[MetricSpec, ...] = (
     _counter("opens", "Packets opened (new receipts)"),
     _counter("grabs", "Grab checks answered"),
     _counter("admission_rejections", "Opens refused with 429 busy by per-packet admission"),
+    _counter("fleet_forwarded", "Requests for a packet another node owns, answered by that node (relayed)"),
+    _counter(
+        "fleet_forward_failures",
+        "Relays the owner did not answer in time: it is skipped for fleet_node_ttl_s and the next owner serves",
+    ),
     _counter("push_delivered", "Push messages handed to a user's socket (here or through another node)"),
     _counter("push_forwarded", "Push messages handed to a user's socket on another node (internal forward)"),
     _counter("push_queued", "Push messages left in the offline queue (user offline or unreachable)"),
@@ -180,6 +191,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     WS_CONNECTIONS,
     ONLINE_USERS,
     OPENS_IN_FLIGHT,
+    FLEET_NODES,
     BREAKER_OPEN,
     CREDITING_MODE,
     LISTS_PRESSURE,

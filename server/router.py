@@ -19,13 +19,15 @@ Handler = Callable[
 @dataclass(frozen=True, slots=True)
 class Route:
     """``method`` ``template`` -> ``handler``; ``auth`` is "none", "user" or "admin"; ``event``
-    names the metrics counter the route bumps (opens count 200 answers only)."""
+    names the metrics counter the route bumps (opens count 200 answers only); ``owned``: the
+    route names a packet (``{order_id}``) and is served by the node that owns it (server/fleet.py)."""
 
     method: str
     template: str
     handler: Handler
     auth: str = "user"
     event: str | None = None
+    owned: bool = False
 
     @property
     def segments(self) -> tuple[str, ...]:

@@ -65,6 +65,7 @@ async def _serve(
     )
     money = [loop.create_task(job()) for job in app.background_jobs()]
     jobs = [loop.create_task(job()) for job in (*app.push.jobs(), conns.sweep_forever, conns.ws.sweep_forever)]
+    beat = None if app.fleet is None else loop.create_task(app.fleet.beat_forever())
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -74,6 +75,9 @@ async def _serve(
     os.write(ready_fd, LISTENING)
     await stop.wait()
     app.draining = True  # /readyz answers 503 from now on
+    if app.fleet is not None and beat is not None:
+        beat.cancel()
+        await app.fleet.leave()  # the other nodes ask the packets' next owners from now on
     server.close()
     deadline = time.monotonic() + GRACE_S
     while conns.count() and time.monotonic() < deadline:
@@ -86,6 +90,7 @@ async def _serve(
     await asyncio.gather(*money, *jobs, return_exceptions=True)
     await app.finish_credits(deadline + FINISH_CREDITS_S)  # ...then what the queue holds is credited
     await app.push.stop()
+    await app.relay.close()
     app.metrics.flush()
     await backend.aclose()  # the push stores', then the money backend's connections
 

@@ -238,3 +238,13 @@ def test_serve_with_a_dsn_is_production_and_a_bad_redis_url_stops_it(tmp_path: P
     assert result.stderr.strip().splitlines() == [
         "hongbao: redis_url must look like redis://[user:password@]host:port, got 'redis://:***@h:port'"
     ]
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8080", "https://h:1", "http://h", "http://h:1/v1", "http://:80"])
+def test_a_node_url_that_is_not_http_host_port_stops_serve(tmp_path: Path, url: str) -> None:
+    """fleet_node_url is where the other nodes relay to: anything but http://host:port is one line, exit 2."""
+    result = run_cli(tmp_path, ["serve", "--port", "0"], {"HONGBAO_FLEET_NODE_URL": url})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"hongbao: fleet_node_url must look like http://host:port, got {url!r}"
+    ]
