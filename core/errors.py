@@ -118,14 +118,16 @@ class PayloadTooLarge(HongbaoError):
 
 
 class Busy(HongbaoError):
-    """Admission refused under load; retry after ``retry_after`` seconds (429 busy)."""
+    """Admission refused under load; retry after ``retry_after`` seconds (429 busy). ``counter``:
+    the metrics event it counts as (the level of flow control that refused: ``admission_rejections``
+    for an open, ``send_rejections``, ``grab_rejections``)."""
 
     code = "busy"
     status = 429
 
-    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+    def __init__(self, message: str, retry_after: float = 1.0, counter: str = "admission_rejections") -> None:
         super().__init__(message)
-        self.retry_after = retry_after
+        self.retry_after, self.counter = retry_after, counter
 
     @property
     def headers(self) -> list[tuple[str, str]]:

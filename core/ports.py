@@ -401,3 +401,13 @@ class NodeRegistry(Protocol):
     async def leave(self, node_url: str) -> None:
         """Remove ``node_url`` at once (a graceful stop): the others stop forwarding to it."""
         ...
+
+
+class SendRate(Protocol):
+    """A region's send rate (docs/architecture.md section 9: flow control), shared by its nodes."""
+
+    async def take(self) -> float:
+        """0.0 when one more send may go now (its token taken), else the seconds until one may
+        (nothing taken). Never raises: while its store is down every send may go (each node's
+        own rate still holds)."""
+        ...

@@ -69,7 +69,7 @@ class App:
         routes = [
             Route("GET", "/healthz", self.healthz, auth="none"),
             Route("GET", "/readyz", self.readyz, auth="none"),
-            *MetricsRoutes(backend, metrics, stores.sessions).routes(),
+            *MetricsRoutes(backend, metrics, stores.sessions, settings).routes(),
             Route("POST", "/v1/admin/accounts/{user_id}/topup", h.topup, auth="admin"),
             Route("POST", "/v1/admin/crediting-mode", h.crediting_mode, auth="admin"),
             Route("POST", "/v1/admin/lists-pressure", h.lists_pressure, auth="admin"),
@@ -200,8 +200,8 @@ class App:
         """The answer for an exception a handler raised: its own status for a HongbaoError, else
         a logged 500 (the worker goes on)."""
         if isinstance(exc, errors.HongbaoError):
-            if exc.code == "busy":
-                self.metrics.events["admission_rejections"] += 1
+            if isinstance(exc, errors.Busy):
+                self.metrics.events[exc.counter] += 1
             return from_error(exc)
         log.error("unhandled error on %s %s", request.method, route.template if route else "unmatched", exc_info=exc)
         return error_response(500, "internal", "internal error")

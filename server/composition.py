@@ -42,6 +42,7 @@ from hongbao.core.adapters.mysql.schema import migrate as migrate_mysql
 from hongbao.core.adapters.mysql.state import MysqlFlags, MysqlGroupStore, MysqlPreOrderStore, MysqlSequenceSource
 from hongbao.core.adapters.redis.client import Pipelines, redis_client
 from hongbao.core.adapters.redis.fleet import RedisNodeRegistry
+from hongbao.core.adapters.redis.flow import RedisSendRate
 from hongbao.core.adapters.redis.grab import DB_RATE_PER_S, RedisGrabState
 from hongbao.core.adapters.redis.guard import (
     GuardedMessageLog,
@@ -362,11 +363,14 @@ async def open_backend(
     clock: Clock,
     counts: dict[str, int] | None = None,
     faults: Faults = NO_FAULTS,
+    send_limiter: hongbao_native.RateLimiter | None = None,
 ) -> Backend:
-    """The worker's backend of ``settings``, with its push stores and the configured crediting
-    mode; ``counts``: the worker's metrics events (fallbacks, breaker openings, refused appends);
-    ``faults``: the crash points armed (tests). No connection is made here: a database that is
-    down serves degraded until it is back. Raises ValueError for missing settings."""
+    """The worker's backend of ``settings``, with its push stores, the configured crediting
+    mode, its region and its send rates (``send_limiter``: the host's, made by the master; the
+    region's on Redis in production); ``counts``: the worker's metrics events (fallbacks, breaker
+    openings, refused appends); ``faults``: the crash points armed (tests). No connection is made
+    here: a database that is down serves degraded until it is back. Raises ValueError for
+    missing settings."""
     check_production(settings)
     counts = {} if counts is None else counts
     if settings.backend == "production":
@@ -407,6 +411,13 @@ async def open_backend(
     backend.services.crediting.mode = CreditingMode(settings.crediting_mode)
     backend.services.crediting.realtime_threshold_fen = settings.realtime_threshold_fen
     shared = None if backend.redis is None or backend.breaker is None else (backend.redis, backend.breaker)
+    sending = backend.services.sending
+    sending.region, sending.node_rate = settings.region, send_limiter
+    backend.services.grabbing.ok_per_share = settings.grab_ok_per_share
+    if shared is not None and settings.backend == "production":
+        sending.region_rate = RedisSendRate(
+            *shared, counts, settings.region, settings.region_send_rate_per_s, settings.region_send_burst
+        )
     nodes = None if shared is None or settings.backend != "production" else RedisNodeRegistry(*shared, settings.region)
     return dataclasses.replace(backend, push=push_stores(settings, counts, shared), nodes=nodes)
 

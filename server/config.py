@@ -69,6 +69,11 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "ws_token_grace_s": (0, DAY_S, ""),
     "push_node_ttl_s": (1.001, DAY_S, " (more than the 1 s heartbeat)"),
     "fleet_node_ttl_s": (1.001, DAY_S, " (more than the 1 s beat)"),
+    "send_rate_per_s": (0.001, 1e9, ""),
+    "send_burst": (1, 1_000_000_000, ""),
+    "region_send_rate_per_s": (0.001, 1e9, ""),
+    "region_send_burst": (1, 1_000_000_000, ""),
+    "grab_ok_per_share": (0.001, 1e6, ""),
     "fleet_forward_timeout_ms": (1, 600_000, ""),
     "push_session_ttl_s": (0.001, 30 * DAY_S, ""),
     "push_forward_timeout_s": (0.001, 3600, ""),
@@ -202,6 +207,16 @@ class Settings:
     """Per-user offline queue: the newest this many messages are kept (and none past push_log_max_age_s)."""
     push_log_max_age_s: float = 86_400.0
     """Per-user offline queue: no message older than this is kept."""
+    send_rate_per_s: float = 2000.0
+    """Sends this node takes a second (every worker together); more get 429 busy with Retry-After."""
+    send_burst: int = 2000
+    """Sends this node takes at once after a quiet spell."""
+    region_send_rate_per_s: float = 10_000.0
+    """Sends the region takes a second (every node together, on its Redis; production); more get 429 busy."""
+    region_send_burst: int = 10_000
+    """Sends the region takes at once after a quiet spell."""
+    grab_ok_per_share: float = 5.0
+    """Grabs a worker answers ok a second per share a packet has left; more get 429 busy (they could not all open)."""
     fleet_node_url: str = ""
     """Where the other nodes of the region reach this node (production); empty: http://{host}:{port} as it listens."""
     fleet_node_ttl_s: float = 3.0

@@ -39,7 +39,7 @@ FD_RESERVE = 256
 SHM_DIR = Path("/dev/shm")
 #: A master's segments (the native core names them hongbao-<name>, hongbao-rl-<name>): the
 #: admission table hongbao-<port>-<pid> and the WebSocket rate limiter ws-<port>-<pid>.
-_SEGMENT = re.compile(r"hongbao-(?:hongbao|rl-ws)-\d+-(\d+)")
+_SEGMENT = re.compile(r"hongbao-(?:hongbao|rl-ws|rl-send)-\d+-(\d+)")
 
 
 def _alive(pid: int) -> bool:
@@ -53,7 +53,7 @@ def _alive(pid: int) -> bool:
 
 
 def remove_orphan_segments(shm_dir: Path = SHM_DIR) -> list[str]:
-    """Unlink the shared-memory segments (admission table, WebSocket rate limiter) that masters
+    """Unlink the shared-memory segments (admission table, WebSocket and send rate limiters) that masters
     which died without their graceful stop (SIGKILL, the OOM killer) left in ``shm_dir``: each
     name ends in its master's pid, and a master that no longer runs has no worker left (they get
     SIGTERM when it dies, see ``_die_with_parent``). Returns the file names removed."""
@@ -179,6 +179,9 @@ def serve(settings: Settings) -> int:
     ws_limiter = hongbao_native.RateLimiter.create(
         f"ws-{settings.port}-{os.getpid()}", settings.ws_rate_per_s, settings.ws_burst
     )
+    send_limiter = hongbao_native.RateLimiter.create(
+        f"send-{settings.port}-{os.getpid()}", settings.send_rate_per_s, settings.send_burst
+    )
     ready_r, ready_w = os.pipe()
     os.set_blocking(ready_r, False)
     slots = [_Slot() for _ in range(settings.worker_count())]
@@ -197,7 +200,9 @@ def serve(settings: Settings) -> int:
                 signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the worker's loop handles it
                 os.close(ready_r)
                 _die_with_parent(master)
-                run_worker(settings, admission.name, ws_limiter.name, ready_w, after_crash=slot.crashed)
+                run_worker(
+                    settings, admission.name, (ws_limiter.name, send_limiter.name), ready_w, after_crash=slot.crashed
+                )
             except BaseException:
                 log.exception("worker failed")
                 code = 1
@@ -284,6 +289,7 @@ def serve(settings: Settings) -> int:
     finally:
         admission.unlink()
         ws_limiter.unlink()
+        send_limiter.unlink()
         os.close(ready_r)
         os.close(ready_w)
         if reserved is not None:

@@ -98,6 +98,14 @@ FLEET_NODES = MetricSpec(
     "Live nodes of this node's region as its workers see them (the packets' owners); absent when embedded",
     merge="max",
 )
+FLOW_LIMITS = MetricSpec(
+    "flow_limit",
+    "gauge",
+    "Each flow-control limit in force (docs/architecture.md section 9): send_rate_per_s and send_burst "
+    "(this node), region_send_rate_per_s and region_send_burst, grab_ok_per_share, max_in_db (K)",
+    ("limit",),
+    "scrape",
+)
 BREAKER_OPEN = MetricSpec(
     "breaker_open",
     "gauge",
@@ -131,6 +139,9 @@ EVENTS: tuple[MetricSpec, ...] = (
     _counter("opens", "Packets opened (new receipts)"),
     _counter("grabs", "Grab checks answered"),
     _counter("admission_rejections", "Opens refused with 429 busy by per-packet admission"),
+    _counter("send_rejections", "Sends refused with 429 busy: over this node's or the region's send rate"),
+    _counter("grab_rejections", "Grabs refused with 429 busy: more this second than a packet's shares left could use"),
+    _counter("redis_fallback_flow", "Sends let through without the region's send rate because Redis was down"),
     _counter("fleet_forwarded", "Requests for a packet another node owns, answered by that node (relayed)"),
     _counter(
         "fleet_forward_failures",
@@ -192,6 +203,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     ONLINE_USERS,
     OPENS_IN_FLIGHT,
     FLEET_NODES,
+    FLOW_LIMITS,
     BREAKER_OPEN,
     CREDITING_MODE,
     LISTS_PRESSURE,

@@ -6,7 +6,7 @@ fragment, ``/dashboard#token=<jwt>``, which never reaches the server).
 Besides the workers' counters (server/metrics.py), a scrape reads at that moment the gauges the
 catalog merges by ``scrape`` (server/metric_catalog.py): the credits pending in the credit queue
 and the users online in the push store (each left out while its store does not answer: the
-counters still show the outage), and the crediting mode. This module also registers the gauges
+counters still show the outage), the crediting mode and the flow-control limits. This module also registers the gauges
 each worker samples with its snapshot: its opens in flight and its breakers.
 """
 
@@ -19,11 +19,13 @@ from hongbao.core.breaker import BreakerOpen
 from hongbao.core.push_ports import SessionStore
 from hongbao.core.services.crediting import CreditingMode
 from hongbao.server.composition import Backend
+from hongbao.server.config import Settings
 from hongbao.server.context import Context
 from hongbao.server.metric_catalog import (
     BREAKER_OPEN,
     CREDITING_MODE,
     CREDITS_PENDING,
+    FLOW_LIMITS,
     LISTS_PRESSURE,
     ONLINE_USERS,
     OPENS_IN_FLIGHT,
@@ -40,10 +42,11 @@ DASHBOARD = "/dashboard"
 class MetricsRoutes:
     """The metrics routes of one worker over its ``backend``, ``metrics`` and push ``sessions``."""
 
-    __slots__ = ("backend", "metrics", "sessions")
+    __slots__ = ("backend", "metrics", "sessions", "limits")
 
-    def __init__(self, backend: Backend, metrics: WorkerMetrics, sessions: SessionStore) -> None:
+    def __init__(self, backend: Backend, metrics: WorkerMetrics, sessions: SessionStore, settings: Settings) -> None:
         self.backend, self.metrics, self.sessions = backend, metrics, sessions
+        self.limits = flow_limits(settings, regional=backend.services.sending.region_rate is not None)
         batcher = backend.services.opening.batcher
         metrics.sample(OPENS_IN_FLIGHT.name, lambda: {(): float(batcher.in_flight())})
         metrics.sample(BREAKER_OPEN.name, lambda: {(name,): float(down) for name, down in backend.breakers().items()})
@@ -66,12 +69,13 @@ class MetricsRoutes:
 
     async def scraped(self) -> dict[str, dict[Labels, float]]:
         """The gauges read now: the crediting mode (1 for the mode in force, 0 for the others),
-        the lists' pressure switch, the credits pending and the users online (each left out when
-        its store fails to answer)."""
+        the lists' pressure switch, the flow-control limits, the credits pending and the users
+        online (each left out when its store fails to answer)."""
         mode = self.backend.services.crediting.mode
         values: dict[str, dict[Labels, float]] = {
             CREDITING_MODE.name: {(m.value,): float(m is mode) for m in CreditingMode},
             LISTS_PRESSURE.name: {(): float(self.backend.services.pressure.on)},
+            FLOW_LIMITS.name: self.limits,
         }
         answers = await asyncio.gather(
             self.backend.services.settlement.credits_pending(), self.sessions.online_count(), return_exceptions=True
@@ -85,3 +89,12 @@ class MetricsRoutes:
                 continue
             values[spec.name] = {(): float(answer)}
         return values
+
+
+def flow_limits(settings: Settings, *, regional: bool) -> dict[Labels, float]:
+    """The flow-control limits in force, by name (the ``flow_limit`` gauge): the node's send rate
+    and burst, the region's when ``regional`` (kept on Redis), the grabs per share, K."""
+    names = ["send_rate_per_s", "send_burst", "grab_ok_per_share", "max_in_db"]
+    if regional:
+        names[2:2] = ["region_send_rate_per_s", "region_send_burst"]
+    return {(name,): float(getattr(settings, name)) for name in names}

@@ -46,15 +46,15 @@ def verifier_for(settings: Settings) -> TokenVerifier:
 
 
 async def _serve(
-    settings: Settings, admission_name: str, ws_limiter_name: str, ready_fd: int, after_crash: bool
+    settings: Settings, admission_name: str, limiter_names: tuple[str, str], ready_fd: int, after_crash: bool
 ) -> None:
     loop = asyncio.get_running_loop()
     admission = hongbao_native.AdmissionTable.attach(admission_name)
-    ws_limiter = hongbao_native.RateLimiter.attach(ws_limiter_name)
+    ws_limiter, send_limiter = (hongbao_native.RateLimiter.attach(name) for name in limiter_names)
     clock: Clock = OffsetFileClock(settings.data_dir / CLOCK_FILE) if settings.test_clock else SystemClock()
     metrics = WorkerMetrics(settings.data_dir / METRICS_DIR)
     faults = parse_faults(settings.test_faults)
-    backend = await open_backend(settings, admission, clock, metrics.events, faults)  # connects on first use
+    backend = await open_backend(settings, admission, clock, metrics.events, faults, send_limiter)  # connects later
     app = App(settings, backend, verifier_for(settings), metrics, ws_limiter)
     conns = Connections(settings.max_connections, WsRegistry(settings))
     node = host_name(settings.node_name)
@@ -96,12 +96,13 @@ async def _serve(
 
 
 def run_worker(
-    settings: Settings, admission_name: str, ws_limiter_name: str, ready_fd: int, *, after_crash: bool = False
+    settings: Settings, admission_name: str, limiter_names: tuple[str, str], ready_fd: int, *, after_crash: bool = False
 ) -> None:
     """Run one worker until SIGTERM/SIGINT (called in the forked child), attached to the host's
-    admission table and WebSocket admission rate limiter (both created by the master); it writes
+    admission table and rate limiters (``limiter_names``: WebSocket admission, sends; all made by
+    the master); it writes
     LISTENING to ``ready_fd`` once it accepts connections. A dependency that is down at start
     does not stop it: it serves degraded (503 where the dependency is needed, the fallbacks of
     docs/operations.md elsewhere) and connects once the dependency is back. ``after_crash``: it
     replaces a worker that died (see PushHub.start)."""
-    uvloop.run(_serve(settings, admission_name, ws_limiter_name, ready_fd, after_crash))
+    uvloop.run(_serve(settings, admission_name, limiter_names, ready_fd, after_crash))

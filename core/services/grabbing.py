@@ -20,14 +20,29 @@ from hongbao.core.ttl_cache import TtlCache
 GRAB_CACHE_TTL_MS = 1000
 OPENED_CACHE_TTL_MS = 600_000
 GRAB_OK: dict[str, object] = {"status": "ok"}  # grab's common answer, shared: never mutate it
+GRAB_OK_PER_SHARE = 5.0  # grabs answered ok a second per share left, per worker (flow control)
+GRANTED_MAX_ENTRIES = 50_000  # packets whose grabs of this second are counted (then forgotten at once)
 
 
 class GrabFilter:
     """grab over ``audience`` (the database's answer), ``groups`` and ``packets`` (membership and
     the opener's receipt when no cache knows), with the shared level ``shared`` (None: memory, then
-    the database)."""
+    the database). Flow control (docs/architecture.md section 9): in any one second this worker
+    answers ok for a packet at most ``ok_per_share`` times its remaining shares; the grabs beyond
+    could not all open, and get Busy."""
 
-    __slots__ = ("audience", "groups", "packets", "clock", "shared", "_packets", "_members", "_opened")
+    __slots__ = (
+        "audience",
+        "groups",
+        "packets",
+        "clock",
+        "shared",
+        "ok_per_share",
+        "_packets",
+        "_members",
+        "_opened",
+        "_granted",
+    )
 
     def __init__(
         self,
@@ -41,6 +56,8 @@ class GrabFilter:
         self._packets: TtlCache[str, PacketState] = TtlCache(GRAB_CACHE_TTL_MS)
         self._members: TtlCache[tuple[str, str], bool] = TtlCache(GRAB_CACHE_TTL_MS)
         self._opened: TtlCache[tuple[str, str], int] = TtlCache(OPENED_CACHE_TTL_MS)
+        self.ok_per_share = GRAB_OK_PER_SHARE
+        self._granted: dict[str, tuple[int, int]] = {}  # order id -> (second, grabs answered ok in it)
 
     def opened(self, order_id: str, user_id: str, amount_fen: int) -> None:
         """Remember that ``user_id`` opened ``amount_fen`` of ``order_id`` and forget the packet's
@@ -71,7 +88,7 @@ class GrabFilter:
                 raise errors.NotMember(f"{user_id} is not a member of the packet's group")
         if packet.remaining_count < packet.count:  # someone opened: maybe this user, in another worker
             return None
-        return _verdict(packet, user_id, now_ms)
+        return self._admitted(packet, user_id, now_ms)
 
     async def grab(self, user_id: str, order_id: str) -> dict[str, object]:
         """Advisory admission check: GRAB_OK ({"status": "ok"}), or {"status": "opened",
@@ -136,7 +153,21 @@ class GrabFilter:
             return {"status": "opened", "amount_fen": amount}
         if not complete:
             return None
-        return _verdict(state, user_id, now_ms)
+        return self._admitted(state, user_id, now_ms)
+
+    def _admitted(self, packet: PacketState, user_id: str, now_ms: int) -> dict[str, object]:
+        """``_verdict``, counted against this second's grabs of the packet answered ok; Busy
+        (429, ``grab_rejections``) once they reach ``ok_per_share`` times its remaining shares."""
+        answer = _verdict(packet, user_id, now_ms)
+        second, order_id = now_ms // 1000, packet.order_id
+        window = self._granted.get(order_id)
+        granted = window[1] if window is not None and window[0] == second else 0
+        if granted >= packet.remaining_count * self.ok_per_share:
+            raise errors.Busy(f"packet {order_id} has more grabbers than shares, retry shortly", 1.0, "grab_rejections")
+        if len(self._granted) >= GRANTED_MAX_ENTRIES:
+            self._granted.clear()
+        self._granted[order_id] = (second, granted + 1)
+        return answer
 
     async def _state(self, user_id: str, order_id: str, now_ms: int) -> tuple[PacketState, int | None, bool]:
         """(state, the fen ``user_id`` opened or None, whether that None is certain): from the

@@ -13,7 +13,7 @@ from hongbao.core.faults import NO_FAULTS, Faults
 from hongbao.core.grab_state import SharedGrabState
 from hongbao.core.messages import PreOrder, list_row_due
 from hongbao.core.packet import Packet, Status
-from hongbao.core.ports import LedgerEntry, Ports
+from hongbao.core.ports import LedgerEntry, Ports, SendRate
 from hongbao.core.rules import Limits, validate_send
 from hongbao.core.services.audience import check_order_id
 from hongbao.core.services.outbox import Outbox
@@ -24,9 +24,11 @@ from hongbao.core.vocabulary import Direction, EntryKind
 class Sending:
     """send -> pay (or cancel) over ``ports`` under ``limits``; ``region``: the order ids' region
     (1 north, 2 south); ``shared``: the grab filter's shared level, told of every activation;
-    ``faults``: the crash points armed (tests: ``pay_debited``, ``pay_inserted``)."""
+    ``node_rate``, ``region_rate``: the sends this host and this region take a second (flow
+    control, docs/architecture.md section 9; None: unlimited); ``faults``: the crash points armed
+    (tests: ``pay_debited``, ``pay_inserted``)."""
 
-    __slots__ = ("ports", "limits", "outbox", "shared", "region", "faults")
+    __slots__ = ("ports", "limits", "outbox", "shared", "region", "node_rate", "region_rate", "faults")
 
     def __init__(
         self,
@@ -36,21 +38,38 @@ class Sending:
         shared: SharedGrabState | None,
         *,
         region: int = 1,
+        node_rate: hongbao_native.RateLimiter | None = None,
+        region_rate: SendRate | None = None,
         faults: Faults = NO_FAULTS,
     ) -> None:
         self.ports, self.limits, self.outbox, self.shared, self.region = ports, limits, outbox, shared, region
-        self.faults = faults
+        self.node_rate, self.region_rate, self.faults = node_rate, region_rate, faults
 
     async def send(self, sender_id: str, body: dict[str, object]) -> tuple[str, int]:
-        """Validate, assign an order id, store the pre-order; returns (order_id, pay_by_ms).
+        """Validate, take a token of the host's and of the region's send rate, assign an order id,
+        store the pre-order; returns (order_id, pay_by_ms). A send refused by a rate stores
+        nothing (its order id, if one was drawn, is never used).
 
-        Raises InvalidAmount/InvalidCount/InvalidRequest, NotMember for a group the sender is not in."""
+        Raises InvalidAmount/InvalidCount/InvalidRequest, NotMember for a group the sender is not
+        in, Busy (429, Retry-After) over the host's or the region's send rate."""
         spec = validate_send(body, sender_id, self.limits)
+        node_rate = self.node_rate
+        if node_rate is not None and not node_rate.try_acquire():
+            raise errors.Busy(
+                "this node is at its send rate, retry shortly", node_rate.retry_after(), "send_rejections"
+            )
         if spec.group_id is not None and not await self.ports.groups.is_member(spec.group_id, sender_id):
             raise errors.NotMember(f"{sender_id} is not a member of group {spec.group_id}")
         now = self.ports.clock.now_ms()
         yymmdd = business_yymmdd(now)
-        source, sequence = await self.ports.sequence.next(self.region, yymmdd)
+        if self.region_rate is None:
+            source, sequence = await self.ports.sequence.next(self.region, yymmdd)
+        else:  # the region's token and the id in one round trip; a refused send leaves a gap in the sequence
+            wait_s, (source, sequence) = await asyncio.gather(
+                self.region_rate.take(), self.ports.sequence.next(self.region, yymmdd)
+            )
+            if wait_s > 0:
+                raise errors.Busy(f"region {self.region} is at its send rate, retry shortly", wait_s, "send_rejections")
         order_id = hongbao_native.encode_order_id(self.region, yymmdd, source, sequence)
         pay_by = now + self.limits.pay_ttl_ms
         preorder = PreOrder(

@@ -149,7 +149,7 @@ def _answers(url: str) -> bool:
 
 
 def test_a_killed_masters_shared_memory_is_removed_by_the_next_start(tmp_path: Path) -> None:
-    """A master SIGKILLed leaves its admission table and WebSocket rate limiter in /dev/shm (its
+    """A master SIGKILLed leaves its admission table and rate limiters in /dev/shm (its
     workers die with it); the next `serve` removes them and says so, and a live master's stay."""
     for name in ("live", "killed", "again"):
         (tmp_path / name).mkdir()
@@ -159,7 +159,7 @@ def test_a_killed_masters_shared_memory_is_removed_by_the_next_start(tmp_path: P
         _serving_port(live, live_log)
         port = _serving_port(killed, killed_log)
         mine = sorted(p.name for p in Path("/dev/shm").glob(f"hongbao-*-{port}-{killed.pid}"))
-        assert len(mine) == 2, mine
+        assert len(mine) == 3, mine  # admission, WebSocket and send rates
         theirs = sorted(p.name for p in Path("/dev/shm").glob(f"hongbao-*-{live.pid}"))
         workers = _children(killed.pid)
         killed.kill()
@@ -173,7 +173,7 @@ def test_a_killed_masters_shared_memory_is_removed_by_the_next_start(tmp_path: P
         try:
             _serving_port(again, again_log)
             assert not any((Path("/dev/shm") / name).exists() for name in mine)
-            assert all((Path("/dev/shm") / name).exists() for name in theirs) and len(theirs) == 2
+            assert all((Path("/dev/shm") / name).exists() for name in theirs) and len(theirs) == 3
             assert "removed the shared memory of masters that died" in again_log.read_text()
         finally:
             assert _stop(again) == 0
