@@ -21,6 +21,8 @@ from hongbao.core import errors
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import OffsetFileClock
 from hongbao.core.membership import FOLLOW_S
+from hongbao.core.services.audience import region_of
+from hongbao.core.services.traffic import REGION_NAMES
 from hongbao.core.soon import Soon
 from hongbao.server.access_log import access, audit
 from hongbao.server.api_docs import docs_routes
@@ -73,6 +75,8 @@ class App:
             Route("POST", "/v1/admin/accounts/{user_id}/topup", h.topup, auth="admin"),
             Route("POST", "/v1/admin/crediting-mode", h.crediting_mode, auth="admin"),
             Route("POST", "/v1/admin/lists-pressure", h.lists_pressure, auth="admin"),
+            Route("GET", "/v1/admin/traffic", h.traffic, auth="admin"),
+            Route("POST", "/v1/admin/traffic", h.set_traffic, auth="admin"),
             AdminPush(self.push).route(),
             Route("GET", "/v1/balance", h.balance),
             Route("GET", "/v1/groups", h.my_groups),
@@ -80,7 +84,7 @@ class App:
             Route("GET", "/v1/groups/{group_id}", h.get_group),
             Route("POST", "/v1/groups/{group_id}/members", h.add_members),
             Route("DELETE", "/v1/groups/{group_id}/members/{user_id}", h.remove_member),
-            Route("POST", "/v1/packets", h.send),
+            Route("POST", "/v1/packets", h.send, new_packet=True),
             Route("POST", "/v1/packets/{order_id}/pay", h.pay, owned=True),
             Route("DELETE", "/v1/packets/{order_id}", h.cancel, owned=True),
             Route("POST", "/v1/packets/{order_id}/grab", h.grab, event="grabs", owned=True),
@@ -101,6 +105,8 @@ class App:
         self.router = Router(routes)
         self.fleet: Fleet | None = None  # the packets' owners (production); embedded, one node: all local
         self.relay = Relay(internal_secret(settings), settings.fleet_forward_timeout_ms / 1000)
+        self.entries = settings.region_entry_urls  # each region's entry, north first; empty: one region
+        self.region_down = False  # this region's packet databases did not answer the last probe
         if backend.nodes is not None:
             fleet = self.fleet = Fleet(node_url(settings), backend.nodes, settings.fleet_node_ttl_s)
             metrics.sample(FLEET_NODES.name, lambda: {(): float(len(fleet.live))})
@@ -136,9 +142,16 @@ class App:
                     raise errors.Forbidden("this route needs an admin token")
             ctx = Context(identity, params, request)
             if route.owned and self.fleet is not None:
+                region = self._elsewhere(region_of(params["order_id"]), request)
+                if region is not None:
+                    return self._across(ctx, route, region, started)
                 owner = self.fleet.owner(params["order_id"])
                 if owner is not None and not self.relay.relayed(request):
                     return self._relay(ctx, route, owner, started)
+            elif route.new_packet and self.entries:
+                region = self._elsewhere(self._send_region(), request)
+                if region is not None:
+                    return self._across(ctx, route, region, started)
             result = route.handler(ctx)
         except Exception as exc:
             return self._done(request, route, identity, self._failed(exc, request, route), started)
@@ -176,6 +189,38 @@ class App:
         except Exception as exc:
             response = self._failed(exc, request, route)
         return self._done(request, route, identity, response, started)
+
+    def _elsewhere(self, region: int | None, request: Request) -> int | None:
+        """``region`` when it is another region's (1, 2) that this request may still be relayed to
+        (a fleet of regions, and the request not already relayed across), else None: serve here."""
+        if region is None or region == self.settings.region or not self.entries or self.relay.hopped(request):
+            return None
+        return None if self.relay.relayed(request) else region
+
+    def _send_region(self) -> int:
+        """The region a send made here goes to: the traffic switch's word, with this region
+        down when any of its packet databases is (its breaker open, or the last probe unanswered)."""
+        shards = self.backend.shards
+        down = self.region_down or (shards is not None and any(shards.breakers().values()))
+        return self.backend.services.traffic.region_for_send(self.settings.region, down)
+
+    async def probe_region(self) -> None:
+        """Whether this region's packet databases answer now (``region_down``), for the traffic
+        switch's ``auto``: a send needs no database before its pay, so nothing else would notice."""
+        shards = self.backend.shards
+        if shards is not None:
+            self.region_down = not all((await shards.reachable()).values())
+
+    async def _across(self, ctx: Context, route: Route, region: int, started: float) -> Response:
+        """``ctx``'s request answered by ``region``'s entry; 503 degraded (Retry-After) when it
+        does not answer (the order lives there: nothing here can serve it)."""
+        request = ctx.request
+        answer = await self.relay.send(self.entries[region - 1], request, hop=True)
+        if answer is None:
+            answer = from_error(errors.Degraded(f"region {REGION_NAMES[region]} does not answer; retry shortly"))
+        else:
+            self.metrics.events["fleet_region_forwarded"] += 1
+        return self._done(request, route, ctx.identity, answer, started, relayed=True)
 
     async def _relay(self, ctx: Context, route: Route, owner: str | None, started: float) -> Response:
         """``ctx``'s request answered by ``owner``, the node that owns its packet; when that node
@@ -272,8 +317,9 @@ class App:
         """The periodic money jobs of a worker: crediting and lists (every worker: a consumer
         group shares the queue), refunds and reconciliation (one worker at a time: the holder of
         the job's lease, so the databases' idle load does not grow with workers or nodes), flags
-        (the crediting mode, the lists' pressure switch), metrics. Each is safe on any number of
-        workers at once (every step is idempotent), and each ends after its current step once
+        (the crediting mode, the lists' pressure switch, the traffic switch), the probe of this
+        region's packet databases (in a fleet of regions: ``probe_region``), metrics. Each is safe
+        on any number of workers at once (every step is idempotent), and each ends after its current step once
         ``stopping`` is set (a stop never cuts a credit between its ledger entry and its mark)."""
         svc, s, leases = self.backend.services, self.settings, self.backend.leases
 
@@ -298,6 +344,7 @@ class App:
         async def flags() -> None:
             await svc.crediting.sync()
             await svc.pressure.sync()
+            await svc.traffic.sync()
 
         return [
             every("credits", s.credit_interval_s, credits, self.stopping),
@@ -314,6 +361,7 @@ class App:
                 self.stopping,
             ),
             every("flags", 1.0, flags, self.stopping),
+            *([every("region", 1.0, self.probe_region, self.stopping)] if self.entries else []),
             *(every("follow", FOLLOW_S, follow, self.stopping) for follow in self.backend.follow),
             every("metrics", 1.0, metrics, self.stopping),
         ]

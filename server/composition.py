@@ -40,7 +40,7 @@ from hongbao.core.adapters.mysql.packets import MysqlPacketStore
 from hongbao.core.adapters.mysql.schema import MigrateReport, NotMigrated, check_migrated
 from hongbao.core.adapters.mysql.schema import migrate as migrate_mysql
 from hongbao.core.adapters.mysql.state import MysqlFlags, MysqlGroupStore, MysqlPreOrderStore, MysqlSequenceSource
-from hongbao.core.adapters.redis.client import Pipelines, redis_client
+from hongbao.core.adapters.redis.client import Pipelines, RedisClient, redis_client
 from hongbao.core.adapters.redis.fleet import RedisNodeRegistry
 from hongbao.core.adapters.redis.flow import RedisSendRate
 from hongbao.core.adapters.redis.grab import DB_RATE_PER_S, RedisGrabState
@@ -58,6 +58,7 @@ from hongbao.core.adapters.redis.push_logs import MAX_BLOCK_S, Generation, Redis
 from hongbao.core.adapters.redis.push_nodes import RedisNodeDirectory
 from hongbao.core.adapters.redis.queue import RedisQueue
 from hongbao.core.adapters.redis.state import (
+    REDIS_DOWN,
     RedisExpiryIndex,
     RedisFlags,
     RedisLeases,
@@ -107,8 +108,22 @@ ADMISSION_SLOTS = 65536
 TOPIC_MAX_LEN = 10_000
 #: Server errors of refused credentials (ER_ACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR): they do not fix themselves.
 REFUSED = frozenset({1045, 1044})
+#: The settings of a fleet's regions (docs/architecture.md section 9): production only.
+REGIONAL_SETTINGS = ("home_mysql_dsn", "home_redis_url", "region_entry_urls")
 #: The money audit of one backend: drained (the reconciler has run) -> the report.
 Auditor = Callable[[bool], AuditReport]
+
+
+@dataclass(frozen=True, slots=True)
+class Home:
+    """The home region's stores of user-dimension data, for a node of another region
+    (docs/architecture.md section 9): its MySQL ``shards`` (accounts, ledger, lists, groups,
+    flags) and its Redis (``redis``, behind ``breaker``: push, profiles, read caches, the
+    membership feed)."""
+
+    shards: MysqlShards
+    redis: Pipelines
+    breaker: Breaker
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,24 +148,32 @@ class Backend:
     leases: Leases = field(default_factory=SqliteLeases)
     follow: tuple[Callable[[], Awaitable[None]], ...] = ()
     nodes: NodeRegistry | None = None
+    home: Home | None = None
 
     async def databases(self) -> dict[str, bool]:
         """Each money database -> whether it answers (a shard: a trivial query within the
-        shards' bound; the embedded file: always)."""
-        if self.shards is not None:
-            return await self.shards.reachable()
-        return {DB_FILE: True}
+        shards' bound, the home region's named ``home/<name>``; the embedded file: always)."""
+        if self.shards is None:
+            return {DB_FILE: True}
+        found = await self.shards.reachable()
+        if self.home is not None:
+            found.update({f"home/{name}": up for name, up in (await self.home.shards.reachable()).items()})
+        return found
 
     def breakers(self) -> dict[str, bool]:
         """Each dependency behind a circuit breaker -> whether its breaker is open now: ``redis``
         (the worker's one Redis client, of the money backend or the push stores) and
-        ``mysql/<database name>`` for each shard database; none on the embedded backend without Redis."""
+        ``mysql/<database name>`` for each shard database, with ``redis_home`` and
+        ``mysql/home/<name>`` for the home region's; none on the embedded backend without Redis."""
         states: dict[str, bool] = {}
         breaker = self.breaker if self.breaker is not None else self.push.breaker if self.push is not None else None
         if breaker is not None:
             states[breaker.name] = breaker.is_open
         if self.shards is not None:
             states.update({f"mysql/{name}": down for name, down in self.shards.breakers().items()})
+        if self.home is not None:
+            states[self.home.breaker.name] = self.home.breaker.is_open
+            states.update({f"mysql/home/{name}": down for name, down in self.home.shards.breakers().items()})
         return states
 
     async def aclose(self) -> None:
@@ -160,9 +183,12 @@ class Backend:
             await self.push.aclose()
         if self.shards is not None:
             await self.shards.close()
-        if self.redis is not None:
-            self.redis.close()
-            await self.redis.client.aclose()
+        for redis in (self.redis, None if self.home is None else self.home.redis):
+            if redis is not None:
+                redis.close()
+                await redis.client.aclose()
+        if self.home is not None:
+            await self.home.shards.close()
         if self.sqlite is not None:
             self.sqlite.close()
 
@@ -184,10 +210,12 @@ def embedded(
     draw: Draw = hongbao_native.split_lucky,
     max_in_db: int = 2,
     faults: Faults = NO_FAULTS,
+    region: int = 1,
 ) -> Backend:
     """The embedded backend in ``data_dir`` (created if needed) for one worker, without a push
     channel (``open_backend`` adds it): ``admission``, the host's table; ``max_in_db``, open
-    transactions per packet in the database at once (K of docs/architecture.md section 6)."""
+    transactions per packet in the database at once (K of docs/architecture.md section 6);
+    ``region``, the order ids' (1 north, 2 south)."""
     db = SqliteDb(data_dir / DB_FILE)
     ports = Ports(
         SqlitePacketStore(db),
@@ -202,7 +230,9 @@ def embedded(
         SqliteFlags(db),
         SqliteExpiryIndex(),
     )
-    services = Services.build(ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw, faults=faults)
+    services = Services.build(
+        ports, limits or Limits(), admission, max_in_db=max_in_db, draw=draw, region=region, faults=faults
+    )
     return Backend(services, admission, sqlite=db)
 
 
@@ -222,6 +252,8 @@ def production(
     counts: dict[str, int] | None = None,
     grab_db_rate_per_s: float = DB_RATE_PER_S,
     faults: Faults = NO_FAULTS,
+    region: int = 1,
+    home: tuple[MysqlShards, Pipelines] | None = None,
 ) -> Backend:
     """The production backend over ``shards`` (pools open on first use) and the Redis of
     ``redis`` for one worker, without a push channel (``open_backend`` adds it): the queue on
@@ -230,28 +262,41 @@ def production(
     grab checks a second go to the DB), the read views and the non-critical store (greetings kept
     the packets' expiry and a day) on Redis; everything Redis behind one
     breaker (fallbacks and openings counted in ``counts``, the worker's metrics events). Both the
-    pools and ``redis`` are closed with the backend."""
+    pools and ``redis`` are closed with the backend. ``region``: the node's (1 north, 2 south).
+
+    ``home``: for a node outside the home region (docs/architecture.md section 9), the home
+    region's MySQL shards and Redis, which then hold the user-dimension data (accounts, ledger,
+    lists, groups, flags; profiles, read caches, the membership feed and, through
+    ``open_backend``, push), behind a breaker of their own (``redis_home``); ``shards`` and
+    ``redis`` keep the order dimension (packets and receipts, pre-orders, the sequence, the
+    queue, the expiry index, the grab state, the job leases)."""
     counts = {} if counts is None else counts
     limits = limits or Limits()
     breaker = redis_breaker(counts)
+    user_shards, user_redis, user_breaker = shards, redis, breaker
+    if home is not None:
+        user_shards, user_redis = home
+        user_breaker = Breaker("redis_home", REDIS_DOWN, counts)
     preorders: PreOrderStore = RedisPreOrderStore(redis, breaker, MysqlPreOrderStore(shards), counts)
     sequence: SequenceSource = RedisSequenceSource(redis, breaker, shards, MysqlSequenceSource(shards), counts)
     queue: Queue = GuardedQueue(RedisQueue(redis, consumer), breaker, counts)  # down at open: the reconciler credits
     packets = MysqlPacketStore(shards)
     clock = clock or SystemClock()
-    shared_views = RedisViews(redis, breaker, counts)
-    groups = CachedGroups(MysqlGroupStore(shards), shared_views, RedisMembershipFeed(redis, breaker), clock, counts)
+    shared_views = RedisViews(user_redis, user_breaker, counts)
+    groups = CachedGroups(
+        MysqlGroupStore(user_shards), shared_views, RedisMembershipFeed(user_redis, user_breaker), clock, counts
+    )
     ports = Ports(
         packets,
-        MysqlLedgerStore(shards),
+        MysqlLedgerStore(user_shards),
         preorders,
         groups,
         sequence,
         queue,
         clock,
-        MysqlUserListStore(shards),
-        RedisProfileStore(redis, breaker, counts, expiry_ms=limits.expiry_ms),
-        RedisFlags(redis, breaker, MysqlFlags(shards), counts),
+        MysqlUserListStore(user_shards),
+        RedisProfileStore(user_redis, user_breaker, counts, expiry_ms=limits.expiry_ms),
+        RedisFlags(user_redis, user_breaker, MysqlFlags(user_shards), counts),
         RedisExpiryIndex(redis, breaker, counts),
     )
     services = Services.build(
@@ -260,6 +305,7 @@ def production(
         admission,
         max_in_db=max_in_db,
         draw=draw,
+        region=region,
         grab_state=RedisGrabState(redis, breaker, counts, db_rate_per_s=grab_db_rate_per_s),
         views=ViewCache(shared_views, counts),
         list_scans=packets,
@@ -267,7 +313,14 @@ def production(
     )
     leases = RedisLeases(redis, breaker, consumer, counts)
     return Backend(
-        services, admission, shards=shards, redis=redis, breaker=breaker, leases=leases, follow=(groups.follow,)
+        services,
+        admission,
+        shards=shards,
+        redis=redis,
+        breaker=breaker,
+        leases=leases,
+        follow=(groups.follow,),
+        home=None if home is None else Home(user_shards, user_redis, user_breaker),
     )
 
 
@@ -341,8 +394,11 @@ def push_stores(
 
 def check_production(settings: Settings) -> None:
     """Raise ValueError naming what the production backend is missing (a MySQL DSN, a Redis URL)
-    or cannot use (a malformed DSN)."""
+    or cannot use (a malformed DSN), and the settings of a fleet's regions on another backend."""
     if settings.backend != "production":
+        regional = [name for name in REGIONAL_SETTINGS if getattr(settings, name)]
+        if regional:
+            raise ValueError(f"{', '.join(regional)}: the regions of a fleet need --backend production")
         return
     missing = [
         need
@@ -355,6 +411,8 @@ def check_production(settings: Settings) -> None:
     if missing:
         raise ValueError(f"--backend production needs {' and '.join(missing)}, or the same in the TOML file")
     parse_dsn(settings.mysql_dsn)
+    if settings.home_mysql_dsn:
+        parse_dsn(settings.home_mysql_dsn)
 
 
 async def open_backend(
@@ -374,30 +432,22 @@ async def open_backend(
     check_production(settings)
     counts = {} if counts is None else counts
     if settings.backend == "production":
-        shards = MysqlShards(
-            settings.mysql_dsn,
-            settings.mysql_layout(),
-            pool_size=settings.mysql_pool_size,
-            timeout_s=settings.mysql_timeout_ms / 1000,
-            transaction_timeout_s=settings.mysql_transaction_timeout_ms / 1000,
-        )
-        client = redis_client(
-            settings.redis_url, cluster=settings.redis_cluster, socket_timeout_s=settings.redis_timeout_ms / 1000
-        )
-        try:
-            await client.initialize()  # a cluster's topology, alone, before concurrent use
-        except (RedisError, OSError) as exc:  # down: read on the first command once it is back
-            log.warning("Redis is unreachable at start (%s): serving degraded until it is back", exc)
+        home = None
+        if settings.home_mysql_dsn or settings.home_redis_url:  # a node outside the home region
+            home_redis = await _redis_of(settings, settings.home_redis_url or settings.redis_url)
+            home = (_shards_of(settings, settings.home_mysql_dsn or settings.mysql_dsn), Pipelines(home_redis))
         backend = production(
-            shards,
+            _shards_of(settings, settings.mysql_dsn),
             admission,
-            Pipelines(client),  # the worker's one: money, caches, queues and push share its ticks
+            Pipelines(await _redis_of(settings, settings.redis_url)),  # money, caches, queues, push share its ticks
             consumer=node_id(settings.node_name),
             clock=clock,
             limits=settings.limits,
             max_in_db=settings.max_in_db,
             counts=counts,
             faults=faults,
+            region=settings.region,
+            home=home,
         )
     else:
         backend = embedded(
@@ -407,19 +457,44 @@ async def open_backend(
             limits=settings.limits,
             max_in_db=settings.max_in_db,
             faults=faults,
+            region=settings.region,
         )
     backend.services.crediting.mode = CreditingMode(settings.crediting_mode)
     backend.services.crediting.realtime_threshold_fen = settings.realtime_threshold_fen
     shared = None if backend.redis is None or backend.breaker is None else (backend.redis, backend.breaker)
+    user_side = shared if backend.home is None else (backend.home.redis, backend.home.breaker)
     sending = backend.services.sending
-    sending.region, sending.node_rate = settings.region, send_limiter
+    sending.node_rate = send_limiter
     backend.services.grabbing.ok_per_share = settings.grab_ok_per_share
     if shared is not None and settings.backend == "production":
         sending.region_rate = RedisSendRate(
             *shared, counts, settings.region, settings.region_send_rate_per_s, settings.region_send_burst
         )
     nodes = None if shared is None or settings.backend != "production" else RedisNodeRegistry(*shared, settings.region)
-    return dataclasses.replace(backend, push=push_stores(settings, counts, shared), nodes=nodes)
+    return dataclasses.replace(backend, push=push_stores(settings, counts, user_side), nodes=nodes)
+
+
+def _shards_of(settings: Settings, dsn: str) -> MysqlShards:
+    """The MySQL shards of ``settings``'s layout on ``dsn`` (pools open on first use)."""
+    return MysqlShards(
+        dsn,
+        settings.mysql_layout(),
+        pool_size=settings.mysql_pool_size,
+        timeout_s=settings.mysql_timeout_ms / 1000,
+        transaction_timeout_s=settings.mysql_transaction_timeout_ms / 1000,
+    )
+
+
+async def _redis_of(settings: Settings, url: str) -> RedisClient:
+    """A Redis client of ``url`` with ``settings``'s bound and cluster mode, its topology read now
+    when it answers (a cluster's, alone, before concurrent use); when it does not, on its first
+    command once it is back (logged: the worker serves degraded meanwhile)."""
+    client = redis_client(url, cluster=settings.redis_cluster, socket_timeout_s=settings.redis_timeout_ms / 1000)
+    try:
+        await client.initialize()
+    except (RedisError, OSError) as exc:
+        log.warning("Redis is unreachable at start (%s): serving degraded until it is back", exc)
+    return client
 
 
 async def preflight(settings: Settings) -> list[str]:
@@ -470,10 +545,12 @@ def embedded_files(data_dir: Path) -> tuple[Path, Path]:
 
 def auditor(settings: Settings) -> Auditor:
     """The money audit of the backend ``settings`` name: its MySQL/MariaDB shards (``hongbao
-    audit`` over ``mysql_dsn`` and the layout) for the production backend, else the embedded
-    database in ``data_dir``. Each call reads the books once (read-only) and judges them."""
+    audit`` over ``mysql_dsn``, with ``home_mysql_dsn`` when set, and the layout) for the
+    production backend, else the embedded database in ``data_dir``. Each call reads the books
+    once (read-only) and judges them."""
     if settings.backend == "production":
-        return lambda drained: asyncio.run(audit_mysql(settings.mysql_dsn, settings.mysql_layout(), drained=drained))
+        dsns = [dsn for dsn in (settings.mysql_dsn, settings.home_mysql_dsn) if dsn]  # a region's and its home's
+        return lambda drained: asyncio.run(audit_mysql(dsns, settings.mysql_layout(), drained=drained))
     return lambda drained: audit_sqlite(settings.data_dir, drained=drained)
 
 

@@ -217,6 +217,12 @@ class Settings:
     """Sends the region takes at once after a quiet spell."""
     grab_ok_per_share: float = 5.0
     """Grabs a worker answers ok a second per share a packet has left; more get 429 busy (they could not all open)."""
+    home_mysql_dsn: str = ""
+    """The home region's MySQL (accounts, ledger, lists, groups, flags); empty: mysql_dsn (a home region node)."""
+    home_redis_url: str = ""
+    """The home region's Redis (push, profiles, read caches, the membership feed); empty: redis_url."""
+    region_entry_urls: tuple[str, ...] = ()
+    """Each region's entry (http://host:port), north first: an order of another region is relayed there; empty: one."""
     fleet_node_url: str = ""
     """Where the other nodes of the region reach this node (production); empty: http://{host}:{port} as it listens."""
     fleet_node_ttl_s: float = 3.0
@@ -239,9 +245,17 @@ class Settings:
         if self.redis_cluster and not self.redis_url:
             raise ConfigError("redis_cluster needs redis_url (one node of the cluster)")
         if self.redis_url:
-            _check_redis_url(self.redis_url)
-        if self.fleet_node_url:
-            _check_node_url(self.fleet_node_url)
+            _check_redis_url("redis_url", self.redis_url)
+        for name, url in (
+            ("fleet_node_url", self.fleet_node_url),
+            *(("region_entry_urls", u) for u in self.region_entry_urls),
+        ):
+            if url:
+                _check_node_url(name, url)
+        if self.region_entry_urls and len(self.region_entry_urls) != 2:
+            raise ConfigError(f"region_entry_urls names north and south: 2 URLs, got {len(self.region_entry_urls)}")
+        if self.home_redis_url:
+            _check_redis_url("home_redis_url", self.home_redis_url)
         if self.test_faults:
             if not self.test_clock:
                 raise ConfigError("test_faults kills workers on purpose: it needs test_clock = true (a test server)")
@@ -452,18 +466,18 @@ def _overridden(settings: Settings, values: Mapping[str, Any], source: str) -> S
         raise ConfigError(f"{source}: {exc}") from None
 
 
-def _check_node_url(url: str) -> None:
-    """ConfigError unless ``url`` is ``http://host:port`` (nothing after the port but a ``/``)."""
+def _check_node_url(name: str, url: str) -> None:
+    """ConfigError unless ``url`` (of setting ``name``) is ``http://host:port`` (nothing after the port but a ``/``)."""
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
     except ValueError:
         parts, port = None, None
     if parts is None or parts.scheme != "http" or not parts.hostname or not port or parts.path.strip("/"):
-        raise ConfigError(f"fleet_node_url must look like http://host:port, got {url!r}")
+        raise ConfigError(f"{name} must look like http://host:port, got {url!r}")
 
 
-def _check_redis_url(url: str) -> None:
+def _check_redis_url(name: str, url: str) -> None:
     """ConfigError (the URL redacted) unless ``url`` is ``redis://`` or ``rediss://`` with a host
     and, if any, a numeric port: what redis-py would otherwise refuse in every worker."""
     try:
@@ -472,4 +486,4 @@ def _check_redis_url(url: str) -> None:
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("redis", "rediss") or not parts.hostname:
-        raise ConfigError(f"redis_url must look like redis://[user:password@]host:port, got {redact(url)!r}")
+        raise ConfigError(f"{name} must look like redis://[user:password@]host:port, got {redact(url)!r}")

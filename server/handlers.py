@@ -14,6 +14,7 @@ from hongbao.core.services import Services
 from hongbao.core.services.accounts import MAX_TOPUP_FEN
 from hongbao.core.services.crediting import CreditingMode
 from hongbao.core.services.grabbing import GRAB_OK
+from hongbao.core.services.traffic import Traffic
 from hongbao.core.soon import Later, Soon
 from hongbao.core.times import business_year, rfc3339
 from hongbao.core.vocabulary import Direction
@@ -179,6 +180,17 @@ class Handlers:
             raise errors.InvalidRequest("mode must be one of realtime_large, queued, deferred") from None
         await self.svc.crediting.set_mode(mode)
         return json_response(200, {"mode": mode.value})
+
+    def traffic(self, _ctx: Context) -> Response:
+        """GET /v1/admin/traffic -> {new_packets, weights?}: where new packets go (this worker's copy)."""
+        return json_response(200, self.svc.traffic.traffic.to_json())
+
+    async def set_traffic(self, ctx: Context) -> Response:
+        """POST /v1/admin/traffic {new_packets: auto | north | south | weighted, weights?}: every
+        node follows within a second."""
+        traffic = Traffic.parse(ctx.json())
+        await self.svc.traffic.set(traffic)  # logged as every admin action is (access_log.audit)
+        return json_response(200, traffic.to_json())
 
     async def lists_pressure(self, ctx: Context) -> Response:
         """POST /v1/admin/lists-pressure {on}: shed list and bill pages past the cached ones, or not."""

@@ -106,6 +106,14 @@ FLOW_LIMITS = MetricSpec(
     ("limit",),
     "scrape",
 )
+TRAFFIC_MODE = MetricSpec(
+    "traffic_mode",
+    "gauge",
+    "The traffic switch (POST /v1/admin/traffic): 1 for the mode in force (auto, north, south, weighted), 0 for the "
+    "others",
+    ("mode",),
+    "scrape",
+)
 BREAKER_OPEN = MetricSpec(
     "breaker_open",
     "gauge",
@@ -143,6 +151,10 @@ EVENTS: tuple[MetricSpec, ...] = (
     _counter("grab_rejections", "Grabs refused with 429 busy: more this second than a packet's shares left could use"),
     _counter("redis_fallback_flow", "Sends let through without the region's send rate because Redis was down"),
     _counter("fleet_forwarded", "Requests for a packet another node owns, answered by that node (relayed)"),
+    _counter(
+        "fleet_region_forwarded",
+        "Requests relayed to another region's entry: an order of that region, or a send the traffic switch moved there",
+    ),
     _counter(
         "fleet_forward_failures",
         "Relays the owner did not answer in time: it is skipped for fleet_node_ttl_s and the next owner serves",
@@ -204,6 +216,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     OPENS_IN_FLIGHT,
     FLEET_NODES,
     FLOW_LIMITS,
+    TRAFFIC_MODE,
     BREAKER_OPEN,
     CREDITING_MODE,
     LISTS_PRESSURE,

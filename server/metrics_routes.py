@@ -18,6 +18,7 @@ import logging
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.push_ports import SessionStore
 from hongbao.core.services.crediting import CreditingMode
+from hongbao.core.services.traffic import MODES
 from hongbao.server.composition import Backend
 from hongbao.server.config import Settings
 from hongbao.server.context import Context
@@ -29,6 +30,7 @@ from hongbao.server.metric_catalog import (
     LISTS_PRESSURE,
     ONLINE_USERS,
     OPENS_IN_FLIGHT,
+    TRAFFIC_MODE,
 )
 from hongbao.server.metrics import CONTENT_TYPE, Labels, WorkerMetrics
 from hongbao.server.push_assets import asset_route
@@ -69,13 +71,14 @@ class MetricsRoutes:
 
     async def scraped(self) -> dict[str, dict[Labels, float]]:
         """The gauges read now: the crediting mode (1 for the mode in force, 0 for the others),
-        the lists' pressure switch, the flow-control limits, the credits pending and the users
+        the lists' pressure switch, the flow-control limits, the traffic switch, the credits pending and the users
         online (each left out when its store fails to answer)."""
         mode = self.backend.services.crediting.mode
         values: dict[str, dict[Labels, float]] = {
             CREDITING_MODE.name: {(m.value,): float(m is mode) for m in CreditingMode},
             LISTS_PRESSURE.name: {(): float(self.backend.services.pressure.on)},
             FLOW_LIMITS.name: self.limits,
+            TRAFFIC_MODE.name: {(m,): float(m == self.backend.services.traffic.traffic.mode) for m in MODES},
         }
         answers = await asyncio.gather(
             self.backend.services.settlement.credits_pending(), self.sessions.online_count(), return_exceptions=True

@@ -20,7 +20,9 @@ Handler = Callable[
 class Route:
     """``method`` ``template`` -> ``handler``; ``auth`` is "none", "user" or "admin"; ``event``
     names the metrics counter the route bumps (opens count 200 answers only); ``owned``: the
-    route names a packet (``{order_id}``) and is served by the node that owns it (server/fleet.py)."""
+    route names a packet (``{order_id}``) and is served by the node that owns it in the order's
+    region (server/fleet.py); ``new_packet``: the route makes a packet, in the region the traffic
+    switch names (hongbao.core.services.traffic)."""
 
     method: str
     template: str
@@ -28,6 +30,7 @@ class Route:
     auth: str = "user"
     event: str | None = None
     owned: bool = False
+    new_packet: bool = False
 
     @property
     def segments(self) -> tuple[str, ...]:

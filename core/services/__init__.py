@@ -6,7 +6,8 @@ small class over the ports it needs (docs/architecture.md, the layers):
   ``settlement`` (the credit queue, refunds, the reconciler), ``lists`` (the user lists from
   their queue, and their repair), ``reading`` (details and lists), ``accounts`` (balances,
   top-ups, the bill), ``groups`` (the group rules), ``profiles`` (nicknames, avatars and
-  greetings, with their defaults) and ``pressure`` (the lists' pressure switch);
+  greetings, with their defaults), ``pressure`` (the lists' pressure switch) and ``traffic``
+  (the region new packets go to);
 - ``audience`` (who may see a packet) and ``outbox`` (events, queue messages and cache
   invalidations after a write; its ``notifier`` is the push hub in a server) are shared by them.
 
@@ -36,6 +37,7 @@ from hongbao.core.services.profiles import Profiles
 from hongbao.core.services.reading import Reading
 from hongbao.core.services.sending import Sending
 from hongbao.core.services.settlement import Settlement
+from hongbao.core.services.traffic import TrafficSwitch
 from hongbao.core.view_cache import ViewCache
 
 
@@ -58,6 +60,7 @@ class Services:
     groups: Groups
     profiles: Profiles
     pressure: ListsPressure
+    traffic: TrafficSwitch
 
     @staticmethod
     def build(
@@ -110,7 +113,7 @@ class Services:
             faults=faults,
         )
         lists = ListKeeper(
-            ports.lists, ports.packets, ports.queue, ports.flags, ports.clock, limits, outbox, list_scans
+            ports.lists, ports.packets, ports.queue, ports.flags, ports.clock, limits, outbox, list_scans, region
         )
         profiles, pressure = Profiles(ports.profiles, ports.clock), ListsPressure(ports.flags)
         return Services(
@@ -129,4 +132,5 @@ class Services:
             Groups(ports.groups, limits, ports.clock),
             profiles,
             pressure,
+            TrafficSwitch(ports.flags),
         )

@@ -26,6 +26,13 @@ def check_order_id(order_id: str) -> str:
     return order_id
 
 
+def region_of(order_id: str) -> int | None:
+    """The region an order id names, its first digit (1 north, 2 south; docs/architecture.md
+    section 4), without checking the rest; None when it names none (a bad id: its route says so)."""
+    head = order_id[:1]
+    return int(head) if head in ("1", "2") else None
+
+
 class Audience:
     """The visibility rules over ``packets``, ``preorders`` and ``groups``, with two levels in front
     of the database for the packets' fixed fields (sender, group, receiver, kind, count, total,

@@ -15,16 +15,16 @@ from hongbao.core.services.scans import scan_window
 from hongbao.core.view_cache import lists_entry
 from hongbao.core.vocabulary import Direction
 
-LISTS_CURSOR = "lists_repaired_until"  # the flag: list rows are repaired up to this time (ms)
+LISTS_CURSOR = "lists_repaired_until:{}"  # the flag of a region: its list rows are repaired up to this time (ms)
 LISTS_LOOKBACK_MS = 3600_000  # how far back the first (or a long-stalled) list repair looks
 
 
 class ListKeeper:
     """The lists over ``lists`` (the rows), ``packets`` (best luck), ``queue`` (the lists
-    stream) and ``scans`` (what the repair reads; None: nothing to repair, the queue cannot be
-    lost), with the repair's cursor in ``flags``."""
+    stream) and ``scans`` (what the repair reads: this ``region``'s packets; None: nothing to
+    repair, the queue cannot be lost), with the repair's cursor of the region in ``flags``."""
 
-    __slots__ = ("lists", "packets", "queue", "flags", "clock", "limits", "outbox", "scans")
+    __slots__ = ("lists", "packets", "queue", "flags", "clock", "limits", "outbox", "scans", "region")
 
     def __init__(
         self,
@@ -36,9 +36,10 @@ class ListKeeper:
         limits: Limits,
         outbox: Outbox,
         scans: ListScans | None,
+        region: int = 1,
     ) -> None:
         self.lists, self.packets, self.queue, self.flags, self.clock = lists, packets, queue, flags, clock
-        self.limits, self.outbox, self.scans = limits, outbox, scans
+        self.limits, self.outbox, self.scans, self.region = limits, outbox, scans, region
 
     async def drain(self, max_messages: int = 100, lease_ms: int = 30_000) -> int:
         """Write queued sent/received rows and best-luck flags to the user lists: one claim of up
@@ -69,13 +70,14 @@ class ListKeeper:
 
     async def repair(self, window_ms: int, limit: int = 2000) -> int:
         """Write the list rows and best-luck flags the lists queue lost (it was down at a pay or an
-        open) for the receipts opened and packets paid since the last repair (the LISTS_CURSOR
-        flag; at most LISTS_LOOKBACK_MS back) until ``window_ms`` ago, at most ``limit`` of each;
+        open) for the receipts opened and packets paid since the last repair (the region's
+        LISTS_CURSOR flag; at most LISTS_LOOKBACK_MS back) until ``window_ms`` ago, at most ``limit`` of each;
         returns how many rows and flags it wrote. Idempotent, on any number of workers at once."""
         scans = self.scans
         if scans is None:
             return 0
-        start, end = await scan_window(self.flags, self.clock, LISTS_CURSOR, window_ms, LISTS_LOOKBACK_MS)
+        cursor = LISTS_CURSOR.format(self.region)
+        start, end = await scan_window(self.flags, self.clock, cursor, window_ms, LISTS_LOOKBACK_MS)
         if start >= end:
             return 0
         expiry_ms = self.limits.expiry_ms
@@ -97,7 +99,7 @@ class ListKeeper:
             end = min(end, opened[-1].opened_at_ms)
         if len(paid) == limit:
             end = min(end, paid[-1].expires_at_ms - expiry_ms)
-        await self.flags.set(LISTS_CURSOR, str(end))
+        await self.flags.set(cursor, str(end))
         return len(missing) + len(flags)
 
     async def _best_lucks(self, order_ids: set[str]) -> dict[str, str | None]:

@@ -15,6 +15,7 @@ from hongbao.core.messages import CREDIT_STREAM, PreOrder
 from hongbao.core.packet import Kind, Packet, Status
 from hongbao.core.ports import LedgerEntry, Ports
 from hongbao.core.rules import Limits
+from hongbao.core.services.audience import region_of
 from hongbao.core.services.crediting import Crediting
 from hongbao.core.services.lists import ListKeeper
 from hongbao.core.services.outbox import Outbox
@@ -25,7 +26,7 @@ from hongbao.core.vocabulary import EntryKind
 
 log = logging.getLogger("hongbao.service")
 REFUND_SCAN_S = 60.0  # seconds between the refund job's scans of the databases (the index answers between)
-PAYS_CURSOR = "pays_reconciled_until"  # the flag: send debits are settled up to this time (ms)
+PAYS_CURSOR = "pays_reconciled_until:{}"  # the flag of a region: its send debits are settled up to this time (ms)
 PAYS_LOOKBACK_MS = 24 * 3600_000  # how far back the first (or a long-stalled) pay reconciliation looks
 
 
@@ -125,9 +126,11 @@ class Settlement:
         return done
 
     async def reconcile_pays(self, window_ms: int, limit: int = 500) -> int:
-        """Settle the pays cut between their steps, for the send debits made since the last run
-        (the PAYS_CURSOR flag; at most PAYS_LOOKBACK_MS back) until ``window_ms`` ago, at most
-        ``limit``; returns how many it settled. A debit with no packet is activated from its
+        """Settle the pays cut between their steps, for the send debits of this region's packets
+        (the order id's region digit: another region's packets are in its shards, and its own
+        reconciler settles them) made since the last run (the region's PAYS_CURSOR flag; at most
+        PAYS_LOOKBACK_MS back) until ``window_ms`` ago, at most ``limit`` debits looked at;
+        returns how many it settled. A debit with no packet is activated from its
         pre-order (claimed for that pay) with the expiry counted from the debit; with the pre-order
         gone (a cache that lost it), the pay is undone: the packet is recorded expired with its
         whole total refunded, and the refund is paid at once (ledger entry ``refund`` keyed by the
@@ -136,10 +139,13 @@ class Settlement:
         pre-order is still there gets the follow-ups its pay did not reach."""
         ports = self.ports
         now = ports.clock.now_ms()
-        start, end = await scan_window(ports.flags, ports.clock, PAYS_CURSOR, window_ms, PAYS_LOOKBACK_MS)
+        region = self.sending.region
+        cursor = PAYS_CURSOR.format(region)
+        start, end = await scan_window(ports.flags, ports.clock, cursor, window_ms, PAYS_LOOKBACK_MS)
         if start >= end:
             return 0
-        debits = await ports.ledger.entries_between(EntryKind.SEND, start, end, limit)
+        seen = await ports.ledger.entries_between(EntryKind.SEND, start, end, limit)
+        debits = [debit for debit in seen if region_of(debit.ref) == region]
         found = await asyncio.gather(
             *(asyncio.gather(ports.packets.get_packet(d.ref), ports.preorders.get(d.ref, now)) for d in debits)
         )
@@ -150,9 +156,9 @@ class Settlement:
             elif raw is not None and packet.status is Status.ACTIVE:
                 await self.sending.follow_up(packet, PreOrder.decode(raw).greeting, now)
                 settled += 1
-        if len(debits) == limit:  # more to do: the next run goes on from the last debit seen
-            end = debits[-1].created_at_ms
-        await ports.flags.set(PAYS_CURSOR, str(end))
+        if len(seen) == limit:  # more to do: the next run goes on from the last debit seen
+            end = seen[-1].created_at_ms
+        await ports.flags.set(cursor, str(end))
         return settled
 
     async def _settle_pay(self, debit: LedgerEntry, raw: bytes | None, now_ms: int) -> int:

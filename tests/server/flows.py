@@ -100,12 +100,14 @@ def ms(rfc3339: str) -> int:
 
 
 def eventually(check: Callable[[], T], timeout_s: float = 10.0) -> T:
-    """Call ``check`` until it stops raising AssertionError (background jobs write lists and
-    credits asynchronously); re-raise its last failure after ``timeout_s``."""
+    """Call ``check`` until it neither raises AssertionError nor returns False (background jobs
+    write lists and credits asynchronously); re-raise its last failure after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return check()
+            result = check()
+            assert result is not False, f"{check} is still False"
+            return result
         except AssertionError:
             if time.monotonic() > deadline:
                 raise

@@ -48,6 +48,7 @@ T = TypeVar("T")
 TOPUP = "/v1/admin/accounts/{user_id}/topup"
 MODE = "/v1/admin/crediting-mode"
 PRESSURE = "/v1/admin/lists-pressure"
+TRAFFIC = "/v1/admin/traffic"
 PUSH = "/v1/admin/push"
 CLOCK = "/v1/admin/clock"
 GROUP = "/v1/groups/{group_id}"
@@ -578,6 +579,19 @@ def test_main_flow_matches_the_spec(server: Server) -> None:
     assert check(admin.post(PRESSURE, json={"on": False}), PRESSURE, 200) == {"on": False}
     assert check(alice.get("/v1/me/ledger", params={"page": 3}), "/v1/me/ledger", 200)["items"] == []
     assert "hongbao_lists_pressure 0.0" in check(anon.get("/metrics"), "/metrics", 200)
+
+    # the traffic switch (one region here: it is kept, and sends stay)
+    assert check(admin.get(TRAFFIC), TRAFFIC, 200) == {"new_packets": "auto"}
+    weighted = {"new_packets": "weighted", "weights": {"north": 3, "south": 1}}
+    assert check(admin.post(TRAFFIC, json=weighted), TRAFFIC, 200) == {
+        "new_packets": "weighted",
+        "weights": {"north": 3.0, "south": 1.0},
+    }
+    assert 'hongbao_traffic_mode{mode="weighted"} 1.0' in check(anon.get("/metrics"), "/metrics", 200)
+    for bad in ({"new_packets": "east"}, {"new_packets": "north", "weights": {}}, {**weighted, "weights": {}}):
+        assert code(check(admin.post(TRAFFIC, json=bad), TRAFFIC, 400)) == "invalid_request", bad
+    assert code(check(alice.post(TRAFFIC, json={"new_packets": "auto"}), TRAFFIC, 403)) == "forbidden"
+    assert check(admin.post(TRAFFIC, json={"new_packets": "auto"}), TRAFFIC, 200) == {"new_packets": "auto"}
 
     # expiry: a paid packet past its expiry is gone, then refunded
     late = check(

@@ -3,6 +3,8 @@ included: each database's books read in one consistent snapshot, read-only."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import asyncmy
 from hongbao.core.adapters.mysql.db import connect_args
 from hongbao.core.adapters.mysql.schema import day_tables
@@ -12,13 +14,26 @@ from hongbao.core.redact import redact
 from hongbao.core.sharding import Layout, parse_dsn
 
 
-async def audit_mysql(dsn: str, layout: Layout, *, drained: bool = True) -> AuditReport:
-    """Audit the MySQL/MariaDB shards of ``layout`` on ``dsn`` (cold databases included), read-only.
+async def audit_mysql(dsn: str | Sequence[str], layout: Layout, *, drained: bool = True) -> AuditReport:
+    """Audit the MySQL/MariaDB shards of ``layout`` on ``dsn`` (cold databases included), read-only;
+    several DSNs (a fleet's regions, docs/architecture.md section 9: each region's packets and
+    receipts, the home region's accounts and ledger) are audited as one set of books, one
+    conservation law over them all (a DSN given twice is read once).
 
     Each database is read in one consistent snapshot; the databases are read one after the
     other, so audit a quiet system (after a storm, as the tests do)."""
-    servers = parse_dsn(dsn)
+    dsns = list(dict.fromkeys([dsn] if isinstance(dsn, str) else dsn))
     books = Books()
+    for one in dsns:
+        await _read(one, layout, books)
+    report = check(books, drained=drained)
+    report.source = " + ".join(mysql_source(one, layout) for one in dsns)
+    return report
+
+
+async def _read(dsn: str, layout: Layout, books: Books) -> None:
+    """Add the books of ``layout``'s databases on ``dsn`` to ``books``."""
+    servers = parse_dsn(dsn)
     for db in range(layout.n_dbs):
         conn = await asyncmy.connect(database=layout.db_name(db), **connect_args(servers[db % len(servers)]))
         try:
@@ -52,9 +67,6 @@ async def audit_mysql(dsn: str, layout: Layout, *, drained: bool = True) -> Audi
                 await conn.rollback()
         finally:
             conn.close()
-    report = check(books, drained=drained)
-    report.source = mysql_source(dsn, layout)
-    return report
 
 
 def mysql_source(dsn: str, layout: Layout) -> str:
