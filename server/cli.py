@@ -1,4 +1,4 @@
-"""The ``hongbao`` command: serve | migrate | token | audit | storm.
+"""The ``hongbao`` command: serve | migrate | token | audit | fleet | storm.
 
 ``hongbao serve`` with no arguments runs the embedded backend on 127.0.0.1:8080 with its data
 in ./var. ``hongbao token --user ID [--user ID ...]`` prints one token per line, signed with
@@ -178,6 +178,35 @@ def _audit(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
+def _fleet(args: argparse.Namespace) -> int:
+    """``hongbao fleet FLEET.toml``: start the fleet (server/fleet_launch.py) until SIGTERM/SIGINT;
+    with ``--audit``, audit every region's shards as one set of books instead (exit as ``audit``)."""
+    from asyncmy.errors import MySQLError
+    from hongbao.server.fleet_config import load_fleet
+
+    fleet = load_fleet(args.fleet)
+    if not args.audit:
+        from hongbao.server.fleet_launch import run_fleet
+
+        try:
+            return run_fleet(fleet, args.data_dir)
+        except (MySQLError, OSError, RuntimeError) as exc:  # a region's MySQL refused, down or of another layout
+            print(f"hongbao fleet: {exc}", file=sys.stderr)
+            return EXIT_CANNOT_RUN
+    from hongbao.core.adapters.mysql.audit import audit_mysql
+
+    layout = Settings().with_overrides(fleet.settings).mysql_layout()
+    try:
+        report = asyncio.run(audit_mysql(fleet.mysql_dsns(), layout, drained=not args.not_drained))
+    except (MySQLError, OSError) as exc:
+        return _mysql_failed("fleet --audit", ", ".join(fleet.mysql_dsns()), exc)
+    if report.ok and report.empty:
+        print(f"hongbao fleet --audit: nothing to audit in {report.source}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    print("\n".join(report.lines()))
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
 def version() -> str:
     """What ``hongbao --version`` prints: hongbao's version, and the native module's with its build
     profile (a debug build is far slower)."""
@@ -316,6 +345,26 @@ def parser(*, with_storm: bool = True) -> argparse.ArgumentParser:
         help="the reconciler has not run yet: pending credits and refunds are not violations",
     )
     audit.set_defaults(run=_audit)
+    fleet = sub.add_parser(
+        "fleet",
+        help="start a fleet of nodes in two regions on this machine from one TOML file (server/fleet_config.py), "
+        "or audit its regions as one set of books (--audit)",
+        description="Start the fleet FLEET describes (two regions, each with its MySQL/MariaDB, Redis and nodes; "
+        "docs/operations.md, 'Run a fleet'): each region's shards are migrated, then one `hongbao serve` per node "
+        "in DATA_DIR/<node>; runs until SIGTERM or Ctrl-C. With --audit, check the money of every region together.",
+    )
+    fleet.add_argument("fleet", type=Path, help="the fleet's TOML file")
+    fleet.add_argument(
+        "--data-dir",
+        dest="data_dir",
+        type=Path,
+        default=Path("var-fleet"),
+        help="the nodes' directories and the "
+        "fleet's token key (default: ./var-fleet; `hongbao token --data-dir` it to act as a user)",
+    )
+    fleet.add_argument("--audit", action="store_true", help="audit every region's shards as one set of books")
+    fleet.add_argument("--not-drained", action="store_true", help="with --audit: pending credits are not violations")
+    fleet.set_defaults(run=_fleet)
     if with_storm:
         from hongbao.bench.storm.cli import add_parser as add_storm_parser  # loaded for `hongbao storm` only
 
