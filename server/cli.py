@@ -194,7 +194,9 @@ def _fleet(args: argparse.Namespace) -> int:
             print(f"hongbao fleet: {exc}", file=sys.stderr)
             return EXIT_CANNOT_RUN
     from hongbao.core.adapters.mysql.audit import audit_mysql
+    from hongbao.server.fleet_launch import with_stores
 
+    fleet = with_stores(fleet, args.data_dir)  # the stores `hongbao fleet` started, for a file that names none
     layout = Settings().with_overrides(fleet.settings).mysql_layout()
     try:
         report = asyncio.run(audit_mysql(fleet.mysql_dsns(), layout, drained=not args.not_drained))
@@ -362,7 +364,11 @@ def parser(*, with_storm: bool = True) -> argparse.ArgumentParser:
         help="the nodes' directories and the "
         "fleet's token key (default: ./var-fleet; `hongbao token --data-dir` it to act as a user)",
     )
-    fleet.add_argument("--audit", action="store_true", help="audit every region's shards as one set of books")
+    fleet.add_argument(
+        "--audit",
+        action="store_true",
+        help="audit every region's shards as one set of books (stores the fleet started: while it runs)",
+    )
     fleet.add_argument("--not-drained", action="store_true", help="with --audit: pending credits are not violations")
     fleet.set_defaults(run=_fleet)
     if with_storm:

@@ -7,8 +7,8 @@ and the settings every node shares; turned into one ``hongbao serve`` configurat
     host = "127.0.0.1"        # where every node listens and is reached (default 127.0.0.1)
 
     [north]
-    mysql_dsn = "mysql://user:pass@127.0.0.1:3306"
-    redis_url = "redis://127.0.0.1:6379"
+    mysql_dsn = "mysql://user:pass@127.0.0.1:3306"   # both left out: `hongbao fleet` starts a
+    redis_url = "redis://127.0.0.1:6379"             # throwaway mariadbd and redis-server for it
     ports = [8081, 8082]      # one node each; the first is the region's entry
 
     [south]
@@ -43,7 +43,8 @@ _OWN |= {"home_mysql_dsn", "home_redis_url", "region_entry_urls", "data_dir"}
 
 @dataclass(frozen=True, slots=True)
 class Region:
-    """One region: ``number`` (1 north, 2 south), its stores and its nodes' ``ports``."""
+    """One region: ``number`` (1 north, 2 south), its stores (both empty: to be started by
+    ``hongbao fleet``, server/fleet_launch.py) and its nodes' ``ports``."""
 
     number: int
     mysql_dsn: str
@@ -150,14 +151,15 @@ def load_fleet(path: Path) -> Fleet:
 def _region(path: Path, number: int, table: object) -> Region:
     name = REGION_NAMES[number]
     if not isinstance(table, dict):
-        raise ConfigError(f"fleet file {path}: [{name}] is missing (mysql_dsn, redis_url, ports)")
+        raise ConfigError(f"fleet file {path}: [{name}] is missing (its ports, and mysql_dsn and redis_url)")
     _only(table, _REGION, f"fleet file {path}: [{name}]")
-    dsn, url, ports = table.get("mysql_dsn"), table.get("redis_url"), table.get("ports")
-    if not isinstance(dsn, str) or not dsn or not isinstance(url, str) or not url:
-        raise ConfigError(f"fleet file {path}: [{name}] needs mysql_dsn and redis_url")
+    dsn, url, ports = table.get("mysql_dsn", ""), table.get("redis_url", ""), table.get("ports")
+    if not isinstance(dsn, str) or not isinstance(url, str) or bool(dsn) != bool(url):
+        raise ConfigError(f"fleet file {path}: [{name}] needs both mysql_dsn and redis_url, or neither (started here)")
     if not isinstance(ports, list) or not ports or not all(type(p) is int and 0 < p < 65536 for p in ports):
         raise ConfigError(f"fleet file {path}: [{name}] ports must be a list of port numbers, got {ports!r}")
-    Settings(backend="production", mysql_dsn=dsn, redis_url=url).checked()
+    if dsn:
+        Settings(backend="production", mysql_dsn=dsn, redis_url=url).checked()
     return Region(number, dsn, url, tuple(ports))
 
 

@@ -1,17 +1,21 @@
 """``hongbao fleet FLEET.toml``: a described fleet (server/fleet_config.py) started on this
-machine, for trying and testing (docs/architecture.md section 9): each region's shards migrated
-(idempotent), then one ``hongbao serve`` per node, each in its own directory under ``data_dir``
-(its configuration, its log ``server.log``) with the fleet's one token key (``data_dir/jwt.key``,
-so ``hongbao token --data-dir DATA_DIR`` signs for every node, and the nodes share the internal
-secret derived from it). It prints each node and the regions' entries once every node answers
-``/healthz``, and runs until SIGTERM or SIGINT, then stops every node gracefully. A node that
-exits on its own is reported and left down: its region's other nodes take its packets over.
+machine, for trying and testing (docs/architecture.md section 9): a throwaway mariadbd and
+redis-server for each region the file gives no stores (hongbao.bench.services, as the tests and
+the storm start theirs: loopback, files under ``data_dir/<region>-*``, test durability
+settings), each region's shards migrated (idempotent), then one ``hongbao serve`` per node, each
+in its own directory under ``data_dir`` (its configuration, its log ``server.log``) with the
+fleet's one token key (``data_dir/jwt.key``, so ``hongbao token --data-dir DATA_DIR`` signs for
+every node, and the nodes share the internal secret derived from it). It prints each node and
+the regions' entries once every node answers ``/healthz``, and runs until SIGTERM or SIGINT,
+then stops every node gracefully (and the stores it started). A node that exits on its own is
+reported and left down: its region's other nodes take its packets over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import shutil
 import signal
 import subprocess
@@ -19,14 +23,76 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from hongbao.bench.services import redis_servers
+from hongbao.bench.services.mariadb import MariaDb
+from hongbao.core.redact import redact
 from hongbao.server.auth import KEY_FILE, embedded_secret
 from hongbao.server.config import Settings
 from hongbao.server.fleet_config import Fleet, Node
 
 READY_S = 60.0
+STORES_FILE = "stores.json"  # the stores this launcher started, region -> [mysql_dsn, redis_url]
 STOP_S = 30.0
+
+
+@dataclass
+class _Stores:
+    """The stores this launcher started for the regions without their own."""
+
+    mariadbs: list[MariaDb] = field(default_factory=list)
+    redises: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for process in self.redises:
+            redis_servers.stop(process)
+        for mariadb in self.mariadbs:
+            mariadb.stop()
+
+
+def start_stores(fleet: Fleet, data_dir: Path, stores: _Stores) -> Fleet:
+    """``fleet`` with a mariadbd and a redis-server started (into ``stores``) for each region the
+    file gave none. Raises ServiceError when one cannot start (its binary missing: the message
+    names the Debian package)."""
+    regions = []
+    for region in fleet.regions:
+        if not region.mysql_dsn:
+            mariadb = MariaDb(data_dir / f"{region.name}-mariadb")
+            mariadb.start()
+            stores.mariadbs.append(mariadb)
+            (port,) = redis_servers.free_ports(1)
+            stores.redises.append(redis_servers.start_on(data_dir / f"{region.name}-redis", port))
+            region = dataclasses.replace(region, mysql_dsn=mariadb.dsn, redis_url=f"redis://127.0.0.1:{port}")
+            print(f"fleet: {region.name} stores started: {redact(region.mysql_dsn)}, {region.redis_url}", flush=True)
+        regions.append(region)
+    north, south = regions
+    started = {region.name: [region.mysql_dsn, region.redis_url] for region in regions}
+    (data_dir / STORES_FILE).write_text(json.dumps(started))  # for `hongbao fleet --audit` meanwhile
+    return dataclasses.replace(fleet, regions=(north, south))
+
+
+def with_stores(fleet: Fleet, data_dir: Path) -> Fleet:
+    """``fleet`` with the stores a running ``hongbao fleet`` in ``data_dir`` started for the
+    regions the file gives none. Raises ValueError when there are none to find."""
+    try:
+        started = json.loads((data_dir / STORES_FILE).read_text())
+    except (OSError, ValueError):
+        started = {}
+    regions = []
+    for region in fleet.regions:
+        if not region.mysql_dsn:
+            if region.name not in started:
+                raise ValueError(
+                    f"[{region.name}] has no mysql_dsn: its stores are those `hongbao fleet --data-dir {data_dir}` "
+                    "started; run this while it runs"
+                )
+            dsn, url = started[region.name]
+            region = dataclasses.replace(region, mysql_dsn=dsn, redis_url=url)
+        regions.append(region)
+    north, south = regions
+    return dataclasses.replace(fleet, regions=(north, south))
 
 
 def migrate_regions(fleet: Fleet) -> None:
@@ -65,6 +131,14 @@ def run_fleet(fleet: Fleet, data_dir: Path) -> int:
     """Start ``fleet`` in ``data_dir`` and serve until SIGTERM/SIGINT; returns 0 once stopped, 2
     when a node does not come up within READY_S (every node is stopped then)."""
     embedded_secret(data_dir)  # the fleet's key, made once
+    stores = _Stores()
+    try:
+        return _run(start_stores(fleet, data_dir, stores), data_dir)
+    finally:
+        stores.stop()
+
+
+def _run(fleet: Fleet, data_dir: Path) -> int:
     migrate_regions(fleet)
     stop = False
 

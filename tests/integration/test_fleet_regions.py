@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -153,6 +155,61 @@ def test_the_traffic_switch_moves_new_packets_within_a_second(regions: Regions) 
             assert ok(carol.post(f"/v1/packets/{order_id}/open"))["amount_fen"] == 10
         assert ok(admin.post("/v1/admin/traffic", json={"new_packets": "auto"})) == {"new_packets": "auto"}
         eventually(lambda: _send(regions.south[0], "T", gid).json()["order_id"][0] == "2", timeout_s=2)
+
+
+@pytest.fixture
+def access_layer(regions: Regions, tmp_path: Path) -> Iterator[str]:
+    """Debian's nginx running deploy/nginx-fleet.conf as shipped, its ports moved to this fleet's;
+    its URL."""
+    (port,) = redis_servers.free_ports(1)
+    conf = (Path(__file__).parents[2] / "deploy" / "nginx-fleet.conf").read_text()
+    shipped = ["127.0.0.1:8080", "127.0.0.1:8081", "127.0.0.1:8082", "127.0.0.1:9081", "127.0.0.1:9082"]
+    ours = [f"127.0.0.1:{port}", *(node.url.removeprefix("http://") for node in (*regions.north, *regions.south))]
+    for old, new in zip(shipped, ours, strict=True):
+        assert old in conf
+        conf = conf.replace(old, new)
+    (tmp_path / "nginx.conf").write_text(conf)
+    nginx = subprocess.Popen(["nginx", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-g", "daemon off;"])
+    try:
+        eventually(lambda: _reaches(f"http://127.0.0.1:{port}/healthz"))
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        nginx.terminate()
+        nginx.wait(10)
+
+
+def _reaches(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_the_access_layer_routes_a_packet_by_its_region_digit(regions: Regions, access_layer: str) -> None:
+    """Through nginx with the shipped configuration a send lands in the nearest region (north),
+    and a south packet's pay, open and details land on south nodes directly: no node relays
+    anything across regions."""
+    south = regions.south[0]
+    gid = group(south, "V", ["fay"])
+    topup(south, "V", 100)
+    relays = sum(metric(node, "hongbao_fleet_region_forwarded_total") for node in (*regions.north, *regions.south))
+    headers = {"authorization": f"Bearer {south.token('V')}"}
+    with httpx.Client(base_url=access_layer, timeout=30) as http:
+        assert ok(http.post("/v1/packets", json={"count": 1, "total_fen": 5, "group_id": gid}, headers=headers), 201)[
+            "order_id"
+        ].startswith("1")
+        with south.client("V") as direct:
+            order_id = ok(direct.post("/v1/packets", json={"count": 1, "total_fen": 5, "group_id": gid}), 201)[
+                "order_id"
+            ]
+        assert ok(http.post(f"/v1/packets/{order_id}/pay", headers=headers))["status"] == "active"
+        opened = http.post(f"/v1/packets/{order_id}/open", headers={"authorization": f"Bearer {south.token('fay')}"})
+        assert ok(opened)["amount_fen"] == 5
+        assert ok(http.get(f"/v1/packets/{order_id}", headers=headers))["status"] == "finished"
+    time.sleep(1.2)  # the workers' counters reach /metrics once a second
+    assert (
+        sum(metric(node, "hongbao_fleet_region_forwarded_total") for node in (*regions.north, *regions.south)) == relays
+    )
 
 
 def test_the_north_packet_database_stopped_mid_storm(regions: Regions) -> None:
