@@ -12,7 +12,7 @@ BENCH_JSON   := bench-results/native.json
 
 CHAOS_DURATION ?= 600
 
-.PHONY: chaos demo install test lint lint-rust format test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-grab bench-idle bench-push clean
+.PHONY: chaos demo install test lint lint-rust format test-rust test-python stubtest typecheck fuzz bench bench-gate bench-http bench-storm bench-grab bench-idle bench-push bench-fleet clean
 
 install: $(STAMP_NATIVE) $(STAMP_DEPS)
 
@@ -93,6 +93,12 @@ STORM_RATES ?= 20,40,80,150,300
 STORM_RATE ?=
 bench-storm: install
 	$(BIN)/python -m hongbao.bench.storm.$(if $(STORM_RATE),production --rate $(STORM_RATE),peak --rates $(STORM_RATES)) --scenario new-year-eve --out bench-results/storm-production
+
+# The storm against a two-region fleet (2 x 2 nodes, every node an entry) and against one node with
+# the same workers, in one run: bench-results/storm-fleet/fleet.json (bench/storm/fleet.py).
+FLEET_RATE ?= 20
+bench-fleet: install
+	$(BIN)/python -m hongbao.bench.storm.fleet --rate $(FLEET_RATE) --out bench-results/storm-fleet
 
 # Grabs/s on the production backend (MariaDB + Redis started here, 2 workers) vs the uvloop ceiling and
 # vs one redis-py round trip per request, and Redis bytes per packet: bench-results/grab.json (bench/http/grab.py).

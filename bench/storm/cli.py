@@ -115,6 +115,17 @@ def _value(text: str) -> Any:
         return text
 
 
+def add_scenario_flags(parser: argparse.ArgumentParser, *, rate: bool = True) -> None:
+    """The flags ``scenario_from`` reads: ``--scenario``, ``--scenario-file``, ``--set F=V`` and
+    the SHORTCUTS (``--rate`` only when ``rate``: a ladder of rates has its own flag)."""
+    parser.add_argument("--scenario", choices=sorted(NAMED), default="new-year-eve")
+    parser.add_argument("--scenario-file", type=Path)
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    for flag in SHORTCUTS:
+        if rate or flag != "rate":
+            parser.add_argument(f"--{flag}", type=float)
+
+
 def scenario_from(args: argparse.Namespace) -> Scenario:
     """The scenario the flags ask for; ScenarioError (the message names the field) otherwise."""
     overrides: dict[str, Any] = {}

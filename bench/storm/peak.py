@@ -47,11 +47,11 @@ from hongbao.bench.services.mariadb import MariaDb
 from hongbao.bench.services.process import BenchError, Process, ServiceError
 from hongbao.bench.services.redis_servers import RedisTarget, standalone
 from hongbao.bench.storm import knee, peak_table, report
-from hongbao.bench.storm.cli import SHORTCUTS, scenario_from, storm
+from hongbao.bench.storm.cli import add_scenario_flags, scenario_from, storm
 from hongbao.bench.storm.meter import OPS, CpuMeter, per_request
 from hongbao.bench.storm.production import serve_production
 from hongbao.bench.storm.runner import StormError, StormOptions
-from hongbao.bench.storm.scenario import NAMED, Scenario, ScenarioError
+from hongbao.bench.storm.scenario import Scenario, ScenarioError
 from hongbao.core.audit import AuditReport
 from hongbao.server.composition import Auditor, auditor
 from hongbao.server.config import load_settings
@@ -234,12 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hongbao.bench.storm.peak", description=__doc__.splitlines()[0])
     parser.add_argument("--rates", type=_rates, default=list(RATES), help="sends/s, comma-separated")
     parser.add_argument("--systems", type=_systems, default=list(SYSTEMS), help=", ".join(SYSTEMS))
-    parser.add_argument("--scenario", choices=sorted(NAMED), default="new-year-eve")
-    parser.add_argument("--scenario-file", type=Path)
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    for flag in SHORTCUTS:
-        if flag != "rate":
-            parser.add_argument(f"--{flag}", type=float)
+    add_scenario_flags(parser, rate=False)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("bench-results/storm-production"))
     args = parser.parse_args(argv)

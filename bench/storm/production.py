@@ -38,9 +38,8 @@ from hongbao.bench.baselines.compare import baseline_storm, comparison, print_co
 from hongbao.bench.services.mariadb import MariaDb
 from hongbao.bench.services.process import BenchError, Process, free_port
 from hongbao.bench.services.redis_servers import standalone
-from hongbao.bench.storm.cli import SHORTCUTS, scenario_from, storm
+from hongbao.bench.storm.cli import add_scenario_flags, scenario_from, storm
 from hongbao.bench.storm.runner import StormError, StormOptions
-from hongbao.bench.storm.scenario import NAMED
 from hongbao.server.composition import auditor
 from hongbao.server.config import load_settings
 from rich.console import Console
@@ -117,11 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m hongbao.bench.storm.production", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--scenario", choices=sorted(NAMED), default="new-year-eve")
-    parser.add_argument("--scenario-file", type=Path)
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    for flag in SHORTCUTS:
-        parser.add_argument(f"--{flag}", type=float)
+    add_scenario_flags(parser)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("bench-results/storm-production"))
     args = parser.parse_args(argv)

@@ -64,7 +64,10 @@ class StormOptions:
     ``work_dir`` for per-process files, optional ``record`` / ``replay`` JSONL files; ``key_origin``
     names where the secret came from (``var/jwt.key``...) in the message of a refused token;
     ``backend`` and ``workers`` describe the target in the report ("" and None: not known);
-    ``meter``, if given, is started just before the load and stopped once the credits drained."""
+    ``meter``, if given, is started just before the load and stopped once the credits drained;
+    ``entries``: several URLs of one target (a fleet's nodes, docs/architecture.md section 9),
+    load process ``p`` playing its users against ``entries[p % len(entries)]`` (empty: ``url``);
+    the setup and the settlement use ``url``."""
 
     url: str
     scenario: Scenario
@@ -77,6 +80,7 @@ class StormOptions:
     backend: str = ""
     workers: int | None = None
     meter: Meter | None = None
+    entries: tuple[str, ...] = ()
 
 
 @dataclass
@@ -188,9 +192,10 @@ def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T
     result.groups = {c.name: [c.user, *c.body["members"]] for c in setup if c.op == "group" and c.name and c.body}
     result.online = sorted({u for members in result.groups.values() for u in members if is_online(u, opts.scenario)})
     procs = opts.scenario.processes
+    entries = opts.entries or (opts.url,)
     jobs = [
         LoadJob(
-            opts.url,
+            entries[p % len(entries)],
             opts.secret,
             opts.scenario,
             run,
