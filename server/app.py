@@ -30,7 +30,7 @@ from hongbao.server.auth import Identity, TokenVerifier
 from hongbao.server.composition import Backend
 from hongbao.server.config import Settings
 from hongbao.server.context import Context
-from hongbao.server.fleet import Fleet, node_url
+from hongbao.server.fleet import Fleet, RegionEntries, node_url
 from hongbao.server.handlers import Handlers
 from hongbao.server.metric_catalog import FLEET_NODES
 from hongbao.server.metrics import WorkerMetrics
@@ -105,7 +105,7 @@ class App:
         self.router = Router(routes)
         self.fleet: Fleet | None = None  # the packets' owners (production); embedded, one node: all local
         self.relay = Relay(internal_secret(settings), settings.fleet_forward_timeout_ms / 1000)
-        self.entries = settings.region_entry_urls  # each region's entry, north first; empty: one region
+        self.entries = RegionEntries(settings)  # each region's entries; empty: one region
         self.region_down = False  # this region's packet databases did not answer the last probe
         if backend.nodes is not None:
             fleet = self.fleet = Fleet(node_url(settings), backend.nodes, settings.fleet_node_ttl_s)
@@ -212,15 +212,17 @@ class App:
             self.region_down = not all((await shards.reachable()).values())
 
     async def _across(self, ctx: Context, route: Route, region: int, started: float) -> Response:
-        """``ctx``'s request answered by ``region``'s entry; 503 degraded (Retry-After) when it
-        does not answer (the order lives there: nothing here can serve it)."""
+        """``ctx``'s request answered by one of ``region``'s entries, tried in turn; 503 degraded
+        (Retry-After) when none answers (the order lives there: nothing here can serve it)."""
         request = ctx.request
-        answer = await self.relay.send(self.entries[region - 1], request, hop=True)
-        if answer is None:
-            answer = from_error(errors.Degraded(f"region {REGION_NAMES[region]} does not answer; retry shortly"))
-        else:
-            self.metrics.events["fleet_region_forwarded"] += 1
-        return self._done(request, route, ctx.identity, answer, started, relayed=True)
+        for url in self.entries.order(region):
+            answer = await self.relay.send(url, request, hop=True)
+            if answer is not None:
+                self.metrics.events["fleet_region_forwarded"] += 1
+                return self._done(request, route, ctx.identity, answer, started, relayed=True)
+            self.entries.skip(url)
+        down = errors.Degraded(f"no entry of region {REGION_NAMES[region]} answers; retry shortly", retry_after=5)
+        return self._done(request, route, ctx.identity, from_error(down), started, relayed=True)
 
     async def _relay(self, ctx: Context, route: Route, owner: str | None, started: float) -> Response:
         """``ctx``'s request answered by ``owner``, the node that owns its packet; when that node

@@ -222,7 +222,7 @@ class Settings:
     home_redis_url: str = ""
     """The home region's Redis (push, profiles, read caches, the membership feed); empty: redis_url."""
     region_entry_urls: tuple[str, ...] = ()
-    """Each region's entry (http://host:port), north first: an order of another region is relayed there; empty: one."""
+    """Each region's entries, north first: http://host:port[,...], tried in turn (for the other region's orders)."""
     fleet_node_url: str = ""
     """Where the other nodes of the region reach this node (production); empty: http://{host}:{port} as it listens."""
     fleet_node_ttl_s: float = 3.0
@@ -246,14 +246,12 @@ class Settings:
             raise ConfigError("redis_cluster needs redis_url (one node of the cluster)")
         if self.redis_url:
             _check_redis_url("redis_url", self.redis_url)
-        for name, url in (
-            ("fleet_node_url", self.fleet_node_url),
-            *(("region_entry_urls", u) for u in self.region_entry_urls),
-        ):
+        entries = [url for urls in self.region_entry_urls for url in urls.split(",")]
+        for name, url in (("fleet_node_url", self.fleet_node_url), *(("region_entry_urls", u) for u in entries)):
             if url:
                 _check_node_url(name, url)
         if self.region_entry_urls and len(self.region_entry_urls) != 2:
-            raise ConfigError(f"region_entry_urls names north and south: 2 URLs, got {len(self.region_entry_urls)}")
+            raise ConfigError(f"region_entry_urls names north and south: 2 entries, got {len(self.region_entry_urls)}")
         if self.home_redis_url:
             _check_redis_url("home_redis_url", self.home_redis_url)
         if self.test_faults:

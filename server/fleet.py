@@ -101,3 +101,34 @@ class Fleet:
         now = time.monotonic()
         self._skipped = {url: until for url, until in self._skipped.items() if until > now}
         self._live = tuple(url for url in self._seen if url not in self._skipped)
+
+
+class RegionEntries:
+    """Each region's entries (``region_entry_urls``: north's, then south's, each a comma-separated
+    list of node URLs) as this worker tries them: in their order, those that did not answer a
+    relay in the last ``ttl_s`` seconds last."""
+
+    __slots__ = ("_urls", "_ttl_s", "_skipped")
+
+    def __init__(self, settings: Settings) -> None:
+        self._urls = tuple(
+            tuple(url.strip().rstrip("/") for url in urls.split(",")) for urls in settings.region_entry_urls
+        )
+        self._ttl_s = settings.fleet_node_ttl_s
+        self._skipped: dict[str, float] = {}  # URL -> monotonic time it is tried last until
+
+    def __bool__(self) -> bool:
+        """Whether this node is in a fleet of regions."""
+        return bool(self._urls)
+
+    def order(self, region: int) -> list[str]:
+        """Region ``region``'s entries (1 north, 2 south) in the order to try them."""
+        now = time.monotonic()
+        urls = self._urls[region - 1]
+        return sorted(urls, key=lambda url: self._skipped.get(url, 0.0) > now)
+
+    def skip(self, url: str) -> None:
+        """``url`` did not answer a relay: try it last for a while (logged once a while)."""
+        if self._skipped.get(url, 0.0) <= time.monotonic():
+            log.warning("region entry %s did not answer a relay: the region's other entries are tried first", url)
+        self._skipped[url] = time.monotonic() + self._ttl_s

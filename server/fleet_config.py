@@ -9,7 +9,7 @@ and the settings every node shares; turned into one ``hongbao serve`` configurat
     [north]
     mysql_dsn = "mysql://user:pass@127.0.0.1:3306"   # both left out: `hongbao fleet` starts a
     redis_url = "redis://127.0.0.1:6379"             # throwaway mariadbd and redis-server for it
-    ports = [8081, 8082]      # one node each; the first is the region's entry
+    ports = [8081, 8082]      # one node each; every node is an entry of its region
 
     [south]
     mysql_dsn = "mysql://user:pass@127.0.0.1:3307"
@@ -20,8 +20,9 @@ and the settings every node shares; turned into one ``hongbao serve`` configurat
     mysql_dbs = 2
 
 Each node gets: the production backend on its region's stores, the home region's as
-``home_mysql_dsn``/``home_redis_url`` when its region is not the home, both regions' entries
-(``region_entry_urls``), its URL (``fleet_node_url``) and name (``node_name``, e.g. ``north-1``).
+``home_mysql_dsn``/``home_redis_url`` when its region is not the home, both regions' nodes as
+their entries (``region_entry_urls``), its URL (``fleet_node_url``) and name (``node_name``, e.g.
+``north-1``).
 """
 
 from __future__ import annotations
@@ -80,9 +81,9 @@ class Fleet:
     host: str
     settings: dict[str, Any]
 
-    def entries(self) -> tuple[str, str]:
-        """Each region's entry URL, north first: its first node's."""
-        north, south = (f"http://{self.host}:{region.ports[0]}" for region in self.regions)
+    def entries(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Each region's entries, north first: its nodes' URLs (the first one is tried first)."""
+        north, south = (tuple(f"http://{self.host}:{port}" for port in region.ports) for region in self.regions)
         return north, south
 
     def nodes(self) -> list[Node]:
@@ -103,7 +104,7 @@ class Fleet:
                     "redis_url": region.redis_url,
                     "node_name": f"{region.name}-{index}",
                     "fleet_node_url": url,
-                    "region_entry_urls": list(entries),
+                    "region_entry_urls": [",".join(urls) for urls in entries],
                 }
                 if region.number != self.home:
                     own |= {"home_mysql_dsn": home.mysql_dsn, "home_redis_url": home.redis_url}
@@ -136,14 +137,17 @@ def load_fleet(path: Path) -> Fleet:
         raise ConfigError(f"fleet file {path}: host must be a host name or address, got {host!r}")
     regions = tuple(_region(path, number, data.get(name)) for number, name in REGION_NAMES.items())
     ports = [port for region in regions for port in region.ports]
-    if len(set(ports)) != len(ports):
-        raise ConfigError(f"fleet file {path}: a port is given to two nodes: {ports}")
+    if twice := sorted({port for port in ports if ports.count(port) > 1}):
+        raise ConfigError(f"fleet file {path}: port {', '.join(map(str, twice))} is given to two nodes")
     common = data.get("settings", {})
     if not isinstance(common, dict):
         raise ConfigError(f"fleet file {path}: [settings] must be a table of settings")
     if clash := sorted(set(common) & _OWN):
         raise ConfigError(f"fleet file {path}: [settings] cannot set {', '.join(clash)}: the fleet sets it per node")
-    Settings().with_overrides(common).checked()  # ConfigError (a ValueError) naming the bad setting
+    try:
+        Settings().with_overrides(common).checked()
+    except ValueError as exc:  # ConfigError, or with_overrides' ValueError: each names the setting
+        raise ConfigError(f"fleet file {path}: [settings]: {exc}") from None
     north, south = regions
     return Fleet((north, south), 1 if home == "north" else 2, workers, host, dict(common))
 
@@ -157,7 +161,8 @@ def _region(path: Path, number: int, table: object) -> Region:
     if not isinstance(dsn, str) or not isinstance(url, str) or bool(dsn) != bool(url):
         raise ConfigError(f"fleet file {path}: [{name}] needs both mysql_dsn and redis_url, or neither (started here)")
     if not isinstance(ports, list) or not ports or not all(type(p) is int and 0 < p < 65536 for p in ports):
-        raise ConfigError(f"fleet file {path}: [{name}] ports must be a list of port numbers, got {ports!r}")
+        got = "nothing" if ports is None else repr(ports)
+        raise ConfigError(f"fleet file {path}: [{name}] ports must be a list of port numbers 1-65535, got {got}")
     if dsn:
         Settings(backend="production", mysql_dsn=dsn, redis_url=url).checked()
     return Region(number, dsn, url, tuple(ports))

@@ -7,8 +7,10 @@ in its own directory under ``data_dir`` (its configuration, its log ``server.log
 fleet's one token key (``data_dir/jwt.key``, so ``hongbao token --data-dir DATA_DIR`` signs for
 every node, and the nodes share the internal secret derived from it). It prints each node and
 the regions' entries once every node answers ``/healthz``, and runs until SIGTERM or SIGINT,
-then stops every node gracefully (and the stores it started). A node that exits on its own is
-reported and left down: its region's other nodes take its packets over.
+then stops every node gracefully, then the stores it started (they run in process groups of
+their own, so a terminal's Ctrl-C reaches only the launcher; and they get SIGTERM if the launcher
+dies). A node that exits on its own is reported and left down: its region's other nodes take its
+packets over, and the other region reaches them through any of them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from hongbao.bench.services import redis_servers
 from hongbao.bench.services.mariadb import MariaDb
+from hongbao.bench.services.process import tied_to_parent
 from hongbao.core.redact import redact
 from hongbao.server.auth import KEY_FILE, embedded_secret
 from hongbao.server.config import Settings
@@ -59,11 +62,11 @@ def start_stores(fleet: Fleet, data_dir: Path, stores: _Stores) -> Fleet:
     regions = []
     for region in fleet.regions:
         if not region.mysql_dsn:
-            mariadb = MariaDb(data_dir / f"{region.name}-mariadb")
+            mariadb = MariaDb(data_dir / f"{region.name}-mariadb", tied=True)
             mariadb.start()
             stores.mariadbs.append(mariadb)
             (port,) = redis_servers.free_ports(1)
-            stores.redises.append(redis_servers.start_on(data_dir / f"{region.name}-redis", port))
+            stores.redises.append(redis_servers.start_on(data_dir / f"{region.name}-redis", port, tied=True))
             region = dataclasses.replace(region, mysql_dsn=mariadb.dsn, redis_url=f"redis://127.0.0.1:{port}")
             print(f"fleet: {region.name} stores started: {redact(region.mysql_dsn)}, {region.redis_url}", flush=True)
         regions.append(region)
@@ -115,8 +118,8 @@ def start_node(node: Node, data_dir: Path) -> subprocess.Popen[bytes]:
     (directory / KEY_FILE).chmod(0o600)
     command = [sys.executable, "-m", "hongbao.server.cli", "--config", str(directory / "hongbao.toml")]
     command += ["serve", "--data-dir", str(directory)]
-    with open(directory / "server.log", "ab") as log:
-        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+    with open(directory / "server.log", "ab") as log:  # tied: Ctrl-C stops nodes, then stores; a kill -9 of us, all
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=tied_to_parent)
 
 
 def _answers(url: str) -> bool:
@@ -160,14 +163,16 @@ def _run(fleet: Fleet, data_dir: Path) -> int:
                     return 0 if stop else 2
                 time.sleep(0.1)
             print(f"fleet: {node.name} (region {node.region}) serving {node.url}", flush=True)
-        north, south = fleet.entries()
+        north, south = (urls[0] for urls in fleet.entries())
         print(f"fleet ready: entries north {north}, south {south}; Ctrl-C stops it", flush=True)
+        print(f"fleet: tokens every node takes: hongbao token --data-dir {data_dir} --user ID [--admin]", flush=True)
         while not stop:
             time.sleep(0.2)
             for name, (_, process) in list(running.items()):
                 if process.poll() is not None:
                     print(f"fleet: {name} exited with status {process.returncode}; left down", flush=True)
                     del running[name]
+        print("fleet: stopping", flush=True)
         return 0
     finally:
         for _, process in running.values():

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hongbao.bench.services.process import ServiceError, free_port, terminate
+from hongbao.bench.services.process import ServiceError, free_port, terminate, tied_to_parent
 
 USER, PASSWORD = "hongbao", "hongbao-test"
 READY_TIMEOUT_S = 30.0
@@ -57,6 +57,7 @@ class MariaDb:
     base: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    tied: bool = False  # started with ``process.tied_to_parent``: it dies with its starter
 
     def __post_init__(self) -> None:
         self.base = self.base.resolve()  # mariadb-install-db reads a relative datadir against its basedir (/usr)
@@ -119,6 +120,7 @@ class MariaDb:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=tied_to_parent if self.tied else None,
         )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self._greets():

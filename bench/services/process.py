@@ -3,6 +3,7 @@ its readiness probe and CPU time, a graceful stop, and ``hongbao serve`` started
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -22,6 +23,18 @@ class ServiceError(RuntimeError):
 
 class BenchError(RuntimeError):
     """The benchmark could not run (a server did not start, wrk failed)."""
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def tied_to_parent() -> None:
+    """A child's ``preexec_fn``: a process group of its own (a terminal's Ctrl-C reaches only the
+    parent, which stops its children in order) and SIGTERM when the parent dies (prctl
+    PR_SET_PDEATHSIG), so a parent SIGKILLed leaves nothing running. Start such children from
+    the thread that lives as long as they should: Linux ties the signal to that thread."""
+    os.setpgid(0, 0)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def free_port() -> int:

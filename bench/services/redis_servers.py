@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 import redis.cluster
-from hongbao.bench.services.process import ServiceError
+from hongbao.bench.services.process import ServiceError, tied_to_parent
 from hongbao.core.adapters.redis.client import RedisClient, redis_client
 
 READY_TIMEOUT_S = 20.0
@@ -116,7 +116,7 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def _start_server(directory: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+def _start_server(directory: Path, port: int, *extra: str, tied: bool = False) -> subprocess.Popen[bytes]:
     directory = directory.resolve()  # redis-server enters --dir before it opens a relative --logfile
     directory.mkdir(parents=True, exist_ok=True)
     command = [
@@ -137,7 +137,8 @@ def _start_server(directory: Path, port: int, *extra: str) -> subprocess.Popen[b
         str(directory / "redis.log"),
         *extra,
     ]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    preexec = tied_to_parent if tied else None
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=preexec)
 
 
 def wait_ready(port: int, process: subprocess.Popen[bytes], directory: Path) -> None:
@@ -158,10 +159,11 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], directory: Path) -> 
     raise ServiceError(f"redis-server on port {port} did not answer within {READY_TIMEOUT_S} s")
 
 
-def start_on(directory: Path, port: int) -> subprocess.Popen[bytes]:
+def start_on(directory: Path, port: int, *, tied: bool = False) -> subprocess.Popen[bytes]:
     """A standalone redis-server of the test's own on ``port`` (files in ``directory``, no
-    persistence: started again on the same port, it comes back empty), answering PING."""
-    process = _start_server(directory, port)
+    persistence: started again on the same port, it comes back empty), answering PING; ``tied``:
+    started with ``process.tied_to_parent`` (it dies with its starter)."""
+    process = _start_server(directory, port, tied=tied)
     wait_ready(port, process, directory)
     return process
 

@@ -103,7 +103,11 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser], help_text: str)
     storm.add_argument("--record", type=Path, help="write every request as JSON lines to FILE")
     storm.add_argument("--replay", type=Path, help="play the requests of a record FILE instead of the scenario's plan")
     storm.add_argument(
-        "--drain-timeout", type=float, default=30.0, help="seconds to wait for credits to drain (default: 30)"
+        "--drain-timeout",
+        type=float,
+        default=90.0,
+        help="seconds to wait for credits to drain and for the audit to come clean (default: 90: a movement cut by "
+        "a crash is completed by the server's reconciler after its reconcile_window_ms, 60 s by default)",
     )
     storm.set_defaults(run=main)
 

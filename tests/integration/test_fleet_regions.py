@@ -30,7 +30,7 @@ from tests.integration.conftest import RedisTarget
 from tests.integration.mariadb import migrated
 from tests.integration.production import SERVE_LAYOUT
 from tests.integration.test_fleet_nodes import metric
-from tests.server.conftest import Server, start_server, stop_server
+from tests.server.conftest import Server, kill_server, start_server, stop_server
 from tests.server.flows import balance, eventually, group, ok, paid_packet, topup, user_list
 
 pytestmark = pytest.mark.timeout(300)
@@ -261,3 +261,24 @@ def test_the_north_packet_database_stopped_mid_storm(regions: Regions) -> None:
         assert report.ok, report.lines()
 
     eventually(clean, timeout_s=30)
+
+
+def test_a_regions_first_entry_killed_the_other_region_reaches_it_through_the_next(regions: Regions) -> None:
+    """North's first node (its first entry) SIGKILLed: a south user still opens a north packet
+    through the south entry (relayed to north's other node, which serves the dead node's packets
+    too), and the traffic switch still moves sends north."""
+    north, south = regions.north, regions.south[0]
+    gid = group(north[1], "W", ["gus", "hal"])
+    topup(south, "W", 100)
+    order_id = paid_packet(north[1], "W", {"count": 2, "total_fen": 20, "group_id": gid})
+    kill_server(north[0])
+    with south.client("gus") as gus:
+        assert ok(gus.post(f"/v1/packets/{order_id}/open"))["amount_fen"] > 0
+    with south.client("admin", admin=True) as admin:
+        ok(admin.post("/v1/admin/traffic", json={"new_packets": "north"}))
+        try:
+            eventually(lambda: _send(south, "W", gid).json().get("order_id", "")[:1] == "1", timeout_s=5)
+        finally:
+            ok(admin.post("/v1/admin/traffic", json={"new_packets": "auto"}))
+    with regions.south[1].client("hal") as hal:
+        assert ok(hal.post(f"/v1/packets/{order_id}/open"))["amount_fen"] > 0
