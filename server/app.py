@@ -32,8 +32,8 @@ from hongbao.server.config import Settings
 from hongbao.server.context import Context
 from hongbao.server.fleet import Fleet, RegionEntries, node_url
 from hongbao.server.handlers import Handlers
-from hongbao.server.metric_catalog import FLEET_NODES
-from hongbao.server.metrics import WorkerMetrics
+from hongbao.server.metric_catalog import FLEET_NODES, FLEET_RELAY_LATENCY
+from hongbao.server.metrics import WorkerMetrics, observe
 from hongbao.server.metrics_routes import MetricsRoutes
 from hongbao.server.push_admin import AdminPush
 from hongbao.server.push_assets import asset_routes
@@ -216,7 +216,7 @@ class App:
         (Retry-After) when none answers (the order lives there: nothing here can serve it)."""
         request = ctx.request
         for url in self.entries.order(region):
-            answer = await self.relay.send(url, request, hop=True)
+            answer = await self._timed(self.relay.send(url, request, hop=True))
             if answer is not None:
                 self.metrics.events["fleet_region_forwarded"] += 1
                 return self._done(request, route, ctx.identity, answer, started, relayed=True)
@@ -224,13 +224,21 @@ class App:
         down = errors.Degraded(f"no entry of region {REGION_NAMES[region]} answers; retry shortly", retry_after=5)
         return self._done(request, route, ctx.identity, from_error(down), started, relayed=True)
 
+    async def _timed(self, relay: Awaitable[Response | None]) -> Response | None:
+        """``relay``'s answer, its round trip counted in the relay latency histogram when it came."""
+        started = perf_counter()
+        answer = await relay
+        if answer is not None:
+            observe(self.metrics.histograms[FLEET_RELAY_LATENCY.name], perf_counter() - started)
+        return answer
+
     async def _relay(self, ctx: Context, route: Route, owner: str | None, started: float) -> Response:
         """``ctx``'s request answered by ``owner``, the node that owns its packet; when that node
         does not answer, it is skipped and the next owner is asked, at last this node serves it."""
         assert self.fleet is not None
         request, identity, events = ctx.request, ctx.identity, self.metrics.events
         while owner is not None:
-            answer = await self.relay.send(owner, request)
+            answer = await self._timed(self.relay.send(owner, request))
             if answer is not None:
                 events["fleet_forwarded"] += 1
                 return self._done(request, route, identity, answer, started, relayed=True)

@@ -73,7 +73,7 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "send_burst": (1, 1_000_000_000, ""),
     "region_send_rate_per_s": (0.001, 1e9, ""),
     "region_send_burst": (1, 1_000_000_000, ""),
-    "grab_ok_per_share": (0.001, 1e6, ""),
+    "grab_ok_per_share": (0, 1e6, " (0: no limit)"),
     "fleet_forward_timeout_ms": (1, 600_000, ""),
     "push_session_ttl_s": (0.001, 30 * DAY_S, ""),
     "push_forward_timeout_s": (0.001, 3600, ""),
@@ -215,8 +215,8 @@ class Settings:
     """Sends the region takes a second (every node together, on its Redis; production); more get 429 busy."""
     region_send_burst: int = 10_000
     """Sends the region takes at once after a quiet spell."""
-    grab_ok_per_share: float = 5.0
-    """Grabs a worker answers ok a second per share a packet has left; more get 429 busy (they could not all open)."""
+    grab_ok_per_share: float = 0.0
+    """Grabs a worker answers ok a second per share a packet has left, more get 429 busy; 0: no limit (opens admit)."""
     home_mysql_dsn: str = ""
     """The home region's MySQL (accounts, ledger, lists, groups, flags); empty: mysql_dsn (a home region node)."""
     home_redis_url: str = ""

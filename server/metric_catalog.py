@@ -76,6 +76,12 @@ PUSH_LATENCY = MetricSpec(
     "Seconds from an event's push (to a user or a group's members; not broadcasts) to its hand-off "
     "to the user's socket, here or acknowledged by the node that holds it (queued pushes are not counted)",
 )
+FLEET_RELAY_LATENCY = MetricSpec(
+    "fleet_relay_seconds",
+    "histogram",
+    "Seconds from a relay's start to the other node's answer (a packet's owner, or another region's entry); "
+    "relays that got no answer are not counted",
+)
 WS_CONNECTIONS = MetricSpec(
     "ws_connections", "gauge", "Open WebSocket connections of this node (every worker)", ("node",), "sum"
 )
@@ -211,6 +217,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     HTTP_LATENCY,
     *EVENTS,
     PUSH_LATENCY,
+    FLEET_RELAY_LATENCY,
     WS_CONNECTIONS,
     ONLINE_USERS,
     OPENS_IN_FLIGHT,

@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from hongbao.server.metric_catalog import BY_NAME, CATALOG, EVENTS, HTTP_LATENCY, HTTP_REQUESTS, PUSH_LATENCY
+from hongbao.server.metric_catalog import (
+    BY_NAME,
+    CATALOG,
+    EVENTS,
+    FLEET_RELAY_LATENCY,
+    HTTP_LATENCY,
+    HTTP_REQUESTS,
+    PUSH_LATENCY,
+)
 from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,
@@ -81,7 +89,10 @@ class WorkerMetrics:
         self.directory = directory
         self.routes: dict[tuple[str, str], RouteMetrics] = {}
         self.events: dict[str, int] = {spec.name: 0 for spec in EVENTS}
-        self.histograms: dict[str, list[float]] = {PUSH_LATENCY.name: histogram()}
+        self.histograms: dict[str, list[float]] = {
+            PUSH_LATENCY.name: histogram(),
+            FLEET_RELAY_LATENCY.name: histogram(),
+        }
         self.samplers: dict[str, Sampler] = {}
 
     def route(self, method: str, template: str) -> RouteMetrics:

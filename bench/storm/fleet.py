@@ -12,9 +12,11 @@ Each plays the scenario (default ``new-year-eve``, users offline unless ``--onli
 audits (the fleet: both regions' shards as one set of books). ``OUT/fleet.json`` and the table on
 stderr: opens/s, p50/p99 per operation, the server's CPU per request, the share of requests a
 node relayed (to the packet's owner, to the other region) with the relays' cost: the fleet's
-server CPU beyond the one node's, per relayed request, and each system's open p50. How many open
-transactions a hot packet's row sees as nodes are added is a test, not a figure: every open of a
-packet runs on its owner, under the owner's admission of K (tests/integration/test_fleet_nodes.py).
+server CPU beyond the one node's per relayed request, and its latency (the relays' round trip,
+``hongbao_fleet_relay_seconds``, beyond the packet routes' time where served in place); and the
+most open transactions one packet row had at once in each system (InnoDB's lock waits on the
+packet tables, sampled every 5 ms: the holder and its waiters), which must stay at most K
+(``max_in_db``) however many nodes there are.
 
 Usage: ``python -m hongbao.bench.storm.fleet [--rate SENDS_PER_S] [--duration S] [--tail S]
 [--workers-per-node 1] [--online] [--out bench-results/storm-fleet]``. Exit status: 0 both audits
@@ -29,10 +31,12 @@ import contextlib
 import re
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncmy
 import httpx
 import orjson
 from hongbao.bench.services.mariadb import MariaDb
@@ -44,6 +48,8 @@ from hongbao.bench.storm.production import serve_production
 from hongbao.bench.storm.runner import StormError, StormOptions
 from hongbao.bench.storm.scenario import ScenarioError
 from hongbao.core.adapters.mysql.audit import audit_mysql
+from hongbao.core.adapters.mysql.db import connect_args
+from hongbao.core.sharding import parse_dsn
 from hongbao.server.auth import embedded_secret
 from hongbao.server.composition import auditor
 from hongbao.server.config import Settings, load_settings
@@ -55,6 +61,18 @@ from rich.table import Table
 DRAIN_TIMEOUT_S = 120.0
 LAYOUT = {"mysql_dbs": 2, "mysql_tables": 4, "mysql_prefix": "storm_"}
 RELAYS = ("hongbao_fleet_forwarded_total", "hongbao_fleet_region_forwarded_total")
+RELAY_TIME = ("hongbao_fleet_relay_seconds_sum", "hongbao_fleet_relay_seconds_count")
+#: Requests naming a packet: their server-side seconds and count, summed over the routes.
+OWNED = re.compile(
+    r'^hongbao_http_request_duration_seconds_(sum|count)\{method="\w+",route="[^"]*\{order_id\}[^"]*"\} (\S+)$'
+)
+#: The packet rows' lock waits now: per locked row, the transactions waiting for it.
+LOCK_WAITS = (
+    "SELECT COUNT(DISTINCT w.requesting_trx_id) FROM information_schema.INNODB_LOCK_WAITS w "
+    "JOIN information_schema.INNODB_LOCKS l ON l.lock_id = w.blocking_lock_id "
+    "WHERE l.lock_table LIKE '%t\\_packet\\_%' GROUP BY l.lock_table, l.lock_data"
+)
+SAMPLE_S = 0.005
 
 
 @contextlib.contextmanager
@@ -71,14 +89,54 @@ def region_services(base: Path) -> Iterator[list[tuple[MariaDb, RedisTarget]]]:
 
 
 def counters(urls: list[str]) -> dict[str, float]:
-    """The relay counters summed over the nodes at ``urls`` (their /metrics)."""
-    total = dict.fromkeys(RELAYS, 0.0)
+    """The relay counters and relay seconds, and the packet routes' seconds and requests
+    (``owned_sum``, ``owned_count``), summed over the nodes at ``urls`` (their /metrics)."""
+    total = dict.fromkeys((*RELAYS, *RELAY_TIME, "owned_sum", "owned_count"), 0.0)
     for url in urls:
         text = httpx.get(f"{url}/metrics", timeout=10).text
-        for name in RELAYS:
+        for name in (*RELAYS, *RELAY_TIME):
             found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
             total[name] += float(found.group(1)) if found else 0.0
+        for kind, value in (m.groups() for m in map(OWNED.match, text.splitlines()) if m):
+            total[f"owned_{kind}"] += float(value)
     return total
+
+
+class RowLocks:
+    """Samples, every SAMPLE_S in a thread of its own, how many open transactions one packet row
+    has at once in each of ``dsns`` (the holder and those waiting for its lock, from InnoDB's
+    lock waits); ``most`` is the largest seen (1 when no transaction ever waited)."""
+
+    def __init__(self, dsns: list[str]) -> None:
+        self.dsns, self.most, self.samples = dsns, 1, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> RowLocks:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.run(self._sample())
+
+    async def _sample(self) -> None:
+        conns = [await asyncmy.connect(**connect_args(parse_dsn(dsn)[0])) for dsn in self.dsns]
+        try:
+            while not self._stop.is_set():
+                for conn in conns:
+                    async with conn.cursor() as cur:
+                        await cur.execute(LOCK_WAITS)
+                        for (waiting,) in await cur.fetchall():
+                            self.most = max(self.most, int(waiting) + 1)
+                self.samples += 1
+                await asyncio.sleep(SAMPLE_S)
+        finally:
+            for conn in conns:
+                conn.close()
 
 
 def play_fleet(args: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -116,18 +174,21 @@ def play_fleet(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 urls[0], scenario, secret, base / "work", console=console, meter=meter, entries=tuple(urls)
             )
             before = counters(urls)
-            summary = storm(
-                opts,
-                lambda drained: asyncio.run(audit_mysql(dsns, layout, drained=drained)),
-                args.out / "fleet",
-                DRAIN_TIMEOUT_S,
-            )
+            with RowLocks(dsns) as locks:
+                summary = storm(
+                    opts,
+                    lambda drained: asyncio.run(audit_mysql(dsns, layout, drained=drained)),
+                    args.out / "fleet",
+                    DRAIN_TIMEOUT_S,
+                )
             after = counters(urls)
         finally:
             for node in nodes:
                 node.stop()
     summary["cpu"] = per_request(meter.used_s, summary["operations"])
     summary["relays"] = {name: after[name] - before[name] for name in RELAYS}
+    summary["times"] = {name: after[name] - before[name] for name in (*RELAY_TIME, "owned_sum", "owned_count")}
+    summary["row_lock"] = {"most": locks.most, "samples": locks.samples}
     return summary
 
 
@@ -149,12 +210,14 @@ def play_one_node(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     server.url, scenario, settings.jwt_secret, base / "work", console=console, meter=meter
                 )
                 try:
-                    summary = storm(opts, auditor(settings), args.out / "one-node", DRAIN_TIMEOUT_S)
+                    with RowLocks([database.dsn]) as locks:
+                        summary = storm(opts, auditor(settings), args.out / "one-node", DRAIN_TIMEOUT_S)
                 finally:
                     server.stop()
         finally:
             database.stop()
     summary["cpu"] = per_request(meter.used_s, summary["operations"])
+    summary["row_lock"] = {"most": locks.most, "samples": locks.samples}
     return summary
 
 
@@ -169,17 +232,27 @@ def compare(fleet: dict[str, Any], one: dict[str, Any]) -> dict[str, Any]:
             "server_ms_per_request": summary["cpu"]["server_ms_per_request"],
             "requests": sum(summary["cpu"]["requests"].values()),
             "audit_clean": bool(summary["audit"] and summary["audit"]["ok"]),
+            "packet_row_transactions_max": summary["row_lock"]["most"],
         }
 
     ours, theirs = figures(fleet), figures(one)
     relayed = sum(fleet["relays"].values())
     extra_ms = (ours["server_ms_per_request"] or 0.0) - (theirs["server_ms_per_request"] or 0.0)
+    times = fleet["times"]
+    timed = times["hongbao_fleet_relay_seconds_count"]
+    relay_ms = 1000 * times["hongbao_fleet_relay_seconds_sum"] / timed if timed else None
+    # a relayed request is counted by the route at both nodes (at the relaying one with its round trip)
+    here = times["owned_count"] - 2 * timed
+    served_ms = 1000 * (times["owned_sum"] - 2 * times["hongbao_fleet_relay_seconds_sum"]) / here if here > 0 else None
     return {
         "fleet": ours,
         "one_node": theirs,
         "relays": fleet["relays"],
         "relayed_share": round(relayed / ours["requests"], 3) if ours["requests"] else None,
         "relay_cpu_ms": round(extra_ms * ours["requests"] / relayed, 3) if relayed else None,
+        "relay_round_trip_ms": None if relay_ms is None else round(relay_ms, 3),
+        "served_here_ms": None if served_ms is None else round(served_ms, 3),
+        "relay_latency_ms": None if relay_ms is None or served_ms is None else round(relay_ms - served_ms, 3),
     }
 
 
@@ -198,8 +271,11 @@ def print_table(result: dict[str, Any], console: Console) -> None:
         table.add_row(name, str(row["opens_per_s"]), *ops, str(row["server_ms_per_request"]), clean)
     console.print(table)
     console.print(
-        f"relayed: {result['relayed_share']} of requests ({result['relays']}); "
-        f"server CPU beyond one node's per relayed request: {result['relay_cpu_ms']} ms"
+        f"relayed: {result['relayed_share']} of requests ({result['relays']}); per relayed request: server CPU "
+        f"beyond one node's {result['relay_cpu_ms']} ms, latency {result['relay_latency_ms']} ms (round trip "
+        f"{result['relay_round_trip_ms']} ms against {result['served_here_ms']} ms served in place); most open "
+        f"transactions on one packet row at once: fleet {result['fleet']['packet_row_transactions_max']}, one node "
+        f"{result['one_node']['packet_row_transactions_max']} (K = max_in_db = 2)"
     )
 
 

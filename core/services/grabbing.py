@@ -20,16 +20,16 @@ from hongbao.core.ttl_cache import TtlCache
 GRAB_CACHE_TTL_MS = 1000
 OPENED_CACHE_TTL_MS = 600_000
 GRAB_OK: dict[str, object] = {"status": "ok"}  # grab's common answer, shared: never mutate it
-GRAB_OK_PER_SHARE = 5.0  # grabs answered ok a second per share left, per worker (flow control)
+GRAB_OK_PER_SHARE = 0.0  # grabs answered ok a second per share left, per worker (flow control); 0: no limit
 GRANTED_MAX_ENTRIES = 50_000  # packets whose grabs of this second are counted (then forgotten at once)
 
 
 class GrabFilter:
     """grab over ``audience`` (the database's answer), ``groups`` and ``packets`` (membership and
     the opener's receipt when no cache knows), with the shared level ``shared`` (None: memory, then
-    the database). Flow control (docs/architecture.md section 9): in any one second this worker
-    answers ok for a packet at most ``ok_per_share`` times its remaining shares; the grabs beyond
-    could not all open, and get Busy."""
+    the database). Flow control (docs/architecture.md section 9): with ``ok_per_share`` set (0,
+    the default: no limit), in any one second this worker answers ok for a packet at most that
+    many times its remaining shares; the grabs beyond could not all open, and get Busy."""
 
     __slots__ = (
         "audience",
@@ -159,6 +159,8 @@ class GrabFilter:
         """``_verdict``, counted against this second's grabs of the packet answered ok; Busy
         (429, ``grab_rejections``) once they reach ``ok_per_share`` times its remaining shares."""
         answer = _verdict(packet, user_id, now_ms)
+        if not self.ok_per_share:
+            return answer
         second, order_id = now_ms // 1000, packet.order_id
         window = self._granted.get(order_id)
         granted = window[1] if window is not None and window[0] == second else 0

@@ -53,14 +53,16 @@ async def test_sends_over_the_hosts_rate_are_busy_and_store_nothing(
 async def test_grabs_beyond_what_the_shares_left_can_use_are_busy_for_the_second(
     backend: Backend, clock: ManualClock
 ) -> None:
-    """ok_per_share 1.5 on a 2-share packet: three grabs answered ok in a second, the fourth Busy
+    """Off by default; ok_per_share 1.5 on a 2-share packet: three grabs answered ok in a second, the fourth Busy
     (grab_rejections); the next second three more; once a share is opened, the bound follows the
     one share left (two, then Busy); an opener who already opened is told the amount, never Busy."""
     svc = backend.services
-    svc.grabbing.ok_per_share = 1.5
     users = [f"u{i}" for i in range(12)]
     await _group(svc, "g", ["S", *users])
     order_id = await _paid(svc, "S", {"count": 2, "total_fen": 100, "group_id": "g"}, fund=100)
+    assert [await svc.grabbing.grab(u, order_id) for u in users] == [{"status": "ok"}] * 12  # 0 (default): off
+    clock.advance_ms(1000)
+    svc.grabbing.ok_per_share = 1.5
     assert [await svc.grabbing.grab(u, order_id) for u in users[:3]] == [{"status": "ok"}] * 3
     with pytest.raises(errors.Busy) as refused:
         await svc.grabbing.grab(users[3], order_id)

@@ -70,7 +70,7 @@ class RedisNodes:
         os.kill(master, signal.SIGKILL)
         server.process.wait()
         self.killed.add(master)
-        for leftover in Path("/dev/shm").glob(f"*-{master}*"):  # the master would have unlinked these
+        for leftover in Path("/dev/shm").glob(f"hongbao-*-{master}"):  # the master would have unlinked these
             leftover.unlink(missing_ok=True)
 
     def finish(self) -> None:

@@ -79,7 +79,7 @@ def test_a_send_burst_over_the_regions_rate_is_busy_and_moves_no_money(
             "send_burst": "2000.0",
             "region_send_rate_per_s": "0.01",
             "region_send_burst": "4.0",
-            "grab_ok_per_share": "5.0",
+            "grab_ok_per_share": "0.0",
             "max_in_db": "2.0",
         }
     finally:

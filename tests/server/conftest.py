@@ -145,7 +145,7 @@ def kill_server(server: Server) -> None:
             os.kill(int(stat.parent.name), signal.SIGKILL)
     os.kill(master, signal.SIGKILL)
     server.process.wait()
-    for leftover in Path("/dev/shm").glob(f"*-{master}*"):
+    for leftover in Path("/dev/shm").glob(f"hongbao-*-{master}"):
         leftover.unlink(missing_ok=True)
 
 
