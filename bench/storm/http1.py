@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.parse
+import zlib
 from collections.abc import Sequence
 
 import httptools
@@ -100,6 +101,24 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+
+class Entries:
+    """Several entries of one target (a fleet's nodes), a client each: a user's requests go to
+    the entry its id hashes to (CRC-32), as users behind a plain balancer land on any node."""
+
+    def __init__(self, clients: Sequence[Http1Client]) -> None:
+        self._clients = list(clients)
+
+    def for_user(self, user: str) -> Http1Client:
+        """The client of ``user``'s entry."""
+        clients = self._clients
+        return clients[zlib.crc32(user.encode()) % len(clients)] if len(clients) > 1 else clients[0]
+
+    def close(self) -> None:
+        """Close every client's idle connections."""
+        for client in self._clients:
+            client.close()
 
 
 class Http1Client:

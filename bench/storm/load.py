@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from hongbao.bench.storm.http1 import Http1Client
+from hongbao.bench.storm.http1 import Entries
 from hongbao.bench.storm.plan import Call
 from hongbao.bench.storm.record import Recorder, call_line
 from hongbao.bench.storm.wire import Answer, Tokens, request
@@ -60,19 +60,19 @@ def warm(tokens: Tokens, calls: Sequence[Call]) -> None:
 
 
 class Executor:
-    """Runs calls against the server of ``client``, from the monotonic instant ``t0``.
-    ``known`` holds ids defined before (the groups, for the load processes)."""
+    """Runs calls against the server of ``entries`` (each call to its user's entry), from the
+    monotonic instant ``t0``. ``known`` holds ids defined before (the groups, for the load processes)."""
 
     def __init__(
         self,
-        client: Http1Client,
+        entries: Entries,
         tokens: Tokens,
         t0: float,
         busy_retries: int,
         recorder: Recorder | None = None,
         known: dict[str, str] | None = None,
     ) -> None:
-        self.client, self.tokens, self.t0 = client, tokens, t0
+        self.entries, self.tokens, self.t0 = entries, tokens, t0
         self.busy_retries, self.recorder = busy_retries, recorder
         self.samples: list[Sample] = []
         self.counts: Counter[str] = Counter()  # "{op} ok" / "{op} failed" / "{op} skipped"
@@ -131,7 +131,7 @@ class Executor:
         auth = bearer(self.tokens, call)
         answer: Answer | None = None
         for attempt in range(1, self.busy_retries + 2):
-            answer = await request(self.client, path, call.method, auth, payload, call.key)
+            answer = await request(self.entries.for_user(call.user), path, call.method, auth, payload, call.key)
             self.samples.append(
                 (
                     call.op,

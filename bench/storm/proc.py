@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 import uvloop
-from hongbao.bench.storm.http1 import Http1Client
+from hongbao.bench.storm.http1 import Entries, Http1Client
 from hongbao.bench.storm.load import Executor, warm
 from hongbao.bench.storm.plan import SETUP, Call, load_calls, populate
 from hongbao.bench.storm.push import PushUsers
@@ -49,11 +49,13 @@ PROGRESS_S = 0.25
 @dataclass(frozen=True)
 class LoadJob:
     """What load process ``proc`` of ``procs`` plays: the plan of ``scenario`` for run tag ``run``
-    (or the load lines of the ``replay`` file), against ``url``, minting with ``secret``;
+    (or the load lines of the ``replay`` file), against ``urls`` (one target's entries: a
+    user's requests go to the one its id hashes to; its push connection to the first), minting
+    with ``secret``;
     ``known`` ids defined in the setup; the ``online`` users whose push connections it holds;
     where to write its ``record`` lines and ``samples``."""
 
-    url: str
+    urls: tuple[str, ...]
     secret: str
     scenario: Scenario
     run: str
@@ -89,7 +91,7 @@ async def _main(
 ) -> None:
     tokens = Tokens(job.secret)
     warm(tokens, calls)
-    push = PushUsers(job.url, job.online, tokens, job.scenario)
+    push = PushUsers(job.urls[0], job.online, tokens, job.scenario)
     await push.connect()
     gc.collect()
     gc.freeze()  # the plan, the tokens and the push clients: never scanned again
@@ -100,7 +102,7 @@ async def _main(
     cpu0 = time.process_time()
     push.schedule_drops(t0)
     recorder = Recorder(job.record) if job.record is not None else None
-    client = Http1Client(job.url, job.scenario.connections, job.scenario.timeout_s)
+    client = Entries([Http1Client(url, job.scenario.connections, job.scenario.timeout_s) for url in job.urls])
     executor = Executor(client, tokens, t0, job.scenario.busy_retries, recorder, job.known)
 
     async def report() -> None:

@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 import uvloop
-from hongbao.bench.storm.http1 import Http1Client
+from hongbao.bench.storm.http1 import Entries, Http1Client
 from hongbao.bench.storm.load import Executor, Sample
 from hongbao.bench.storm.plan import SETUP, Call, populate
 from hongbao.bench.storm.proc import LoadJob, load_main
@@ -66,7 +66,7 @@ class StormOptions:
     ``backend`` and ``workers`` describe the target in the report ("" and None: not known);
     ``meter``, if given, is started just before the load and stopped once the credits drained;
     ``entries``: several URLs of one target (a fleet's nodes, docs/architecture.md section 9),
-    load process ``p`` playing its users against ``entries[p % len(entries)]`` (empty: ``url``);
+    each user's requests going to the entry its id hashes to (http1.Entries; empty: ``url``);
     the setup and the settlement use ``url``."""
 
     url: str
@@ -112,7 +112,7 @@ async def _setup(opts: StormOptions, calls: list[Call], recorder: Recorder | Non
     # Every setup call starts at once and waits for one of ``connections`` client connections: the
     # timeout bounds the connect and the answer, not that wait (a slower target still gets set up).
     client = Http1Client(opts.url, opts.scenario.connections, opts.scenario.timeout_s, wait_counts=False)
-    executor = Executor(client, Tokens(opts.secret), time.monotonic(), opts.scenario.busy_retries, recorder)
+    executor = Executor(Entries([client]), Tokens(opts.secret), time.monotonic(), opts.scenario.busy_retries, recorder)
     try:
         await executor.play(calls)
     finally:
@@ -192,10 +192,9 @@ def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T
     result.groups = {c.name: [c.user, *c.body["members"]] for c in setup if c.op == "group" and c.name and c.body}
     result.online = sorted({u for members in result.groups.values() for u in members if is_online(u, opts.scenario)})
     procs = opts.scenario.processes
-    entries = opts.entries or (opts.url,)
     jobs = [
         LoadJob(
-            entries[p % len(entries)],
+            opts.entries or (opts.url,),
             opts.secret,
             opts.scenario,
             run,
