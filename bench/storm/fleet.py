@@ -241,13 +241,14 @@ def compare(fleet: dict[str, Any], one: dict[str, Any]) -> dict[str, Any]:
     times = fleet["times"]
     timed = times["hongbao_fleet_relay_seconds_count"]
     relay_ms = 1000 * times["hongbao_fleet_relay_seconds_sum"] / timed if timed else None
-    # a relayed request is counted by the route at both nodes (at the relaying one with its round trip)
-    here = times["owned_count"] - 2 * timed
-    served_ms = 1000 * (times["owned_sum"] - 2 * times["hongbao_fleet_relay_seconds_sum"]) / here if here > 0 else None
+    # the route counts a request at every node it passes, at a relaying one with about its relay's round trip
+    here = times["owned_count"] - timed
+    served_ms = 1000 * (times["owned_sum"] - times["hongbao_fleet_relay_seconds_sum"]) / here if here > 0 else None
     return {
         "fleet": ours,
         "one_node": theirs,
         "relays": fleet["relays"],
+        "relay_times": times,
         "relayed_share": round(relayed / ours["requests"], 3) if ours["requests"] else None,
         "relay_cpu_ms": round(extra_ms * ours["requests"] / relayed, 3) if relayed else None,
         "relay_round_trip_ms": None if relay_ms is None else round(relay_ms, 3),
