@@ -233,6 +233,7 @@ def compare(fleet: dict[str, Any], one: dict[str, Any]) -> dict[str, Any]:
             "requests": sum(summary["cpu"]["requests"].values()),
             "audit_clean": bool(summary["audit"] and summary["audit"]["ok"]),
             "packet_row_transactions_max": summary["row_lock"]["most"],
+            "packet_row_samples": summary["row_lock"]["samples"],
         }
 
     ours, theirs = figures(fleet), figures(one)
