@@ -37,15 +37,37 @@ def node_url(settings: Settings) -> str:
     return f"http://{host}:{settings.port}"
 
 
+class Skips:
+    """Node URLs that did not answer a relay, each passed over for ``ttl_s`` seconds from its
+    last failure; ``what`` (a %-format of the URL) is logged once a while per URL."""
+
+    __slots__ = ("_ttl_s", "_what", "_until")
+
+    def __init__(self, ttl_s: float, what: str) -> None:
+        self._ttl_s, self._what = ttl_s, what
+        self._until: dict[str, float] = {}  # URL -> monotonic time it is passed over until
+
+    def add(self, url: str) -> None:
+        """``url`` did not answer: pass over it for ``ttl_s`` seconds from now."""
+        now = time.monotonic()
+        if not self.holds(url, now):
+            log.warning(self._what, url)
+        self._until[url] = now + self._ttl_s
+
+    def holds(self, url: str, now: float) -> bool:
+        """Whether ``url`` is passed over at ``now`` (time.monotonic())."""
+        return self._until.get(url, 0.0) > now
+
+
 class Fleet:
     """The live nodes of this node's region as this worker sees them; ``url``: this node's."""
 
-    __slots__ = ("url", "_registry", "_ttl_ms", "_seen", "_skipped", "_live")
+    __slots__ = ("url", "_registry", "_ttl_ms", "_seen", "_skips", "_live")
 
     def __init__(self, url: str, registry: NodeRegistry, ttl_s: float) -> None:
         self.url, self._registry, self._ttl_ms = url, registry, int(ttl_s * 1000)
         self._seen: list[str] = []  # the registry's last answer, sorted
-        self._skipped: dict[str, float] = {}  # node URL -> monotonic time it is skipped until
+        self._skips = Skips(ttl_s, "node %s did not answer a relay: its packets go to the next owner")
         self._live: tuple[str, ...] = ()  # _seen without the skipped nodes
 
     @property
@@ -63,10 +85,8 @@ class Fleet:
         return None if url == self.url else url
 
     def skip(self, url: str) -> None:
-        """``url`` did not answer a forward: pass over it for a TTL (logged once a TTL)."""
-        if url not in self._skipped:
-            log.warning("node %s did not answer a forward: its packets go to the next owner", url)
-        self._skipped[url] = time.monotonic() + self._ttl_ms / 1000
+        """``url`` did not answer a relay: pass over it for a TTL (logged once a TTL)."""
+        self._skips.add(url)
         self._settle()
 
     async def beat(self) -> None:
@@ -99,8 +119,7 @@ class Fleet:
 
     def _settle(self) -> None:
         now = time.monotonic()
-        self._skipped = {url: until for url, until in self._skipped.items() if until > now}
-        self._live = tuple(url for url in self._seen if url not in self._skipped)
+        self._live = tuple(url for url in self._seen if not self._skips.holds(url, now))
 
 
 class RegionEntries:
@@ -108,14 +127,13 @@ class RegionEntries:
     list of node URLs) as this worker tries them: in their order, those that did not answer a
     relay in the last ``ttl_s`` seconds last."""
 
-    __slots__ = ("_urls", "_ttl_s", "_skipped")
+    __slots__ = ("_urls", "_skips")
 
     def __init__(self, settings: Settings) -> None:
         self._urls = tuple(
             tuple(url.strip().rstrip("/") for url in urls.split(",")) for urls in settings.region_entry_urls
         )
-        self._ttl_s = settings.fleet_node_ttl_s
-        self._skipped: dict[str, float] = {}  # URL -> monotonic time it is tried last until
+        self._skips = Skips(settings.fleet_node_ttl_s, "region entry %s did not answer a relay: tried last for a while")
 
     def __bool__(self) -> bool:
         """Whether this node is in a fleet of regions."""
@@ -124,11 +142,8 @@ class RegionEntries:
     def order(self, region: int) -> list[str]:
         """Region ``region``'s entries (1 north, 2 south) in the order to try them."""
         now = time.monotonic()
-        urls = self._urls[region - 1]
-        return sorted(urls, key=lambda url: self._skipped.get(url, 0.0) > now)
+        return sorted(self._urls[region - 1], key=lambda url: self._skips.holds(url, now))
 
     def skip(self, url: str) -> None:
         """``url`` did not answer a relay: try it last for a while (logged once a while)."""
-        if self._skipped.get(url, 0.0) <= time.monotonic():
-            log.warning("region entry %s did not answer a relay: the region's other entries are tried first", url)
-        self._skipped[url] = time.monotonic() + self._ttl_s
+        self._skips.add(url)

@@ -39,6 +39,7 @@ _NOT_RELAYED = frozenset(
         "date",
         "server",
         SECRET_HEADER,
+        HOP_HEADER,
     }
 )
 

@@ -17,6 +17,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from tests.server.conftest import Server, finish_server, kill_server, start_server
+from tests.server.flows import scraped
 
 PUSH_CONFIG = """
 ws_idle_timeout_s = 30.0
@@ -143,11 +144,10 @@ async def push(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
 
 def metric(server: Server, name: str) -> float:
     """The value of counter ``hongbao_{name}_total`` merged over the server's workers."""
-    text = httpx.get(f"{server.url}/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith(f"hongbao_{name}_total "):
-            return float(line.split()[1])
-    raise AssertionError(f"no counter {name} in /metrics")
+    value = scraped(server, f"hongbao_{name}_total")
+    if value is None:
+        raise AssertionError(f"no counter {name} in /metrics")
+    return value
 
 
 async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:

@@ -114,6 +114,16 @@ def eventually(check: Callable[[], T], timeout_s: float = 10.0) -> T:
             time.sleep(0.05)
 
 
+def scraped(server: Server, series: str) -> float | None:
+    """The value of the unlabelled series ``series`` (e.g. ``hongbao_opens_total``) on the server's
+    /metrics, merged over its workers; None when it has none."""
+    prefix = f"{series} "
+    for line in httpx.get(f"{server.url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix) :])
+    return None
+
+
 def best_luck(receipts: list[dict[str, Any]]) -> str:
     """The rule: the largest share, ties to the earliest open (receipts are in open order)."""
     top = max(r["amount_fen"] for r in receipts)
