@@ -4,6 +4,8 @@ A rung is one play of the whole storm at one send rate (sends/s) against one sys
 - opens are answered within ``OPEN_P99_MS`` at p99 (over the 2xx answers, as the storm's report
   computes it), and at least one open was answered;
 - no request timed out, and none went without an answer (a refused or reset connection);
+- at most ``BUSY_SHARE`` of the requests were refused busy (429, retried by the storm): a system
+  that sheds most of its load quickly does not hold the rate it sheds;
 - the money audit is clean (and no repeated open was answered with another amount);
 - the generator kept up: its lag p99 (how late calls left against the plan, ``load.py``) is below
   ``LAG_P99_MS`` and no load process used ``GENERATOR_CORE`` of a core or more over the load.
@@ -25,6 +27,7 @@ from typing import Any
 OPEN_P99_MS = 500.0
 LAG_P99_MS = 100.0
 GENERATOR_CORE = 0.9
+BUSY_SHARE = 0.01
 
 
 @dataclass
@@ -89,6 +92,9 @@ def verdict(rung: Rung) -> list[str]:
         reasons.append(f"{rung.timeouts} requests timed out")
     if rung.unanswered:
         reasons.append(f"{rung.unanswered} requests got no answer")
+    requests = sum(int(op.get("attempts", 0)) for op in rung.operations.values())
+    if rung.busy > BUSY_SHARE * requests:
+        reasons.append(f"{rung.busy} of {requests} requests refused busy (> {BUSY_SHARE:.0%})")
     if not rung.audit_clean:
         reasons.append("the audit is not clean")
     return reasons + generator_limits(rung)

@@ -29,12 +29,13 @@ def judged(r: Rung) -> Rung:
 
 
 def test_a_clean_fast_rung_holds_and_each_fault_breaks_it() -> None:
-    """Open p99 under 500 ms, no timeout, a clean audit and a generator that kept up hold; each fault alone does not."""
+    """Open p99 under 500 ms, no timeout, at most 1 % refused busy, a clean audit and a generator that kept up hold; each fault alone does not."""
     assert judged(rung(20)).holds
     faults = {
         "open p99 500 ms >= 500 ms": rung(20, open_p99_ms=500.0),
         "3 requests timed out": rung(20, timeouts=3),
         "2 requests got no answer": rung(20, unanswered=2),
+        "2 of 60 requests refused busy (> 1%)": rung(20, busy=2),
         "the audit is not clean": rung(20, audit_clean=False),
         "generator lag p99 100 ms >= 100 ms": rung(20, lag_p99_ms=100.0),
         "a load process used 0.95 of a core (>= 0.9)": rung(20, generator_cores=[0.3, 0.95]),
@@ -43,6 +44,8 @@ def test_a_clean_fast_rung_holds_and_each_fault_breaks_it() -> None:
     }
     for reason, faulty in faults.items():
         assert judged(faulty).reasons == [reason], reason
+    one_in_a_hundred = {"open": {"ok": 100, "attempts": 100, "p99_ms": 10.0}}
+    assert judged(rung(20, operations=one_in_a_hundred, busy=1)).holds  # 1 % refused busy still holds
     assert judged(rung(20, timeouts=1, audit_clean=False)).reasons == ["1 requests timed out", "the audit is not clean"]
     assert knee.generator_limits(rung(20, lag_p99_ms=250.0)) and not knee.generator_limits(rung(20, timeouts=9))
     assert rung(20, lag_p99_ms=250.0).as_json()["generator_limited"] is True
