@@ -29,7 +29,8 @@ def judged(r: Rung) -> Rung:
 
 
 def test_a_clean_fast_rung_holds_and_each_fault_breaks_it() -> None:
-    """Open p99 under 500 ms, no timeout, at most 1 % refused busy, a clean audit and a generator that kept up hold; each fault alone does not."""
+    """Open p99 under 500 ms, no timeout, at most 1 % refused busy, a clean audit and a generator
+    that kept up hold; each fault alone does not."""
     assert judged(rung(20)).holds
     faults = {
         "open p99 500 ms >= 500 ms": rung(20, open_p99_ms=500.0),
