@@ -62,6 +62,11 @@ class PacketStore(Protocol):
         """The packet row, or None."""
         ...
 
+    async def get_packets(self, order_ids: Sequence[str]) -> dict[str, Packet]:
+        """The packet rows of ``order_ids`` that exist, by order id, read together (one query per
+        database); a background read, bounded as a scan (the reconciler's)."""
+        ...
+
     async def open_batch(self, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
         """Open for each user, in order, in ONE transaction: lock the packet row once, return the
         existing receipt for repeat openers, draw and insert a receipt for each new one while

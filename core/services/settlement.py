@@ -28,6 +28,7 @@ log = logging.getLogger("hongbao.service")
 REFUND_SCAN_S = 60.0  # seconds between the refund job's scans of the databases (the index answers between)
 PAYS_CURSOR = "pays_reconciled_until:{}"  # the flag of a region: its send debits are settled up to this time (ms)
 PAYS_LOOKBACK_MS = 24 * 3600_000  # how far back the first (or a long-stalled) pay reconciliation looks
+PAYS_PAGES = 20  # pages of debits one reconciliation run goes through at most (the next run goes on)
 
 
 class Settlement:
@@ -129,8 +130,9 @@ class Settlement:
         """Settle the pays cut between their steps, for the send debits of this region's packets
         (the order id's region digit: another region's packets are in its shards, and its own
         reconciler settles them) made since the last run (the region's PAYS_CURSOR flag; at most
-        PAYS_LOOKBACK_MS back) until ``window_ms`` ago, at most ``limit`` debits looked at;
-        returns how many it settled. A debit with no packet is activated from its
+        PAYS_LOOKBACK_MS back) until ``window_ms`` ago, in pages of ``limit`` debits (their packets
+        read together, one query per database), at most PAYS_PAGES pages a run, the cursor moved
+        after each; returns how many it settled. A debit with no packet is activated from its
         pre-order (claimed for that pay) with the expiry counted from the debit; with the pre-order
         gone (a cache that lost it), the pay is undone: the packet is recorded expired with its
         whole total refunded, and the refund is paid at once (ledger entry ``refund`` keyed by the
@@ -142,23 +144,38 @@ class Settlement:
         region = self.sending.region
         cursor = PAYS_CURSOR.format(region)
         start, end = await scan_window(ports.flags, ports.clock, cursor, window_ms, PAYS_LOOKBACK_MS)
-        if start >= end:
+        settled = 0
+        for _ in range(PAYS_PAGES):
+            if start >= end:
+                break
+            seen = await ports.ledger.entries_between(EntryKind.SEND, start, end, limit)
+            settled += await self._settle_pays([d for d in seen if region_of(d.ref) == region], now)
+            # a full page: the next one goes on from its last debit (those of that ms come again: idempotent)
+            done_until = seen[-1].created_at_ms if len(seen) == limit else end
+            await ports.flags.set(cursor, str(done_until))
+            if done_until <= start:  # a whole page within one ms: nothing more to learn from paging
+                break
+            start = done_until
+        return settled
+
+    async def _settle_pays(self, debits: list[LedgerEntry], now_ms: int) -> int:
+        """Settle each of ``debits`` (reconcile_pays): their packets read together, their pre-orders
+        in one round of reads; returns how many were settled."""
+        if not debits:
             return 0
-        seen = await ports.ledger.entries_between(EntryKind.SEND, start, end, limit)
-        debits = [debit for debit in seen if region_of(debit.ref) == region]
-        found = await asyncio.gather(
-            *(asyncio.gather(ports.packets.get_packet(d.ref), ports.preorders.get(d.ref, now)) for d in debits)
+        order_ids = [d.ref for d in debits]
+        packets, raws = await asyncio.gather(
+            self.ports.packets.get_packets(order_ids),
+            asyncio.gather(*(self.ports.preorders.get(order_id, now_ms) for order_id in order_ids)),
         )
         settled = 0
-        for debit, (packet, raw) in zip(debits, found, strict=True):
+        for debit, raw in zip(debits, raws, strict=True):
+            packet = packets.get(debit.ref)
             if packet is None:
-                settled += await self._settle_pay(debit, raw, now)
+                settled += await self._settle_pay(debit, raw, now_ms)
             elif raw is not None and packet.status is Status.ACTIVE:
-                await self.sending.follow_up(packet, PreOrder.decode(raw).greeting, now)
+                await self.sending.follow_up(packet, PreOrder.decode(raw).greeting, now_ms)
                 settled += 1
-        if len(seen) == limit:  # more to do: the next run goes on from the last debit seen
-            end = seen[-1].created_at_ms
-        await ports.flags.set(cursor, str(end))
         return settled
 
     async def _settle_pay(self, debit: LedgerEntry, raw: bytes | None, now_ms: int) -> int:

@@ -5,6 +5,8 @@ tests/integration/test_mysql_service.py, which runs this module too."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hongbao.core import errors
 from hongbao.core.clock import ManualClock
@@ -14,6 +16,7 @@ from hongbao.core.messages import LISTS_STREAM
 from hongbao.core.packet import Status
 from hongbao.core.services import Services
 
+from tests.core.counting import Counting
 from tests.core.test_service import _drain, _group
 
 WINDOW_MS = 2000
@@ -134,3 +137,33 @@ async def test_a_repeated_pay_follows_up_a_pay_cut_after_its_insert(backend: obj
     assert (await svc.sending.pay("S", order_id)).status is Status.ACTIVE
     assert len(heard.named("packet_received")) == 1 and await svc.ports.queue.depth(LISTS_STREAM) == 1
     assert await svc.ports.ledger.balance("S") == 400
+
+
+async def test_one_run_settles_more_cut_pays_than_a_page_reading_packets_per_page(
+    backend: object, clock: ManualClock
+) -> None:
+    """Five pays cut after their debits 1 ms apart, pages of three (overlapping by their last ms):
+    one reconciliation run activates all five in three pages, reading each page's packets in one
+    call, never one packet at a time; the next run finds nothing."""
+    svc: Services = backend.services  # type: ignore[attr-defined]
+    await _group(svc, "g", ["S", "B"])
+    await svc.accounts.topup("S", 5000, "fund-S")
+    order_ids = []
+    for _ in range(5):
+        order_id, _ = await svc.sending.send("S", BODY)
+        svc.sending.faults = Faults({"pay_debited": (1.0, raising)})
+        with pytest.raises(FaultInjected):
+            await svc.sending.pay("S", order_id)
+        svc.sending.faults = Faults()
+        order_ids.append(order_id)
+        clock.advance_ms(1)
+    clock.advance_ms(WINDOW_MS)
+    counted = Counting(svc.settlement.ports.packets)
+    svc.settlement.ports = dataclasses.replace(svc.settlement.ports, packets=counted)
+    assert await svc.settlement.reconcile_pays(WINDOW_MS, limit=3) == 5
+    assert (counted.calls["get_packets"], counted.calls["get_packet"]) == (3, 0)
+    for order_id in order_ids:
+        packet = await svc.ports.packets.get_packet(order_id)
+        assert packet is not None and packet.status is Status.ACTIVE
+    assert await svc.settlement.reconcile_pays(WINDOW_MS, limit=3) == 0
+    assert await svc.ports.ledger.balance("S") == 5000 - 5 * 600

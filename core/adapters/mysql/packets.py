@@ -67,6 +67,20 @@ class MysqlPacketStore:
         row = await self._shards.fetchone(db, f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = %s", (order_id,))
         return None if row is None else packet_from_row(row)
 
+    async def get_packets(self, order_ids: Sequence[str]) -> dict[str, Packet]:
+        """The packet rows of ``order_ids`` that exist: one UNION ALL per database, every database at
+        once, each within SCAN_TIMEOUT_S."""
+        tables: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        for order_id in order_ids:
+            db, ptable, _ = self._where(order_id)
+            tables[db][ptable].add(order_id)
+
+        def select(table: str, ids: list[str]) -> tuple[str, list[str]]:
+            return f"SELECT {PACKET_COLUMNS} FROM {table} WHERE order_id IN ({_marks(ids)})", ids
+
+        rows = await self._union(tables, select, timeout_s=SCAN_TIMEOUT_S)
+        return {packet.order_id: packet for packet in map(packet_from_row, rows)}
+
     async def open_batch(self, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
         """The batched open transaction (hongbao.core.ports.PacketStore.open_batch)."""
         db, ptable, rtable = self._where(order_id)
@@ -155,15 +169,19 @@ class MysqlPacketStore:
         return [r for r in map(receipt_from_row, rows) if (r.order_id, r.user_id) in wanted]
 
     async def _union(
-        self, tables: dict[int, dict[str, set[str]]], select: Callable[[str, list[str]], tuple[str, list[str]]]
+        self,
+        tables: dict[int, dict[str, set[str]]],
+        select: Callable[[str, list[str]], tuple[str, list[str]]],
+        timeout_s: float | None = None,
     ) -> list[Row]:
         """The rows of ``select(table, order_ids) -> (sql, args)`` over each database's tables, as
-        one UNION ALL per database, every database at once."""
+        one UNION ALL per database, every database at once (each within ``timeout_s``, None: a
+        statement's bound)."""
 
         async def one_db(by_table: dict[str, set[str]], db: int) -> list[Row]:
             parts = [select(table, sorted(ids)) for table, ids in sorted(by_table.items())]
             sql = " UNION ALL ".join(part for part, _ in parts)
-            return await self._shards.fetchall(db, sql, [arg for _, args in parts for arg in args])
+            return await self._shards.fetchall(db, sql, [arg for _, args in parts for arg in args], timeout_s=timeout_s)
 
         found = await asyncio.gather(*(one_db(by_table, db) for db, by_table in tables.items()))
         return [row for rows in found for row in rows]

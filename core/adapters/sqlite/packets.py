@@ -70,6 +70,11 @@ class SqlitePacketStore:
 
         return self._db.read(get)
 
+    async def get_packets(self, order_ids: Sequence[str]) -> dict[str, Packet]:
+        """The packet rows of ``order_ids`` that exist (point reads on this thread: the file is local)."""
+        found = [await self.get_packet(order_id) for order_id in dict.fromkeys(order_ids)]
+        return {packet.order_id: packet for packet in found if packet is not None}
+
     async def open_batch(self, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
         """The batched open transaction (hongbao.core.ports.PacketStore.open_batch)."""
         ptable, rtable = self._tables(order_id)
