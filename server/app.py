@@ -20,6 +20,7 @@ from typing import Any
 from hongbao.core import errors
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import OffsetFileClock
+from hongbao.core.loop_lag import LoopLag
 from hongbao.core.membership import FOLLOW_S
 from hongbao.core.services.audience import region_of
 from hongbao.core.services.traffic import REGION_NAMES
@@ -58,9 +59,12 @@ class App:
         verifier: TokenVerifier,
         metrics: WorkerMetrics,
         ws_limiter: RateLimiter,
+        lag: LoopLag | None = None,
     ) -> None:
-        """``ws_limiter``: the host-wide admission rate of new WebSocket connections (made by the master)."""
+        """``ws_limiter``: the host-wide admission rate of new WebSocket connections (made by the
+        master); ``lag``: the worker's loop lag (None: never shed, see ``dispatch``)."""
         self.settings, self.backend, self.verifier, self.metrics = settings, backend, verifier, metrics
+        self.lag = lag if settings.shed_lag_ms else None
         stores = backend.push
         if stores is None:
             raise ValueError("the app needs a backend with its push stores (composition.open_backend)")
@@ -124,7 +128,9 @@ class App:
         itself when the route needs no I/O (errors included), so the protocol answers it without
         a coroutine; a Soon of it when the handler waits for one reply without a coroutine (whose
         result is the Response, or a coroutine when the handler fell back to one); otherwise a
-        coroutine that makes it."""
+        coroutine that makes it. While the loop runs ``shed_lag_ms`` or more behind, a user route
+        answers 429 busy at once (``overload_rejections``): its answer would come too late, and the
+        work would make every later answer later; health, metrics and admin routes are served."""
         started = perf_counter()
         route, params, path_known = self.router.match(request.method, request.path)
         identity: Identity | None = None
@@ -136,6 +142,8 @@ class App:
                     )
                 raise errors.NotFound(f"no route {request.method} {request.path}")
             auth = route.auth
+            if auth == "user" and self.lag is not None and self.lag.behind_ms() >= self.settings.shed_lag_ms:
+                raise errors.Busy("this worker is overloaded, retry shortly", 1.0, "overload_rejections")
             if auth != "none":  # the caller of a route with auth "user" or "admin" (Unauthorized, Forbidden)
                 identity = self.verifier.bearer(request.header("authorization"))
                 if auth == "admin" and not identity.admin:
@@ -410,7 +418,7 @@ async def _until_done(what: str, step: Callable[[], Awaitable[int]], deadline: f
     try:
         while time.monotonic() < deadline and (done := await step()):
             handled += done
-    except (BreakerOpen, errors.Degraded) as exc:
+    except (BreakerOpen, errors.Degraded, errors.Busy) as exc:
         log.warning("%s at stop stopped (%s); the reconciler of the next start does the rest", what, exc)
     except Exception:
         log.exception("%s at stop failed; the reconciler of the next start does the rest", what)
@@ -428,13 +436,13 @@ def every(
     """The background job ``name``: ``job()`` every ``interval_s`` seconds until ``stopping`` is
     set. A dependency that is down (BreakerOpen, Degraded) is not logged here: its breaker or
     pool logged it once; any other failure is logged with its traceback. Either way the job
-    runs again after the interval."""
+    runs again after the interval (an overloaded worker, Busy, is not logged either)."""
 
     async def loop() -> None:
         while not stopping.is_set():
             try:
                 await job()
-            except (BreakerOpen, errors.Degraded):
+            except (BreakerOpen, errors.Degraded, errors.Busy):
                 pass
             except Exception:
                 log.exception("background job %s failed; retrying in %.2f s", name, interval_s)

@@ -88,6 +88,7 @@ from hongbao.core.audit import AuditReport
 from hongbao.core.breaker import Breaker
 from hongbao.core.clock import Clock, SystemClock
 from hongbao.core.faults import NO_FAULTS, Faults
+from hongbao.core.loop_lag import LoopLag
 from hongbao.core.membership import CachedGroups
 from hongbao.core.ports import Draw, Leases, NodeRegistry, Ports, PreOrderStore, Queue, SequenceSource
 from hongbao.core.push_ports import PushStores
@@ -422,11 +423,14 @@ async def open_backend(
     counts: dict[str, int] | None = None,
     faults: Faults = NO_FAULTS,
     send_limiter: hongbao_native.RateLimiter | None = None,
+    lag: LoopLag | None = None,
 ) -> Backend:
     """The worker's backend of ``settings``, with its push stores, the configured crediting
     mode, its region and its send rates (``send_limiter``: the host's, made by the master; the
     region's on Redis in production); ``counts``: the worker's metrics events (fallbacks, breaker
-    openings, refused appends); ``faults``: the crash points armed (tests). No connection is made
+    openings, refused appends); ``faults``: the crash points armed (tests); ``lag``: the worker's
+    loop lag, which tells the MySQL bounds an overloaded worker from a frozen server (see
+    MysqlShards). No connection is made
     here: a database that is down serves degraded until it is back. Raises ValueError for
     missing settings."""
     check_production(settings)
@@ -435,9 +439,9 @@ async def open_backend(
         home = None
         if settings.home_mysql_dsn or settings.home_redis_url:  # a node outside the home region
             home_redis = await _redis_of(settings, settings.home_redis_url or settings.redis_url)
-            home = (_shards_of(settings, settings.home_mysql_dsn or settings.mysql_dsn), Pipelines(home_redis))
+            home = (_shards_of(settings, settings.home_mysql_dsn or settings.mysql_dsn, lag), Pipelines(home_redis))
         backend = production(
-            _shards_of(settings, settings.mysql_dsn),
+            _shards_of(settings, settings.mysql_dsn, lag),
             admission,
             Pipelines(await _redis_of(settings, settings.redis_url)),  # money, caches, queues, push share its ticks
             consumer=node_id(settings.node_name),
@@ -474,14 +478,16 @@ async def open_backend(
     return dataclasses.replace(backend, push=push_stores(settings, counts, user_side), nodes=nodes)
 
 
-def _shards_of(settings: Settings, dsn: str) -> MysqlShards:
-    """The MySQL shards of ``settings``'s layout on ``dsn`` (pools open on first use)."""
+def _shards_of(settings: Settings, dsn: str, lag: LoopLag | None = None) -> MysqlShards:
+    """The MySQL shards of ``settings``'s layout on ``dsn`` (pools open on first use), ``lag``
+    the worker's loop lag (MysqlShards)."""
     return MysqlShards(
         dsn,
         settings.mysql_layout(),
         pool_size=settings.mysql_pool_size,
         timeout_s=settings.mysql_timeout_ms / 1000,
         transaction_timeout_s=settings.mysql_transaction_timeout_ms / 1000,
+        lag=lag,
     )
 
 

@@ -74,6 +74,7 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "region_send_rate_per_s": (0.001, 1e9, ""),
     "region_send_burst": (1, 1_000_000_000, ""),
     "grab_ok_per_share": (0, 1e6, " (0: no limit)"),
+    "shed_lag_ms": (0, 600_000, " (0: never shed)"),
     "fleet_forward_timeout_ms": (1, 600_000, ""),
     "push_session_ttl_s": (0.001, 30 * DAY_S, ""),
     "push_forward_timeout_s": (0.001, 3600, ""),
@@ -217,6 +218,8 @@ class Settings:
     """Sends the region takes at once after a quiet spell."""
     grab_ok_per_share: float = 0.0
     """Grabs a worker answers ok a second per share a packet has left, more get 429 busy; 0: no limit (opens admit)."""
+    shed_lag_ms: int = 300
+    """A worker whose event loop runs this many ms behind answers new user requests 429 busy; 0: never shed."""
     home_mysql_dsn: str = ""
     """The home region's MySQL (accounts, ledger, lists, groups, flags); empty: mysql_dsn (a home region node)."""
     home_redis_url: str = ""

@@ -154,6 +154,11 @@ EVENTS: tuple[MetricSpec, ...] = (
     _counter("grabs", "Grab checks answered"),
     _counter("admission_rejections", "Opens refused with 429 busy by per-packet admission"),
     _counter("send_rejections", "Sends refused with 429 busy: over this node's or the region's send rate"),
+    _counter(
+        "overload_rejections",
+        "User requests refused with 429 busy because this worker's event loop ran behind (shed_lag_ms, or a "
+        "MySQL bound passed while it did)",
+    ),
     _counter("grab_rejections", "Grabs refused with 429 busy: more this second than a packet's shares left could use"),
     _counter("redis_fallback_flow", "Sends let through without the region's send rate because Redis was down"),
     _counter("fleet_forwarded", "Requests for a packet another node owns, answered by that node (relayed)"),

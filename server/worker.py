@@ -15,6 +15,7 @@ import hongbao_native
 import uvloop
 from hongbao.core.clock import Clock, OffsetFileClock, SystemClock
 from hongbao.core.faults import parse_faults
+from hongbao.core.loop_lag import LoopLag
 from hongbao.server.app import App
 from hongbao.server.auth import TokenVerifier, embedded_secret
 from hongbao.server.composition import open_backend
@@ -54,8 +55,11 @@ async def _serve(
     clock: Clock = OffsetFileClock(settings.data_dir / CLOCK_FILE) if settings.test_clock else SystemClock()
     metrics = WorkerMetrics(settings.data_dir / METRICS_DIR)
     faults = parse_faults(settings.test_faults)
-    backend = await open_backend(settings, admission, clock, metrics.events, faults, send_limiter)  # connects later
-    app = App(settings, backend, verifier_for(settings), metrics, ws_limiter)
+    lag = LoopLag()
+    lag.start()
+    # no connection yet: a dependency down at start is served degraded until it is back
+    backend = await open_backend(settings, admission, clock, metrics.events, faults, send_limiter, lag)
+    app = App(settings, backend, verifier_for(settings), metrics, ws_limiter, lag)
     conns = Connections(settings.max_connections, WsRegistry(settings))
     node = host_name(settings.node_name)
     metrics.sample(WS_CONNECTIONS.name, lambda: {(node,): float(len(conns.ws.open))})

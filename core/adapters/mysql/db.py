@@ -25,7 +25,8 @@ from asyncmy.connection import Connection
 from asyncmy.cursors import Cursor
 from asyncmy.errors import InterfaceError, MySQLError, OperationalError
 from asyncmy.pool import Pool
-from hongbao.core.errors import Degraded
+from hongbao.core.errors import Busy, Degraded
+from hongbao.core.loop_lag import LoopLag
 from hongbao.core.sharding import Layout, parse_dsn
 
 log = logging.getLogger("hongbao.mysql")
@@ -74,7 +75,10 @@ class MysqlShards:
     ``TIMEOUTS_TO_TRIP`` such calls in a row open the database's breaker as a lost connection
     does, so a frozen server costs a request at most about a second (its point reads), then
     microseconds. The wait for a connection is bounded by ``transaction_timeout_s`` and never
-    opens the breaker (a burst here is not a server that hangs). Raises ValueError for a bad DSN."""
+    opens the breaker (a burst here is not a server that hangs). ``lag``: the worker's loop lag
+    (hongbao.core.loop_lag): a call whose bound passed while the loop was unavailable for a third
+    of it or more raises Busy (429: the worker is overloaded, not the server frozen) and does not
+    count toward the breaker; None: every such call counts. Raises ValueError for a bad DSN."""
 
     __slots__ = (
         "layout",
@@ -87,6 +91,7 @@ class MysqlShards:
         "_down_until",
         "_timeouts",
         "_clearing",
+        "lag",
     )
 
     def __init__(
@@ -97,8 +102,9 @@ class MysqlShards:
         pool_size: int = 10,
         timeout_s: float = TIMEOUT_S,
         transaction_timeout_s: float = TRANSACTION_TIMEOUT_S,
+        lag: LoopLag | None = None,
     ) -> None:
-        self.layout, self._servers, self._pool_size = layout, parse_dsn(dsn), pool_size
+        self.layout, self._servers, self._pool_size, self.lag = layout, parse_dsn(dsn), pool_size, lag
         self.timeout_s, self.transaction_timeout_s = timeout_s, transaction_timeout_s
         self._clearing: set[asyncio.Task[None]] = set()
         self._pools: list[Pool | None] = [None] * (2 * layout.n_dbs)  # [db]: statements, [n + db]: transactions
@@ -225,16 +231,20 @@ class MysqlShards:
     async def _run(self, db: int, op: Callable[[Connection], Awaitable[T]], limit: float, tx: bool = False) -> T:
         """``op(conn)`` on a connection of ``db`` (see ``_conn``; ``tx``: of its transactions' pool),
         within ``limit`` seconds from the moment it has one; again after a deadlock (the server
-        rolled the loser back), 3 times at most. Past ``limit``: Degraded, the connection closed
-        (its state is unknown), and the breaker opens after TIMEOUTS_TO_TRIP in a row (a server
-        that hangs)."""
+        rolled the loser back), 3 times at most. Past ``limit``: the connection closed (its state
+        is unknown), then Busy when the loop lagged meanwhile (see the class), else Degraded, and
+        the breaker opens after TIMEOUTS_TO_TRIP in a row (a server that hangs)."""
+        loop = asyncio.get_running_loop()
         for tries in range(1, DEADLOCK_RETRIES + 1):
             try:
                 async with self._conn(db, tx) as conn:
+                    started = loop.time()
                     try:  # wait_for, not asyncio.timeout: the HTTP protocol runs handlers outside any Task
                         result = await asyncio.wait_for(op(conn), limit)
                     except TimeoutError:
                         conn.close()
+                        if self.lag is not None and self.lag.stalled_ms(started) >= limit * 1000 / 3:
+                            raise Busy("this worker is overloaded, retry shortly", 1.0, "overload_rejections") from None
                         self._timed_out(db, limit)
                         raise Degraded(
                             f"database {self.layout.db_name(db)} did not answer within {limit * 1000:.0f} ms"
