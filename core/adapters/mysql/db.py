@@ -18,10 +18,12 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import asyncmy
 from asyncmy.connection import Connection
+from asyncmy.constants.SERVER_STATUS import SERVER_STATUS_IN_TRANS
 from asyncmy.cursors import Cursor
 from asyncmy.errors import InterfaceError, MySQLError, OperationalError
 from asyncmy.pool import Pool
@@ -43,6 +45,29 @@ CONNECT_TIMEOUT_S = 1.0  # the bound of a new connection (a server that does not
 SCAN_TIMEOUT_S = 10.0  # the bound of a background job's scan over every day table
 TIMEOUTS_TO_TRIP = 3  # consecutive calls past their bound that open the breaker (a frozen server)
 STATEMENT_CACHE = 256  # prepared statements kept per connection (a worker uses ~100 shapes per database)
+
+
+@dataclass(frozen=True, slots=True)
+class Committed(Generic[T]):
+    """What a transaction's body returns once it committed itself (``commit_with``): ``value`` is
+    the transaction's result, and ``MysqlShards.transaction`` sends no COMMIT of its own."""
+
+    value: T
+
+
+async def commit_with(cur: Cursor, sql: str, args: Sequence[object]) -> None:
+    """Send ``sql`` (one or more statements joined by ``;``, ``%s`` placeholders for ``args``)
+    and COMMIT in one round trip, reading every result: the last steps of a transaction that
+    depend on nothing they return. The text protocol (a multi-statement cannot be prepared; the
+    values are escaped by the client, asyncmy's ``mogrify``). The server stops at the first
+    statement that fails, which raises here, and the transaction rolls back as for any error.
+    The body then returns ``Committed``."""
+    await cur.execute(f"{cur.mogrify(sql, tuple(args))}; COMMIT")
+    while await cur.nextset():
+        pass
+    # The COMMIT ended the transaction, but asyncmy keeps the previous status when a result's is 0
+    # (autocommit off, no transaction): its pool would close the connection as one left mid-transaction.
+    cur.connection.server_status &= ~SERVER_STATUS_IN_TRANS
 
 
 def _lost(exc: OperationalError) -> bool:
@@ -264,9 +289,10 @@ class MysqlShards:
             self._trip(db, TimeoutError(f"{TIMEOUTS_TO_TRIP} calls in a row past {limit * 1000:.0f} ms"))
 
     async def transaction(
-        self, db: int, body: Callable[[Cursor], Awaitable[T]], *, timeout_s: float | None = None
+        self, db: int, body: Callable[[Cursor], Awaitable[T | Committed[T]]], *, timeout_s: float | None = None
     ) -> T:
-        """Run ``body(cursor)`` in one transaction on database ``db``: commit on return, roll back
+        """Run ``body(cursor)`` in one transaction on database ``db``: commit on return (unless
+        the body returned ``Committed``: it committed with its last statements), roll back
         on any exception; a deadlock reruns the whole body (up to 3 times); each run within
         ``timeout_s`` (None: ``transaction_timeout_s``) of having its connection. Raises Degraded
         when the database is unreachable, the connection is lost or the bound passes (nothing is
@@ -277,6 +303,8 @@ class MysqlShards:
             try:
                 async with conn.cursor() as cur:
                     result = await body(cur)
+                if isinstance(result, Committed):
+                    return result.value
                 await conn.commit()
                 return result
             except Exception as exc:

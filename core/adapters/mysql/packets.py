@@ -1,6 +1,7 @@
 """PacketStore on the sharded MySQL/MariaDB schema: the batched open transaction of docs/architecture.md
 section 6 (lock the packet row once with SELECT ... FOR UPDATE, joined with the batch's receipts
-already there, insert the new receipts in one multi-row INSERT, update the remainder once), and
+already there, insert the new receipts in one multi-row INSERT, update the remainder once: the
+insert, the update and the COMMIT in one round trip unless the batch finishes the packet), and
 the refund serialised by that same row lock.
 
 Point updates by order id name the primary key (FORCE INDEX): on small tables the optimizer
@@ -18,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, MysqlShards, Row
+from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, Committed, MysqlShards, Row, commit_with
 from hongbao.core.adapters.mysql.schema import day_tables
 from hongbao.core.adapters.sql import (
     PACKET_COLUMNS,
@@ -85,7 +86,7 @@ class MysqlPacketStore:
         """The batched open transaction (hongbao.core.ports.PacketStore.open_batch)."""
         db, ptable, rtable = self._where(order_id)
 
-        async def body(cur: Cursor) -> list[OpenResult]:
+        async def body(cur: Cursor) -> list[OpenResult] | Committed[list[OpenResult]]:
             marks = ", ".join(["%s"] * len(user_ids))
             await cur.execute(  # one round trip: the packet row locked, with the batch's receipts
                 f"SELECT {_P_COLUMNS}, {_R_COLUMNS} FROM {ptable} p LEFT JOIN {rtable} r "
@@ -97,33 +98,30 @@ class MysqlPacketStore:
                 return [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
             existing = {str(r[_N_P + 1]): receipt_from_row(r[_N_P:]) for r in found if r[_N_P] is not None}
             plan = plan_opens(packet_from_row(found[0][:_N_P]), existing, user_ids, now_ms, draw)
-            if plan.inserts:
-                rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(plan.inserts))
-                await cur.execute(
-                    f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES {rows}",
-                    [value for insert in plan.inserts for value in insert],
-                )
-                best = None
-                if plan.finished:
-                    await cur.execute(
-                        f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = %s "
-                        "ORDER BY amount_fen DESC, position LIMIT 1",
-                        (order_id,),
-                    )
-                    best = receipt_from_row(await cur.fetchone())
-                await cur.execute(
-                    f"UPDATE {ptable} SET remaining_fen = %s, remaining_count = %s, status = %s, "
-                    "best_luck_user_id = %s WHERE order_id = %s",
-                    (
-                        plan.remaining_fen,
-                        plan.remaining_count,
-                        (Status.FINISHED if plan.finished else Status.ACTIVE).value,
-                        None if best is None else best.user_id,
-                        order_id,
-                    ),
-                )
-                return plan.crowned(best)
-            return plan.results
+            if not plan.inserts:
+                return plan.results
+            rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(plan.inserts))
+            insert = f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES {rows}"
+            insert_args = [value for insert in plan.inserts for value in insert]
+            update = (
+                f"UPDATE {ptable} SET remaining_fen = %s, remaining_count = %s, status = %s, "
+                "best_luck_user_id = %s WHERE order_id = %s"
+            )
+            if not plan.finished:  # the rest in one round trip: insert, update, commit
+                update_args = (plan.remaining_fen, plan.remaining_count, Status.ACTIVE.value, None, order_id)
+                await commit_with(cur, f"{insert}; {update}", [*insert_args, *update_args])
+                return Committed(plan.results)
+            await cur.execute(insert, insert_args)  # the last shares: best luck is read among every receipt
+            await cur.execute(
+                f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = %s "
+                "ORDER BY amount_fen DESC, position LIMIT 1",
+                (order_id,),
+            )
+            best = receipt_from_row(await cur.fetchone())
+            await cur.execute(
+                update, (plan.remaining_fen, plan.remaining_count, Status.FINISHED.value, best.user_id, order_id)
+            )
+            return plan.crowned(best)
 
         return await self._shards.transaction(db, body)
 

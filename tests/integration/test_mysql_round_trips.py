@@ -1,0 +1,97 @@
+"""The open transaction's round trips on a real MariaDB: after the packet row's lock (one round
+trip, the batch's receipts read with it), an open that leaves shares sends its receipts' INSERT,
+the packet's UPDATE and the COMMIT in one (``commit_with``), counted through a proxy that holds
+every chunk DELAY_S each way; and a multi-statement that fails half-way leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import hongbao_native
+import pytest
+from asyncmy.cursors import Cursor
+from asyncmy.errors import IntegrityError
+from hongbao.core.adapters.mysql.db import Committed, MysqlShards, commit_with
+from hongbao.core.adapters.mysql.packets import MysqlPacketStore
+from hongbao.core.packet import Kind, Packet, Status
+from hongbao.core.times import business_yymmdd
+
+from tests.e2e.proxy import ThreadProxy
+from tests.integration.mariadb import SERVICE_LAYOUT, MariaDb, migrated
+
+DELAY_S = 0.1  # each way: a round trip costs 0.2 s through the proxy
+DAY_MS = 24 * 3600_000
+TWO_ROWS = "INSERT INTO t_scratch VALUES (%s); INSERT INTO t_scratch VALUES (%s)"
+
+
+def _even(remaining_fen: int, remaining_count: int) -> int:
+    return remaining_fen // remaining_count
+
+
+def test_an_open_that_leaves_shares_takes_two_round_trips(mariadb: MariaDb) -> None:
+    """A warm connection (its statements prepared), then an open of one share of three through the
+    slowed proxy: under 3 round trips (the lock and read, then insert + update + commit), where
+    statement by statement it took 4; the receipt and the remainder are in the database."""
+    migrated(mariadb, SERVICE_LAYOUT)
+    with ThreadProxy(mariadb.port) as proxy:
+        port = proxy.start()
+
+        async def run() -> None:
+            now = int(time.time() * 1000)
+            order_id = hongbao_native.encode_order_id(1, business_yymmdd(now), 1, 7001)
+            shards = MysqlShards(mariadb.dsn.rsplit(":", 1)[0] + f":{port}", SERVICE_LAYOUT, pool_size=1, timeout_s=10)
+            store = MysqlPacketStore(shards)
+            try:
+                packet = Packet(
+                    order_id, "S", Kind.LUCKY, 3, 300, "g", None, 300, 3, Status.ACTIVE, now, now, now + DAY_MS
+                )
+                assert await store.insert_packet(packet)
+                assert (await store.open_batch(order_id, ["A"], now, _even))[0].receipt is not None  # warm
+                proxy.slow(DELAY_S)
+                started = time.monotonic()
+                (result,) = await store.open_batch(order_id, ["B"], now, _even)
+                took = time.monotonic() - started
+                proxy.slow(0)
+                assert result.receipt is not None and result.receipt.amount_fen == 100
+                assert took < 3 * 2 * DELAY_S, f"{took:.2f} s: {took / (2 * DELAY_S):.1f} round trips"
+                after = await store.get_packet(order_id)
+                assert after is not None and (after.remaining_fen, after.remaining_count) == (100, 1)
+                assert {r.user_id for r in await store.receipts(order_id)} == {"A", "B"}
+            finally:
+                await shards.close()
+
+        asyncio.run(run())
+
+
+def test_a_multi_statement_that_fails_half_way_rolls_the_transaction_back(mariadb: MariaDb) -> None:
+    """A statement before it, and the first of its two, are undone when its second fails (a
+    duplicate key); the connection then commits the next transaction's rows as usual."""
+    migrated(mariadb, SERVICE_LAYOUT)
+
+    async def run() -> None:
+        shards = MysqlShards(mariadb.dsn, SERVICE_LAYOUT, pool_size=1, timeout_s=5)
+        try:
+            await shards.execute(0, "CREATE TABLE IF NOT EXISTS t_scratch (k INT PRIMARY KEY)")
+            await shards.execute(0, "DELETE FROM t_scratch")
+
+            async def failing(cur: Cursor) -> Committed[None] | None:
+                await cur.execute("INSERT INTO t_scratch VALUES (1)")
+                await commit_with(cur, TWO_ROWS, [2, 1])  # the second is a duplicate of the first statement's
+                return Committed(None)
+
+            with pytest.raises(IntegrityError):
+                await shards.transaction(0, failing)
+            assert await shards.fetchall(0, "SELECT k FROM t_scratch") == []
+
+            async def passing(cur: Cursor) -> str | Committed[str]:
+                await commit_with(cur, TWO_ROWS, [3, 4])
+                return Committed("done")
+
+            assert await shards.transaction(0, passing) == "done"
+            assert await shards.fetchall(0, "SELECT k FROM t_scratch ORDER BY k") == [(3,), (4,)]
+        finally:
+            await shards.execute(0, "DROP TABLE IF EXISTS t_scratch")
+            await shards.close()
+
+    asyncio.run(run())
