@@ -1,7 +1,8 @@
 """The open transaction's round trips on a real MariaDB: after the packet row's lock (one round
-trip, the batch's receipts read with it), an open that leaves shares sends its receipts' INSERT,
-the packet's UPDATE and the COMMIT in one (``commit_with``), counted through a proxy that holds
-every chunk DELAY_S each way; and a multi-statement that fails half-way leaves nothing behind."""
+trip, the batch's receipts read with it), an open sends its receipts' INSERT, the packet's
+UPDATE (with best luck when it takes the last share, and the best receipt read back) and the
+COMMIT in one (``commit_with``), counted through a proxy that holds every chunk DELAY_S each
+way; and a multi-statement that fails half-way leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ def _even(remaining_fen: int, remaining_count: int) -> int:
     return remaining_fen // remaining_count
 
 
-def test_an_open_that_leaves_shares_takes_two_round_trips(mariadb: MariaDb) -> None:
-    """A warm connection (its statements prepared), then an open of one share of three through the
-    slowed proxy: under 3 round trips (the lock and read, then insert + update + commit), where
-    statement by statement it took 4; the receipt and the remainder are in the database."""
+def test_an_open_takes_two_round_trips_and_the_last_share_crowns_best_luck(mariadb: MariaDb) -> None:
+    """A warm connection (its statements prepared), then opens of the second and the last of three
+    equal shares through the slowed proxy: each under 3 round trips (the lock and read, then the
+    rest with the commit), where statement by statement they took 4 and 6; the receipts, the
+    remainder and best luck (equal shares: the earliest opener) are in the database."""
     migrated(mariadb, SERVICE_LAYOUT)
     with ThreadProxy(mariadb.port) as proxy:
         port = proxy.start()
@@ -58,6 +60,16 @@ def test_an_open_that_leaves_shares_takes_two_round_trips(mariadb: MariaDb) -> N
                 after = await store.get_packet(order_id)
                 assert after is not None and (after.remaining_fen, after.remaining_count) == (100, 1)
                 assert {r.user_id for r in await store.receipts(order_id)} == {"A", "B"}
+                proxy.slow(DELAY_S)
+                started = time.monotonic()
+                (last,) = await store.open_batch(order_id, ["C"], now, _even)
+                took = time.monotonic() - started
+                proxy.slow(0)
+                assert last.last and last.best is not None and (last.best.user_id, last.best.amount_fen) == ("A", 100)
+                assert took < 3 * 2 * DELAY_S, f"{took:.2f} s: {took / (2 * DELAY_S):.1f} round trips"
+                done = await store.get_packet(order_id)
+                assert done is not None and (done.status, done.remaining_count) == (Status.FINISHED, 0)
+                assert await store.best_luck(order_id) == "A"
             finally:
                 await shards.close()
 

@@ -55,19 +55,25 @@ class Committed(Generic[T]):
     value: T
 
 
-async def commit_with(cur: Cursor, sql: str, args: Sequence[object]) -> None:
+async def commit_with(cur: Cursor, sql: str, args: Sequence[object]) -> list[Row]:
     """Send ``sql`` (one or more statements joined by ``;``, ``%s`` placeholders for ``args``)
-    and COMMIT in one round trip, reading every result: the last steps of a transaction that
-    depend on nothing they return. The text protocol (a multi-statement cannot be prepared; the
-    values are escaped by the client, asyncmy's ``mogrify``). The server stops at the first
-    statement that fails, which raises here, and the transaction rolls back as for any error.
-    The body then returns ``Committed``."""
+    and COMMIT in one round trip, reading every result: the last steps of a transaction, none of
+    which needs what an earlier one returns in Python. Returns the rows of the statements that
+    return rows, in order. The text protocol (a multi-statement cannot be prepared; the values
+    are escaped by the client, asyncmy's ``mogrify``). The server stops at the first statement
+    that fails, which raises here, and the transaction rolls back as for any error. The body
+    then returns ``Committed``."""
     await cur.execute(f"{cur.mogrify(sql, tuple(args))}; COMMIT")
-    while await cur.nextset():
-        pass
+    rows: list[Row] = []
+    while True:
+        if cur.description:
+            rows += [tuple(row) for row in await cur.fetchall()]
+        if not await cur.nextset():
+            break
     # The COMMIT ended the transaction, but asyncmy keeps the previous status when a result's is 0
     # (autocommit off, no transaction): its pool would close the connection as one left mid-transaction.
     cur.connection.server_status &= ~SERVER_STATUS_IN_TRANS
+    return rows
 
 
 def _lost(exc: OperationalError) -> bool:

@@ -1,7 +1,8 @@
 """PacketStore on the sharded MySQL/MariaDB schema: the batched open transaction of docs/architecture.md
 section 6 (lock the packet row once with SELECT ... FOR UPDATE, joined with the batch's receipts
 already there, insert the new receipts in one multi-row INSERT, update the remainder once: the
-insert, the update and the COMMIT in one round trip unless the batch finishes the packet), and
+insert, the update, best luck's read when the batch finishes the packet, and the COMMIT in one
+round trip), and
 the refund serialised by that same row lock.
 
 Point updates by order id name the primary key (FORCE INDEX): on small tables the optimizer
@@ -101,27 +102,21 @@ class MysqlPacketStore:
             if not plan.inserts:
                 return plan.results
             rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(plan.inserts))
-            insert = f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES {rows}"
-            insert_args = [value for insert in plan.inserts for value in insert]
-            update = (
-                f"UPDATE {ptable} SET remaining_fen = %s, remaining_count = %s, status = %s, "
-                "best_luck_user_id = %s WHERE order_id = %s"
-            )
-            if not plan.finished:  # the rest in one round trip: insert, update, commit
-                update_args = (plan.remaining_fen, plan.remaining_count, Status.ACTIVE.value, None, order_id)
-                await commit_with(cur, f"{insert}; {update}", [*insert_args, *update_args])
-                return Committed(plan.results)
-            await cur.execute(insert, insert_args)  # the last shares: best luck is read among every receipt
-            await cur.execute(
-                f"SELECT {RECEIPT_COLUMNS} FROM {rtable} WHERE order_id = %s "
-                "ORDER BY amount_fen DESC, position LIMIT 1",
-                (order_id,),
-            )
-            best = receipt_from_row(await cur.fetchone())
-            await cur.execute(
-                update, (plan.remaining_fen, plan.remaining_count, Status.FINISHED.value, best.user_id, order_id)
-            )
-            return plan.crowned(best)
+            statements = [f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES {rows}"]
+            args: list[object] = [value for insert in plan.inserts for value in insert]
+            status = Status.FINISHED if plan.finished else Status.ACTIVE
+            update = f"UPDATE {ptable} SET remaining_fen = %s, remaining_count = %s, status = %s"
+            args += [plan.remaining_fen, plan.remaining_count, status.value]
+            if plan.finished:  # best luck among every receipt, this batch's included (largest, earliest on ties)
+                best_sql = f"FROM {rtable} WHERE order_id = %s ORDER BY amount_fen DESC, position LIMIT 1"
+                statements.append(f"{update}, best_luck_user_id = (SELECT user_id {best_sql}) WHERE order_id = %s")
+                statements.append(f"SELECT {RECEIPT_COLUMNS} {best_sql}")
+                args += [order_id, order_id, order_id]
+            else:
+                statements.append(f"{update} WHERE order_id = %s")
+                args.append(order_id)
+            found = await commit_with(cur, "; ".join(statements), args)  # one round trip, the COMMIT with it
+            return Committed(plan.crowned(receipt_from_row(found[0]) if plan.finished else None))
 
         return await self._shards.transaction(db, body)
 
