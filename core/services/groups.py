@@ -61,8 +61,9 @@ class Groups:
             raise errors.NotFound(f"{target} is not a member of {group_id}")
 
     async def exists(self, group_id: str) -> bool:
-        """Whether ``group_id`` is a group."""
-        return await self.groups.creator(group_id) is not None
+        """Whether ``group_id`` is a group: one with members is (the membership's cache levels
+        answer, the push of every packet to a group asks), one without is asked of its creator."""
+        return bool(await self.groups.members(group_id)) or await self.groups.creator(group_id) is not None
 
     async def members(self, group_id: str) -> list[str]:
         """Every member of ``group_id``, sorted (none for an unknown group)."""

@@ -15,6 +15,7 @@ from hongbao.core.membership import SHORT_TTL_MS, CachedGroups
 from hongbao.server.composition import Backend
 
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
+from tests.core.counting import Counting
 from tests.integration.conftest import RedisTarget
 from tests.integration.private_redis import PrivateRedis
 from tests.integration.test_redis_money import Open, open_on  # noqa: F401  (fixture)
@@ -77,3 +78,18 @@ async def test_feed_down_keeps_copies_short(
     assert not await groups.is_member(group_id, "B")  # kept briefly ...
     clock.advance_ms(SHORT_TTL_MS + 1)
     assert await groups.is_member(group_id, "B")  # ... SHORT_TTL_MS only
+
+
+async def test_whether_a_group_exists_is_answered_by_the_cache_levels(open_on: Open, redis_target: RedisTarget) -> None:
+    """The push of a packet to a group asks whether it exists: on a worker that never saw the group,
+    the shared level answers (no database read); an empty group is asked of its creator."""
+    one, _ = await open_on(redis_target.url, redis_target.cluster)
+    two, _ = await open_on(redis_target.url, redis_target.cluster)
+    group_id, _ = await one.services.groups.create("A", ["B"])
+    assert await _groups(one).is_member(group_id, "B")  # the shared level holds the members now
+    counted = Counting(_groups(two).inner)
+    _groups(two).inner = counted
+    assert await two.services.groups.exists(group_id)
+    assert counted.calls == {}
+    assert not await two.services.groups.exists("g-nobody")
+    assert counted.calls["creator"] == 1
