@@ -2,21 +2,29 @@
 trip, the batch's receipts read with it), an open sends its receipts' INSERT, the packet's
 UPDATE (with best luck when it takes the last share, and the best receipt read back) and the
 COMMIT in one (``commit_with``), counted through a proxy that holds every chunk DELAY_S each
-way; and a multi-statement that fails half-way leaves nothing behind."""
+way; a multi-statement that fails half-way leaves nothing behind; and statements shaped by their
+data (multi-row writes) are sent unprepared."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from itertools import count, islice
 
+import asyncmy
 import hongbao_native
 import pytest
 from asyncmy.cursors import Cursor
 from asyncmy.errors import IntegrityError
-from hongbao.core.adapters.mysql.db import Committed, MysqlShards, commit_with
+from hongbao.core.adapters.mysql.db import Committed, MysqlShards, commit_with, connect_args
+from hongbao.core.adapters.mysql.ledger import MysqlLedgerStore
+from hongbao.core.adapters.mysql.lists import MysqlUserListStore
 from hongbao.core.adapters.mysql.packets import MysqlPacketStore
 from hongbao.core.packet import Kind, Packet, Status
+from hongbao.core.ports import LedgerEntry, ListRow
+from hongbao.core.sharding import parse_dsn
 from hongbao.core.times import business_yymmdd
+from hongbao.core.vocabulary import Direction, EntryKind
 
 from tests.e2e.proxy import ThreadProxy
 from tests.integration.mariadb import SERVICE_LAYOUT, MariaDb, migrated
@@ -104,6 +112,48 @@ def test_a_multi_statement_that_fails_half_way_rolls_the_transaction_back(mariad
             assert await shards.fetchall(0, "SELECT k FROM t_scratch ORDER BY k") == [(3,), (4,)]
         finally:
             await shards.execute(0, "DROP TABLE IF EXISTS t_scratch")
+            await shards.close()
+
+    asyncio.run(run())
+
+
+async def _status(dsn: str, *names: str) -> list[int]:
+    """The server's global counters ``names`` (SHOW GLOBAL STATUS), in order."""
+    conn = await asyncmy.connect(**connect_args(parse_dsn(dsn)[0]))
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("SHOW GLOBAL STATUS")
+            found = {str(name): value for name, value in await cur.fetchall()}
+    finally:
+        conn.close()
+    return [int(found[name]) for name in names]
+
+
+def _users_on_one_table(n: int, prefix: str) -> list[str]:
+    """``n`` user ids starting with ``prefix`` whose accounts, ledger and list rows share table 0 of database 0."""
+    return list(islice((u for u in (f"{prefix}{i}" for i in count()) if SERVICE_LAYOUT.key_shard(u) == (0, 0)), n))
+
+
+def test_batches_of_every_size_are_never_prepared(mariadb: MariaDb) -> None:
+    """Credits and list rows in batches of 2 to 5 (each batch on one table): the server prepares no
+    statement for them (a prepare is a round trip, and each size is a shape of its own)."""
+    migrated(mariadb, SERVICE_LAYOUT)
+
+    async def run() -> None:
+        shards = MysqlShards(mariadb.dsn, SERVICE_LAYOUT, pool_size=2, timeout_s=5)
+        ledger, lists = MysqlLedgerStore(shards), MysqlUserListStore(shards)
+        try:
+            await shards.connect()
+            before = await _status(mariadb.dsn, "Com_stmt_prepare")
+            for size in range(2, 6):
+                users = _users_on_one_table(size, f"p{size}u")
+                credits = [LedgerEntry(u, EntryKind.CREDIT, f"o{size}:{u}", 10, 1) for u in users]
+                assert await ledger.post_many(credits) == [True] * size
+                await lists.write([ListRow(u, Direction.RECEIVED, f"o{size}", 10, 1) for u in users], [])
+            assert await _status(mariadb.dsn, "Com_stmt_prepare") == before
+            five = _users_on_one_table(5, "p5u")
+            assert [await ledger.balance(u) for u in five] == [10] * 5
+        finally:
             await shards.close()
 
     asyncio.run(run())

@@ -47,6 +47,14 @@ TIMEOUTS_TO_TRIP = 3  # consecutive calls past their bound that open the breaker
 STATEMENT_CACHE = 256  # prepared statements kept per connection (a worker uses ~100 shapes per database)
 
 
+async def run_once(cur: Cursor, sql: str, args: Sequence[object]) -> int:
+    """Run ``sql`` with ``args`` in the text protocol (the values escaped by the client, asyncmy's
+    ``mogrify``), not as a prepared statement: for a statement shaped by its data (a multi-row
+    VALUES, an IN list, an OR chain of keys), whose prepare would cost a round trip and a slot of
+    the connection's statement cache for a shape that rarely comes again. Returns the rows changed."""
+    return int(await cur.execute(cur.mogrify(sql, tuple(args))))
+
+
 @dataclass(frozen=True, slots=True)
 class Committed(Generic[T]):
     """What a transaction's body returns once it committed itself (``commit_with``): ``value`` is
@@ -63,7 +71,7 @@ async def commit_with(cur: Cursor, sql: str, args: Sequence[object]) -> list[Row
     are escaped by the client, asyncmy's ``mogrify``). The server stops at the first statement
     that fails, which raises here, and the transaction rolls back as for any error. The body
     then returns ``Committed``."""
-    await cur.execute(f"{cur.mogrify(sql, tuple(args))}; COMMIT")
+    await run_once(cur, f"{sql}; COMMIT", args)
     rows: list[Row] = []
     while True:
         if cur.description:
@@ -321,13 +329,16 @@ class MysqlShards:
 
         return await self._run(db, run, self.transaction_timeout_s if timeout_s is None else timeout_s, tx=True)
 
-    async def execute(self, db: int, sql: str, args: Sequence[object] = (), *, timeout_s: float | None = None) -> int:
+    async def execute(
+        self, db: int, sql: str, args: Sequence[object] = (), *, timeout_s: float | None = None, once: bool = False
+    ) -> int:
         """One autocommitted statement (retried after a deadlock) within ``timeout_s`` (None:
-        ``timeout_s`` of the shards) of having its connection; returns the rows it changed."""
+        ``timeout_s`` of the shards) of having its connection; returns the rows it changed.
+        ``once``: a statement shaped by its data, run unprepared (``run_once``)."""
 
         async def run(conn: Connection) -> int:
             async with conn.cursor() as cur:
-                return await cur.execute(sql, tuple(args))
+                return await (run_once(cur, sql, args) if once else cur.execute(sql, tuple(args)))
 
         return await self._run(db, run, self.timeout_s if timeout_s is None else timeout_s)
 
@@ -345,13 +356,14 @@ class MysqlShards:
         return await self._run(db, run, self.timeout_s if timeout_s is None else timeout_s)
 
     async def fetchall(
-        self, db: int, sql: str, args: Sequence[object] = (), *, timeout_s: float | None = None
+        self, db: int, sql: str, args: Sequence[object] = (), *, timeout_s: float | None = None, once: bool = False
     ) -> list[Row]:
-        """Every row of an autocommitted query (within ``timeout_s``, as ``execute``; scans pass SCAN_TIMEOUT_S)."""
+        """Every row of an autocommitted query (within ``timeout_s``, as ``execute``; scans pass
+        SCAN_TIMEOUT_S; ``once`` as ``execute``)."""
 
         async def run(conn: Connection) -> list[Row]:
             async with conn.cursor() as cur:
-                await cur.execute(sql, tuple(args))
+                await (run_once(cur, sql, args) if once else cur.execute(sql, tuple(args)))
                 return [tuple(r) for r in await cur.fetchall()]
 
         return await self._run(db, run, self.timeout_s if timeout_s is None else timeout_s)

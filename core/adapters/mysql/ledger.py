@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, MysqlShards
+from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, Committed, MysqlShards, commit_with, run_once
 from hongbao.core.errors import InsufficientBalance
 from hongbao.core.ports import LedgerEntry
 from hongbao.core.vocabulary import EntryKind
@@ -32,15 +32,15 @@ class _SeenBefore(Exception):
 
 async def _insert_rows(cur: Cursor, table: int, entries: Sequence[LedgerEntry]) -> int:
     """Insert the ledger rows of ``entries`` (all on ledger table ``table``) in one statement, a
-    (kind, ref) already there left as it is; returns how many rows are new."""
+    (kind, ref) already there left as it is; returns how many rows are new. One row is a prepared
+    statement, several a statement of their own (``run_once``)."""
     marks = ", ".join(["(%s, %s, %s, %s, %s)"] * len(entries))
-    return int(
-        await cur.execute(
-            f"INSERT INTO t_ledger_{table:02} (user_id, kind, ref, amount_fen, created_at) VALUES {marks} "
-            "ON DUPLICATE KEY UPDATE id = id",
-            [v for e in entries for v in (e.user_id, e.kind, e.ref, e.amount_fen, e.created_at_ms)],
-        )
+    sql = (
+        f"INSERT INTO t_ledger_{table:02} (user_id, kind, ref, amount_fen, created_at) VALUES {marks} "
+        "ON DUPLICATE KEY UPDATE id = id"
     )
+    args = [v for e in entries for v in (e.user_id, e.kind, e.ref, e.amount_fen, e.created_at_ms)]
+    return int(await (cur.execute(sql, args) if len(entries) == 1 else run_once(cur, sql, args)))
 
 
 class MysqlLedgerStore:
@@ -71,7 +71,7 @@ class MysqlLedgerStore:
             mine = sorted(indices, key=lambda i: (entries[i].kind, entries[i].ref))
             batch = [entries[i] for i in mine]
             at_once = len(batch) > 1 and all(e.amount_fen >= 0 for e in batch)  # several credits, no debit
-            try:
+            try:  # (the body commits with its last statement when it credits: one round trip less)
                 done = await self._shards.transaction(db, lambda cur: self._apply(cur, batch, at_once=at_once))
             except _SeenBefore:
                 done = await self._shards.transaction(db, lambda cur: self._apply(cur, batch, at_once=False))
@@ -81,11 +81,14 @@ class MysqlLedgerStore:
         await asyncio.gather(*(one_db(db, indices) for db, indices in by_db.items()))
         return applied
 
-    async def _apply(self, cur: Cursor, entries: list[LedgerEntry], *, at_once: bool) -> list[bool]:
+    async def _apply(
+        self, cur: Cursor, entries: list[LedgerEntry], *, at_once: bool
+    ) -> list[bool] | Committed[list[bool]]:
         """In the caller's transaction: insert each ledger row (a (kind, ref) already there is
         skipped), check and apply each debit under its account's row lock, then add the credits
-        to their accounts in one multi-row upsert; per entry, True if applied. ``at_once`` (credits
-        only): one insert per ledger table, raising _SeenBefore when any row was there already."""
+        to their accounts in one multi-row upsert per account table, sent with the COMMIT in one
+        round trip (then Committed); per entry, True if applied. ``at_once`` (credits only): one
+        insert per ledger table, raising _SeenBefore when any row was there already."""
         if at_once:
             await self._insert_all(cur, entries)
             applied = [True] * len(entries)
@@ -98,13 +101,16 @@ class MysqlLedgerStore:
         by_table: dict[int, list[tuple[str, int]]] = defaultdict(list)
         for user_id in sorted(gains):
             by_table[self._shards.layout.key_shard(user_id)[1]].append((user_id, gains[user_id]))
-        for t, rows in sorted(by_table.items()):  # a first credit of a user inserts the account row
-            await cur.execute(
-                f"INSERT INTO t_account_{t:02} (user_id, balance_fen) VALUES {', '.join(['(%s, %s)'] * len(rows))} "
-                "ON DUPLICATE KEY UPDATE balance_fen = balance_fen + VALUES(balance_fen)",
-                [v for row in rows for v in row],
-            )
-        return applied
+        if not by_table:
+            return applied
+        upserts = [  # a first credit of a user inserts the account row
+            f"INSERT INTO t_account_{t:02} (user_id, balance_fen) VALUES {', '.join(['(%s, %s)'] * len(rows))} "
+            "ON DUPLICATE KEY UPDATE balance_fen = balance_fen + VALUES(balance_fen)"
+            for t, rows in sorted(by_table.items())
+        ]
+        values = [v for _, rows in sorted(by_table.items()) for row in rows for v in row]
+        await commit_with(cur, "; ".join(upserts), values)
+        return Committed(applied)
 
     async def _insert_all(self, cur: Cursor, entries: list[LedgerEntry]) -> None:
         """Insert every entry's ledger row, one statement per table (tables in order, each in the

@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql.db import MysqlShards
+from hongbao.core.adapters.mysql.db import Committed, MysqlShards, commit_with
 from hongbao.core.ports import ListItem, ListRow
 from hongbao.core.vocabulary import Direction
 
@@ -24,8 +24,8 @@ class MysqlUserListStore:
 
     async def write(self, rows: Sequence[ListRow], best_luck: Sequence[tuple[str, str]]) -> None:
         """Record the rows once each, then flag the (user_id, order_id) received rows: per user
-        database one transaction of one multi-row INSERT and one UPDATE per list table, every
-        database at once."""
+        database one transaction of one multi-row INSERT and one UPDATE per list table, sent with
+        its COMMIT in one round trip, every database at once."""
         inserts: dict[int, dict[int, list[object]]] = defaultdict(lambda: defaultdict(list))
         flags: dict[int, dict[int, list[object]]] = defaultdict(lambda: defaultdict(list))
         for r in sorted(rows, key=lambda r: (r.user_id, r.direction, r.order_id)):  # one lock order for every writer
@@ -35,22 +35,27 @@ class MysqlUserListStore:
             db, t = self._shards.layout.key_shard(user_id)
             flags[db][t] += (user_id, order_id)
 
-        def body(db: int) -> Callable[[Cursor], Awaitable[None]]:
-            async def run(cur: Cursor) -> None:
-                for t, args in sorted(inserts[db].items()):
-                    await cur.execute(
-                        f"INSERT INTO t_user_list_{t:02} (user_id, direction, order_id, amount_fen, created_at) VALUES "
-                        + ", ".join(["(%s, %s, %s, %s, %s)"] * (len(args) // 5))
-                        + " ON DUPLICATE KEY UPDATE order_id = order_id",
-                        args,
-                    )
-                for t, args in sorted(flags[db].items()):
-                    await cur.execute(
-                        f"UPDATE t_user_list_{t:02} SET best_luck = 1 WHERE direction = 'received' AND ("
-                        + " OR ".join(["(user_id = %s AND order_id = %s)"] * (len(args) // 2))
-                        + ")",
-                        args,
-                    )
+        def body(db: int) -> Callable[[Cursor], Awaitable[Committed[None] | None]]:
+            statements: list[str] = []
+            values: list[object] = []
+            for t, args in sorted(inserts[db].items()):
+                statements.append(
+                    f"INSERT INTO t_user_list_{t:02} (user_id, direction, order_id, amount_fen, created_at) VALUES "
+                    + ", ".join(["(%s, %s, %s, %s, %s)"] * (len(args) // 5))
+                    + " ON DUPLICATE KEY UPDATE order_id = order_id"
+                )
+                values += args
+            for t, args in sorted(flags[db].items()):
+                statements.append(
+                    f"UPDATE t_user_list_{t:02} SET best_luck = 1 WHERE direction = 'received' AND ("
+                    + " OR ".join(["(user_id = %s AND order_id = %s)"] * (len(args) // 2))
+                    + ")"
+                )
+                values += args
+
+            async def run(cur: Cursor) -> Committed[None] | None:
+                await commit_with(cur, "; ".join(statements), values)
+                return Committed(None)
 
             return run
 
@@ -95,6 +100,7 @@ class MysqlUserListStore:
                     f"SELECT user_id, direction, order_id, best_luck FROM t_user_list_{t:02} WHERE "
                     + " OR ".join(["(user_id = %s AND direction = %s AND order_id = %s)"] * (len(args) // 3)),
                     args,
+                    once=len(args) > 3,
                 )
                 for (db, t), args in by_table.items()
             )

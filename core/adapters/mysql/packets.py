@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, Committed, MysqlShards, Row, commit_with
+from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, Committed, MysqlShards, Row, commit_with, run_once
 from hongbao.core.adapters.mysql.schema import day_tables
 from hongbao.core.adapters.sql import (
     PACKET_COLUMNS,
@@ -89,11 +89,14 @@ class MysqlPacketStore:
 
         async def body(cur: Cursor) -> list[OpenResult] | Committed[list[OpenResult]]:
             marks = ", ".join(["%s"] * len(user_ids))
-            await cur.execute(  # one round trip: the packet row locked, with the batch's receipts
+            lock = (  # one round trip: the packet row locked, with the batch's receipts
                 f"SELECT {_P_COLUMNS}, {_R_COLUMNS} FROM {ptable} p LEFT JOIN {rtable} r "
-                f"ON r.order_id = p.order_id AND r.user_id IN ({marks}) WHERE p.order_id = %s FOR UPDATE",
-                (*user_ids, order_id),
+                f"ON r.order_id = p.order_id AND r.user_id IN ({marks}) WHERE p.order_id = %s FOR UPDATE"
             )
+            if len(user_ids) == 1:  # the common shape: prepared once per connection
+                await cur.execute(lock, (*user_ids, order_id))
+            else:
+                await run_once(cur, lock, (*user_ids, order_id))
             found = await cur.fetchall()
             if not found:
                 return [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
@@ -174,7 +177,8 @@ class MysqlPacketStore:
         async def one_db(by_table: dict[str, set[str]], db: int) -> list[Row]:
             parts = [select(table, sorted(ids)) for table, ids in sorted(by_table.items())]
             sql = " UNION ALL ".join(part for part, _ in parts)
-            return await self._shards.fetchall(db, sql, [arg for _, args in parts for arg in args], timeout_s=timeout_s)
+            values = [arg for _, args in parts for arg in args]
+            return await self._shards.fetchall(db, sql, values, timeout_s=timeout_s, once=len(values) > 2)
 
         found = await asyncio.gather(*(one_db(by_table, db) for db, by_table in tables.items()))
         return [row for rows in found for row in rows]
@@ -239,6 +243,7 @@ class MysqlPacketStore:
                     f"UPDATE {rtable} SET credit_status = 'credited' WHERE "
                     + " OR ".join(["(order_id = %s AND user_id = %s)"] * (len(args) // 2)),
                     args,
+                    once=len(args) > 2,
                 )
                 for (db, rtable), args in by_table.items()
             )
