@@ -157,3 +157,26 @@ def test_batches_of_every_size_are_never_prepared(mariadb: MariaDb) -> None:
             await shards.close()
 
     asyncio.run(run())
+
+
+def test_a_statement_runs_in_its_callers_task(mariadb: MariaDb) -> None:
+    """A bounded call costs no Task of its own (a timer bounds it): the body of a transaction runs
+    in the caller's task, and still answers within its bound."""
+    migrated(mariadb, SERVICE_LAYOUT)
+
+    async def run() -> None:
+        shards = MysqlShards(mariadb.dsn, SERVICE_LAYOUT, pool_size=1, timeout_s=5)
+        seen: list[asyncio.Task[object] | None] = []
+
+        async def body(cur: Cursor) -> int:
+            seen.append(asyncio.current_task())
+            await cur.execute("SELECT 1")
+            return 1
+
+        try:
+            assert await shards.transaction(0, body) == 1
+            assert seen == [asyncio.current_task()]
+        finally:
+            await shards.close()
+
+    asyncio.run(run())

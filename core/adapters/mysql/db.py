@@ -84,6 +84,12 @@ async def commit_with(cur: Cursor, sql: str, args: Sequence[object]) -> list[Row
     return rows
 
 
+def _expire(conn: Connection, expired: list[bool]) -> None:
+    """A statement's bound passed: mark it and close its connection, which fails the pending read."""
+    expired.append(True)
+    conn.close()
+
+
 def _lost(exc: OperationalError) -> bool:
     return bool(exc.args) and exc.args[0] in CONNECTION_LOST
 
@@ -270,24 +276,31 @@ class MysqlShards:
     async def _run(self, db: int, op: Callable[[Connection], Awaitable[T]], limit: float, tx: bool = False) -> T:
         """``op(conn)`` on a connection of ``db`` (see ``_conn``; ``tx``: of its transactions' pool),
         within ``limit`` seconds from the moment it has one; again after a deadlock (the server
-        rolled the loser back), 3 times at most. Past ``limit``: the connection closed (its state
-        is unknown), then Busy when the loop lagged meanwhile (see the class), else Degraded, and
-        the breaker opens after TIMEOUTS_TO_TRIP in a row (a server that hangs)."""
+        rolled the loser back), 3 times at most. Past ``limit`` a timer closes the connection (its
+        state is unknown) and the call's pending read fails: then Busy when the loop lagged
+        meanwhile (see the class), else Degraded, and the breaker opens after TIMEOUTS_TO_TRIP in
+        a row (a server that hangs). A timer, not asyncio.wait_for: no Task per statement (the
+        HTTP protocol runs handlers outside any Task, so asyncio.timeout cannot serve)."""
         loop = asyncio.get_running_loop()
         for tries in range(1, DEADLOCK_RETRIES + 1):
             try:
                 async with self._conn(db, tx) as conn:
                     started = loop.time()
-                    try:  # wait_for, not asyncio.timeout: the HTTP protocol runs handlers outside any Task
-                        result = await asyncio.wait_for(op(conn), limit)
-                    except TimeoutError:
-                        conn.close()
+                    expired: list[bool] = []
+                    timer = loop.call_later(limit, _expire, conn, expired)
+                    try:
+                        result = await op(conn)
+                    except Exception:
+                        if not expired:
+                            raise
                         if self.lag is not None and self.lag.stalled_ms(started) >= limit * 1000 / 3:
                             raise Busy("this worker is overloaded, retry shortly", 1.0, "overload_rejections") from None
                         self._timed_out(db, limit)
                         raise Degraded(
                             f"database {self.layout.db_name(db)} did not answer within {limit * 1000:.0f} ms"
                         ) from None
+                    finally:
+                        timer.cancel()
                     self._timeouts[db] = 0
                     return result
             except OperationalError as exc:
