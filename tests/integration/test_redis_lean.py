@@ -165,6 +165,32 @@ async def test_cluster_moved_after_a_real_slot_migration(redis_cluster: RedisTar
         pipes.close()
 
 
+async def test_commands_in_order_with_a_moved_one_through_redis_py(redis_cluster: RedisTarget) -> None:
+    """Pipelines.commands: several commands answered in order when one key's slot has moved (that
+    one through redis-py, the others lean), scripts likewise, and an error reply raised."""
+    redis_cluster.flush()
+    async with redis_cluster.connect() as client:
+        assert isinstance(client, RedisCluster)
+        pipes = Pipelines(client)
+        names = ["{a}k", "{shifted}k", "{c}k"]
+        for name in names:
+            assert await pipes.command(name, "SET", name, name) == b"OK"
+        slot = key_slot(names[1].encode())
+        source = client.nodes_manager.slots_cache[slot][0]
+        target = next(node for node in client.get_primaries() if node.name != source.name)
+        _migrate(redis_cluster, slot, names[1], int(source.port), int(target.port))
+        try:
+            assert await pipes.commands([(name, ("GET", name)) for name in names]) == [n.encode() for n in names]
+            echo = LuaScript("return ARGV[1]")
+            assert await pipes.scripts(echo, [([name], [name]) for name in names]) == [n.encode() for n in names]
+            with pytest.raises(ResponseError):
+                await pipes.commands([(names[0], ("GET", names[0])), (names[2], ("INCR", names[2]))])
+        finally:
+            _migrate(redis_cluster, slot, names[1], int(target.port), int(source.port))
+            redis_servers.wait_cluster_ok(redis_cluster)
+        pipes.close()
+
+
 def _migrate(cluster: RedisTarget, slot: int, name: str, source: int, target: int) -> None:
     """Move ``slot`` (holding the one key ``name``) from the primary on port ``source`` to ``target``."""
     ids = {port: cluster.cli("cluster", "myid", port=port).strip() for port in (source, target)}

@@ -227,7 +227,10 @@ class MysqlShards:
             pool = await self._pool(db, tx)
             dialing = pool.freesize == 0 and pool.size < pool.maxsize  # the acquire opens a connection
             wait_s = CONNECT_TIMEOUT_S if dialing else self.transaction_timeout_s
-            conn = await asyncio.wait_for(pool.acquire(), wait_s)
+            if pool.freesize:  # one is free: no wait to bound (and no Task for wait_for)
+                conn = await pool.acquire()
+            else:
+                conn = await asyncio.wait_for(pool.acquire(), wait_s)
         except TimeoutError:
             if dialing:  # the server does not answer a connect: it hangs
                 self._trip(db, TimeoutError(f"no connection within {CONNECT_TIMEOUT_S:.0f} s"))

@@ -152,6 +152,45 @@ class Pipelines:
         error reply as redis-py's exception for it."""
         return await self._lean_first(key, args, ())
 
+    async def scripts(
+        self, script: LuaScript, calls: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]]
+    ) -> list[Any]:
+        """The replies of one run of ``script`` per (keys, args) of ``calls``, in order: what as many
+        ``script`` calls gathered at once give, without a Task each (raises the first error reply)."""
+        return await self.commands(
+            [(keys[0] if keys else None, ("EVALSHA", script.sha, len(keys), *keys, *args)) for keys, args in calls],
+            (script,),
+        )
+
+    async def commands(
+        self, calls: Sequence[tuple[str | None, Sequence[Arg]]], scripts: Sequence[LuaScript] = ()
+    ) -> list[Any]:
+        """The raw replies of the commands of ``calls`` (first key, args), in order, as ``command``
+        gives each (``scripts``: those they run): sent on the lean path together and awaited as
+        plain futures; those it cannot take, or that meet a ``LEAN_FALLBACK`` reply, go once more
+        through one pipeline. Raises the first error reply."""
+        futures = [None if self._lean is None or key is None else self._lean.send(key, args) for key, args in calls]
+        sent = [future for future in futures if future is not None]
+        answers = iter(await asyncio.gather(*sent, return_exceptions=True) if sent else ())
+        replies: list[Any] = [None if future is None else next(answers) for future in futures]
+        again = [
+            i
+            for i, (f, r) in enumerate(zip(futures, replies, strict=True))
+            if f is None or isinstance(r, LEAN_FALLBACK)
+        ]
+        if again:
+
+            def build(pipe: RedisPipeline) -> None:
+                for i in again:
+                    pipe.execute_command(*calls[i][1])
+
+            for i, reply in zip(again, await self.run(build, scripts), strict=True):
+                replies[i] = reply
+        error = next((reply for reply in replies if isinstance(reply, BaseException)), None)
+        if error is not None:
+            raise error
+        return replies
+
     def lean_request(self, key: str, request: bytes) -> asyncio.Future[Any] | None:
         """Send one encoded command (RESP2, hongbao.core.adapters.redis.lean; first key ``key``) on
         the lean path only: the future of its raw reply, or None when there is no lean route (TLS,

@@ -187,8 +187,22 @@ class RedisSessionStore:
     async def lookup(self, uid: str) -> Route | None:
         """The route named by ``session:{uid}``, or None when there is none, it is unusable
         (logged) or its node's liveness expired."""
-        key = session_key(uid)
-        sid, node = await self._pipes.command(key, "HMGET", key, "sessionId", "nodeId")  # the lean path
+        return (await self.lookup_many([uid])).get(uid)
+
+    async def lookup_many(self, uids: Sequence[str]) -> dict[str, Route]:
+        """``lookup`` of each of ``uids``: their sessions read together (the lean path), then the
+        liveness of their nodes (cached)."""
+        keys = [session_key(uid) for uid in uids]
+        found = await self._pipes.commands([(key, ("HMGET", key, "sessionId", "nodeId")) for key in keys])
+        routes = {}
+        for uid, (sid, node) in zip(uids, found, strict=True):
+            route = self._route(uid, sid, node)
+            if route is not None and await self._node_alive(route.node):
+                routes[uid] = route
+        return routes
+
+    def _route(self, uid: str, sid: bytes | None, node: bytes | None) -> Route | None:
+        """The route of a session hash's fields, None when it has none or is unusable (logged)."""
         if sid is None or node is None:
             if sid is not None or node is not None:
                 log.warning(
@@ -197,13 +211,7 @@ class RedisSessionStore:
                     "nodeId" if node is None else "sessionId",
                 )
             return None
-        route = Route(text(node), text(sid))
-        return route if await self._node_alive(route.node) else None
-
-    async def lookup_many(self, uids: Sequence[str]) -> dict[str, Route]:
-        """``lookup`` of each of ``uids`` (their commands share the pipelines of this loop tick)."""
-        routes = await asyncio.gather(*(self.lookup(uid) for uid in uids))
-        return {uid: route for uid, route in zip(uids, routes, strict=True) if route is not None}
+        return Route(text(node), text(sid))
 
     async def online_count(self) -> int:
         """Members of the 16 online sets (one pipeline of SCARD)."""

@@ -120,8 +120,8 @@ class RedisMessageLog:
         users = list(positions)
 
         generation = self._generation.value
-        peeks = [self._pipes.script(USER_PEEK, _keys(uid), [_epoch(), generation]) for uid in users]
-        heads = {uid: _peeked(uid, reply) for uid, reply in zip(users, await asyncio.gather(*peeks), strict=True)}
+        peeks = await self._pipes.scripts(USER_PEEK, [(_keys(uid), [_epoch(), generation]) for uid in users])
+        heads = {uid: _peeked(uid, reply) for uid, reply in zip(users, peeks, strict=True)}
         stored: list[Stored | None] = [None] * len(entries)
         nonce = secrets.token_urlsafe(8)
         while users:
@@ -130,9 +130,8 @@ class RedisMessageLog:
                 for uid in users
             }
 
-            puts = [
-                self._pipes.script(
-                    USER_PUT,
+            puts: list[tuple[Sequence[str], Sequence[str | int | bytes]]] = [
+                (
                     _keys(uid),
                     [
                         heads[uid][0],
@@ -150,7 +149,7 @@ class RedisMessageLog:
                 for uid in users
             ]
             taken: list[str] = []
-            for uid, reply in zip(users, await asyncio.gather(*puts), strict=True):
+            for uid, reply in zip(users, await self._pipes.scripts(USER_PUT, puts), strict=True):
                 start, epoch = heads[uid]
                 if int(reply[0]) == 1:
                     for k, i in enumerate(positions[uid]):
