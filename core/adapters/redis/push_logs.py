@@ -119,12 +119,15 @@ class RedisMessageLog:
             positions.setdefault(uid, []).append(i)
         users = list(positions)
 
-        generation = self._generation.value
-        peeks = await self._pipes.scripts(USER_PEEK, [(_keys(uid), [_epoch(), generation]) for uid in users])
+        # a stream's new epoch is drawn once per round trip (shared by its users' streams, never by
+        # two incarnations of one stream: a peek's and a put's differ)
+        generation, fresh = self._generation.value, _epoch()
+        peeks = await self._pipes.scripts(USER_PEEK, [(_keys(uid), [fresh, generation]) for uid in users])
         heads = {uid: _peeked(uid, reply) for uid, reply in zip(users, peeks, strict=True)}
         stored: list[Stored | None] = [None] * len(entries)
         nonce = secrets.token_urlsafe(8)
         while users:
+            epoch = _epoch()
             bodies = {
                 uid: [entries[i][1](heads[uid][0] + k, heads[uid][1]) for k, i in enumerate(positions[uid])]
                 for uid in users
@@ -141,7 +144,7 @@ class RedisMessageLog:
                         self._max_len,
                         now_ms - self._max_age_ms,
                         self._max_age_ms,
-                        _epoch(),
+                        epoch,
                         self._generation.value,
                         *bodies[uid],
                     ],
