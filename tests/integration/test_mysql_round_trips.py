@@ -29,7 +29,7 @@ from hongbao.core.vocabulary import Direction, EntryKind
 from tests.e2e.proxy import ThreadProxy
 from tests.integration.mariadb import SERVICE_LAYOUT, MariaDb, migrated
 
-DELAY_S = 0.1  # each way: a round trip costs 0.2 s through the proxy
+DELAY_S = 0.15  # each way: a round trip costs 0.3 s through the proxy
 DAY_MS = 24 * 3600_000
 TWO_ROWS = "INSERT INTO t_scratch VALUES (%s); INSERT INTO t_scratch VALUES (%s)"
 
