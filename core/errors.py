@@ -135,6 +135,14 @@ class Busy(HongbaoError):
         return [("retry-after", str(max(1, round(self.retry_after))))]
 
 
+class Overloaded(Busy):
+    """This worker is overloaded (its event loop runs behind, hongbao.core.loop_lag): 429 busy,
+    retry after 1 s, counted as ``overload_rejections``."""
+
+    def __init__(self) -> None:
+        super().__init__("this worker is overloaded, retry shortly", 1.0, "overload_rejections")
+
+
 class Degraded(HongbaoError):
     """A dependency is down and the operation has no degraded path, or the operation is shed
     under pressure (503 degraded, with ``Retry-After: <retry_after>`` in whole seconds; 1 by

@@ -143,7 +143,7 @@ class App:
                 raise errors.NotFound(f"no route {request.method} {request.path}")
             auth = route.auth
             if auth == "user" and self.lag is not None and self.lag.behind_ms() >= self.settings.shed_lag_ms:
-                raise errors.Busy("this worker is overloaded, retry shortly", 1.0, "overload_rejections")
+                raise errors.Overloaded()
             if auth != "none":  # the caller of a route with auth "user" or "admin" (Unauthorized, Forbidden)
                 identity = self.verifier.bearer(request.header("authorization"))
                 if auth == "admin" and not identity.admin:

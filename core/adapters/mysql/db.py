@@ -5,8 +5,9 @@ Connections: two pools per database, one in autocommit mode for single statement
 autocommit off for transactions (a transaction starts with its first statement: no BEGIN round
 trip), both READ COMMITTED (the open transaction locks the packet row first, so every later read
 sees every committed open), utf8mb4,
-and server-side prepared statements (asyncmy's statement cache: every ``%s`` query is prepared
-once per connection and then runs in the binary protocol). A lost or refused connection becomes
+and server-side prepared statements (asyncmy's statement cache: a ``%s`` query of a fixed shape is
+prepared once per connection and then runs in the binary protocol; one shaped by its data, a
+multi-row VALUES or an IN list, is sent as text, ``run_statement``). A lost or refused connection becomes
 ``Degraded`` (503), and a short circuit breaker per database answers the next requests at once
 instead of letting each wait for a dead server; a deadlock is retried.
 """
@@ -27,7 +28,7 @@ from asyncmy.constants.SERVER_STATUS import SERVER_STATUS_IN_TRANS
 from asyncmy.cursors import Cursor
 from asyncmy.errors import InterfaceError, MySQLError, OperationalError
 from asyncmy.pool import Pool
-from hongbao.core.errors import Busy, Degraded
+from hongbao.core.errors import Degraded, Overloaded
 from hongbao.core.loop_lag import LoopLag
 from hongbao.core.sharding import Layout, parse_dsn
 
@@ -47,12 +48,13 @@ TIMEOUTS_TO_TRIP = 3  # consecutive calls past their bound that open the breaker
 STATEMENT_CACHE = 256  # prepared statements kept per connection (a worker uses ~100 shapes per database)
 
 
-async def run_once(cur: Cursor, sql: str, args: Sequence[object]) -> int:
-    """Run ``sql`` with ``args`` in the text protocol (the values escaped by the client, asyncmy's
-    ``mogrify``), not as a prepared statement: for a statement shaped by its data (a multi-row
-    VALUES, an IN list, an OR chain of keys), whose prepare would cost a round trip and a slot of
-    the connection's statement cache for a shape that rarely comes again. Returns the rows changed."""
-    return int(await cur.execute(cur.mogrify(sql, tuple(args))))
+async def run_statement(cur: Cursor, sql: str, args: Sequence[object], *, once: bool = False) -> int:
+    """Run ``sql`` (``%s`` placeholders) with ``args`` on ``cur``; returns the rows changed. A
+    prepared statement (asyncmy's statement cache, the binary protocol), or with ``once`` the text
+    protocol (the values escaped by the client, asyncmy's ``mogrify``): for a statement shaped by
+    its data (a multi-row VALUES, an IN list, an OR chain of keys), whose prepare would cost a
+    round trip and a slot of the connection's statement cache for a shape that rarely comes again."""
+    return int(await (cur.execute(cur.mogrify(sql, tuple(args))) if once else cur.execute(sql, tuple(args))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,7 @@ async def commit_with(cur: Cursor, sql: str, args: Sequence[object]) -> list[Row
     are escaped by the client, asyncmy's ``mogrify``). The server stops at the first statement
     that fails, which raises here, and the transaction rolls back as for any error. The body
     then returns ``Committed``."""
-    await run_once(cur, f"{sql}; COMMIT", args)
+    await run_statement(cur, f"{sql}; COMMIT", args, once=True)
     rows: list[Row] = []
     while True:
         if cur.description:
@@ -297,7 +299,7 @@ class MysqlShards:
                         if not expired:
                             raise
                         if self.lag is not None and self.lag.stalled_ms(started) >= limit * 1000 / 3:
-                            raise Busy("this worker is overloaded, retry shortly", 1.0, "overload_rejections") from None
+                            raise Overloaded() from None
                         self._timed_out(db, limit)
                         raise Degraded(
                             f"database {self.layout.db_name(db)} did not answer within {limit * 1000:.0f} ms"
@@ -324,7 +326,8 @@ class MysqlShards:
         """Run ``body(cursor)`` in one transaction on database ``db``: commit on return (unless
         the body returned ``Committed``: it committed with its last statements), roll back
         on any exception; a deadlock reruns the whole body (up to 3 times); each run within
-        ``timeout_s`` (None: ``transaction_timeout_s``) of having its connection. Raises Degraded
+        ``timeout_s`` (None: ``transaction_timeout_s``) of having its connection. Raises Overloaded
+        when the bound passed while this worker's loop lagged (see the class), Degraded
         when the database is unreachable, the connection is lost or the bound passes (nothing is
         committed then, or, when the bound passed during the COMMIT, maybe everything: every
         transaction here is idempotent)."""
@@ -350,11 +353,11 @@ class MysqlShards:
     ) -> int:
         """One autocommitted statement (retried after a deadlock) within ``timeout_s`` (None:
         ``timeout_s`` of the shards) of having its connection; returns the rows it changed.
-        ``once``: a statement shaped by its data, run unprepared (``run_once``)."""
+        ``once``: a statement shaped by its data, run unprepared (``run_statement``)."""
 
         async def run(conn: Connection) -> int:
             async with conn.cursor() as cur:
-                return await (run_once(cur, sql, args) if once else cur.execute(sql, tuple(args)))
+                return await run_statement(cur, sql, args, once=once)
 
         return await self._run(db, run, self.timeout_s if timeout_s is None else timeout_s)
 
@@ -379,7 +382,7 @@ class MysqlShards:
 
         async def run(conn: Connection) -> list[Row]:
             async with conn.cursor() as cur:
-                await (run_once(cur, sql, args) if once else cur.execute(sql, tuple(args)))
+                await run_statement(cur, sql, args, once=once)
                 return [tuple(r) for r in await cur.fetchall()]
 
         return await self._run(db, run, self.timeout_s if timeout_s is None else timeout_s)

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, Committed, MysqlShards, commit_with, run_once
+from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, Committed, MysqlShards, commit_with, run_statement
 from hongbao.core.errors import InsufficientBalance
 from hongbao.core.ports import LedgerEntry
 from hongbao.core.vocabulary import EntryKind
@@ -33,14 +33,14 @@ class _SeenBefore(Exception):
 async def _insert_rows(cur: Cursor, table: int, entries: Sequence[LedgerEntry]) -> int:
     """Insert the ledger rows of ``entries`` (all on ledger table ``table``) in one statement, a
     (kind, ref) already there left as it is; returns how many rows are new. One row is a prepared
-    statement, several a statement of their own (``run_once``)."""
+    statement, several a statement of their own (``run_statement``'s ``once``)."""
     marks = ", ".join(["(%s, %s, %s, %s, %s)"] * len(entries))
     sql = (
         f"INSERT INTO t_ledger_{table:02} (user_id, kind, ref, amount_fen, created_at) VALUES {marks} "
         "ON DUPLICATE KEY UPDATE id = id"
     )
     args = [v for e in entries for v in (e.user_id, e.kind, e.ref, e.amount_fen, e.created_at_ms)]
-    return int(await (cur.execute(sql, args) if len(entries) == 1 else run_once(cur, sql, args)))
+    return await run_statement(cur, sql, args, once=len(entries) > 1)
 
 
 class MysqlLedgerStore:
@@ -103,12 +103,13 @@ class MysqlLedgerStore:
             by_table[self._shards.layout.key_shard(user_id)[1]].append((user_id, gains[user_id]))
         if not by_table:
             return applied
+        tables = sorted(by_table.items())
         upserts = [  # a first credit of a user inserts the account row
             f"INSERT INTO t_account_{t:02} (user_id, balance_fen) VALUES {', '.join(['(%s, %s)'] * len(rows))} "
             "ON DUPLICATE KEY UPDATE balance_fen = balance_fen + VALUES(balance_fen)"
-            for t, rows in sorted(by_table.items())
+            for t, rows in tables
         ]
-        values = [v for _, rows in sorted(by_table.items()) for row in rows for v in row]
+        values = [v for _, rows in tables for row in rows for v in row]
         await commit_with(cur, "; ".join(upserts), values)
         return Committed(applied)
 

@@ -14,6 +14,25 @@ from hongbao.core.ports import ListItem, ListRow
 from hongbao.core.vocabulary import Direction
 
 
+def _insert_rows(table: int, args: Sequence[object]) -> str:
+    """The INSERT of list table ``table`` for ``args`` (5 values a row), a row already there kept."""
+    return (
+        f"INSERT INTO t_user_list_{table:02} (user_id, direction, order_id, amount_fen, created_at) VALUES "
+        + ", ".join(["(%s, %s, %s, %s, %s)"] * (len(args) // 5))
+        + " ON DUPLICATE KEY UPDATE order_id = order_id"
+    )
+
+
+def _flag_best_luck(table: int, args: Sequence[object]) -> str:
+    """The UPDATE of list table ``table`` flagging best luck on the received rows of ``args``
+    ((user_id, order_id) pairs)."""
+    return (
+        f"UPDATE t_user_list_{table:02} SET best_luck = 1 WHERE direction = 'received' AND ("
+        + " OR ".join(["(user_id = %s AND order_id = %s)"] * (len(args) // 2))
+        + ")"
+    )
+
+
 class MysqlUserListStore:
     """The production UserListStore (hongbao.core.ports.UserListStore)."""
 
@@ -38,20 +57,10 @@ class MysqlUserListStore:
         def body(db: int) -> Callable[[Cursor], Awaitable[Committed[None] | None]]:
             statements: list[str] = []
             values: list[object] = []
-            for t, args in sorted(inserts[db].items()):
-                statements.append(
-                    f"INSERT INTO t_user_list_{t:02} (user_id, direction, order_id, amount_fen, created_at) VALUES "
-                    + ", ".join(["(%s, %s, %s, %s, %s)"] * (len(args) // 5))
-                    + " ON DUPLICATE KEY UPDATE order_id = order_id"
-                )
-                values += args
-            for t, args in sorted(flags[db].items()):
-                statements.append(
-                    f"UPDATE t_user_list_{t:02} SET best_luck = 1 WHERE direction = 'received' AND ("
-                    + " OR ".join(["(user_id = %s AND order_id = %s)"] * (len(args) // 2))
-                    + ")"
-                )
-                values += args
+            for by_table, statement in ((inserts[db], _insert_rows), (flags[db], _flag_best_luck)):
+                for t, args in sorted(by_table.items()):
+                    statements.append(statement(t, args))
+                    values += args
 
             async def run(cur: Cursor) -> Committed[None] | None:
                 await commit_with(cur, "; ".join(statements), values)

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, Committed, MysqlShards, Row, commit_with, run_once
+from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, Committed, MysqlShards, Row, commit_with, run_statement
 from hongbao.core.adapters.mysql.schema import day_tables
 from hongbao.core.adapters.sql import (
     PACKET_COLUMNS,
@@ -70,17 +70,9 @@ class MysqlPacketStore:
         return None if row is None else packet_from_row(row)
 
     async def get_packets(self, order_ids: Sequence[str]) -> dict[str, Packet]:
-        """The packet rows of ``order_ids`` that exist: one UNION ALL per database, every database at
-        once, each within SCAN_TIMEOUT_S."""
-        tables: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-        for order_id in order_ids:
-            db, ptable, _ = self._where(order_id)
-            tables[db][ptable].add(order_id)
-
-        def select(table: str, ids: list[str]) -> tuple[str, list[str]]:
-            return f"SELECT {PACKET_COLUMNS} FROM {table} WHERE order_id IN ({_marks(ids)})", ids
-
-        rows = await self._union(tables, select, timeout_s=SCAN_TIMEOUT_S)
+        """The packet rows of ``order_ids`` that exist: one query per database (every database at
+        once), each within SCAN_TIMEOUT_S."""
+        rows = await self._packet_rows(order_ids, PACKET_COLUMNS, SCAN_TIMEOUT_S)
         return {packet.order_id: packet for packet in map(packet_from_row, rows)}
 
     async def open_batch(self, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
@@ -93,10 +85,7 @@ class MysqlPacketStore:
                 f"SELECT {_P_COLUMNS}, {_R_COLUMNS} FROM {ptable} p LEFT JOIN {rtable} r "
                 f"ON r.order_id = p.order_id AND r.user_id IN ({marks}) WHERE p.order_id = %s FOR UPDATE"
             )
-            if len(user_ids) == 1:  # the common shape: prepared once per connection
-                await cur.execute(lock, (*user_ids, order_id))
-            else:
-                await run_once(cur, lock, (*user_ids, order_id))
+            await run_statement(cur, lock, (*user_ids, order_id), once=len(user_ids) > 1)  # one opener: prepared
             found = await cur.fetchall()
             if not found:
                 return [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
@@ -134,17 +123,21 @@ class MysqlPacketStore:
     async def best_lucks(self, order_ids: Sequence[str]) -> dict[str, str | None]:
         """``best_luck`` of each packet: one query per database (every database at once)."""
         found: dict[str, str | None] = dict.fromkeys(order_ids)
+        rows = await self._packet_rows(list(found), "order_id, best_luck_user_id")
+        found.update((str(order_id), None if best is None else str(best)) for order_id, best in rows)
+        return found
+
+    async def _packet_rows(self, order_ids: Sequence[str], columns: str, timeout_s: float | None = None) -> list[Row]:
+        """``columns`` of the packet rows of ``order_ids`` that exist (``_union``, within ``timeout_s``)."""
         tables: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-        for order_id in found:
+        for order_id in order_ids:
             db, ptable, _ = self._where(order_id)
             tables[db][ptable].add(order_id)
 
         def select(table: str, ids: list[str]) -> tuple[str, list[str]]:
-            return f"SELECT order_id, best_luck_user_id FROM {table} WHERE order_id IN ({_marks(ids)})", ids
+            return f"SELECT {columns} FROM {table} WHERE order_id IN ({_marks(ids)})", ids
 
-        rows = await self._union(tables, select)
-        found.update((str(order_id), None if best is None else str(best)) for order_id, best in rows)
-        return found
+        return await self._union(tables, select, timeout_s)
 
     async def receipts_of(self, keys: Sequence[tuple[str, str]]) -> list[Receipt]:
         """The receipts of ``keys`` that exist: one query per database (every database at once)."""
