@@ -3,13 +3,14 @@ the open transaction, then the batch's follow-ups in one queue write (list rows,
 flag, queued credits), the grab filter's levels, the details' invalidation, the push of the
 opener's share and, with the last share, the packet's finish (the push goes with the open, not
 after the lists queue). A packet this worker knows finished (finished is final: no share ever
-comes back) is answered from one receipt read, without a transaction or its row lock."""
+comes back) is answered without a transaction or its row lock, from its receipts read once (then
+held in memory) or, for a packet of many shares, from the opener's receipt."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import hongbao_native
 from hongbao.core import errors, events
@@ -36,6 +37,9 @@ _REFUSALS: dict[str, tuple[type[errors.HongbaoError], str]] = {
 }
 FINISHED_TTL_MS = 600_000  # how long a worker remembers that a packet has no share left
 FINISHED_MAX_ENTRIES = 50_000
+FINISHED_RECEIPTS_TTL_MS = 60_000  # how long a worker holds a finished packet's receipts (its late opens come soon)
+FINISHED_RECEIPTS_MAX_ENTRIES = 512  # packets whose receipts are held: at most 512 x 200 receipts (~15 MB)
+FINISHED_RECEIPTS_MAX_COUNT = 200  # a finished packet of more shares answers each late open from a point read
 
 
 class Opening:
@@ -56,6 +60,7 @@ class Opening:
         "faults",
         "batcher",
         "_finished",
+        "_receipts",
     )
 
     def __init__(
@@ -79,6 +84,9 @@ class Opening:
         self.draw, self.faults = draw, faults
         self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
         self._finished: TtlCache[str, bool] = TtlCache(FINISHED_TTL_MS, FINISHED_MAX_ENTRIES)
+        self._receipts: TtlCache[str, asyncio.Future[Mapping[str, Receipt]]] = TtlCache(
+            FINISHED_RECEIPTS_TTL_MS, FINISHED_RECEIPTS_MAX_ENTRIES
+        )
 
     async def open(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
         """Open the packet for ``user_id``: (receipt, repeat). A repeat returns the first amount.
@@ -87,7 +95,7 @@ class Opening:
         if packet.kind is Kind.EXCLUSIVE and user_id != packet.receiver_id:
             raise errors.NotMember(f"packet {order_id} is for someone else")
         if self._finished.get(order_id, self.clock.now_ms()):
-            return await self._after_finish(user_id, order_id)
+            return await self._after_finish(user_id, order_id, packet.count)
         result = await self.batcher.open(order_id, user_id)
         if result.receipt is None:
             self.grabbing.forget(order_id)
@@ -102,14 +110,38 @@ class Opening:
                 log.exception("realtime credit of %s/%s failed; left to the reconciler", order_id, user_id)
         return result.receipt, result.repeat
 
-    async def _after_finish(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
-        """open of a packet known finished: the user's receipt as a repeat, else Finished. Every
-        receipt of a finished packet committed with its last share, so a plain read sees them all."""
-        receipt = await self.packets.receipt(order_id, user_id)
+    async def _after_finish(self, user_id: str, order_id: str, count: int) -> tuple[Receipt, bool]:
+        """open of a packet known finished (``count`` shares): the user's receipt as a repeat, else
+        Finished. Every receipt of a finished packet committed with its last share, so a plain read
+        sees them all: up to FINISHED_RECEIPTS_MAX_COUNT shares, one read of all of them serves
+        every later open on this worker (``_finished_receipts``); beyond, one point read an open."""
+        if count <= FINISHED_RECEIPTS_MAX_COUNT:
+            receipt = (await self._finished_receipts(order_id)).get(user_id)
+        else:
+            receipt = await self.packets.receipt(order_id, user_id)
         if receipt is None:
             raise _refused(Refusal.FINISHED, order_id)
         self.grabbing.opened(order_id, user_id, receipt.amount_fen)
         return receipt, True
+
+    def _finished_receipts(self, order_id: str) -> asyncio.Future[Mapping[str, Receipt]]:
+        """The finished packet's receipts by user id, read once for every open waiting on them (a
+        shared Task: an opener that goes away does not cancel the others' read); a read that
+        fails is forgotten, so the next open reads again. Raises as PacketStore.receipts."""
+        now_ms = self.clock.now_ms()
+        held = self._receipts.get(order_id, now_ms)
+        if held is None:
+            held = asyncio.ensure_future(self._read_receipts(order_id))
+            self._receipts.put(order_id, held, now_ms)
+            held.add_done_callback(lambda done: self._forget_failed(order_id, done))
+        return asyncio.shield(held)
+
+    async def _read_receipts(self, order_id: str) -> Mapping[str, Receipt]:
+        return {receipt.user_id: receipt for receipt in await self.packets.receipts(order_id)}
+
+    def _forget_failed(self, order_id: str, done: asyncio.Future[Mapping[str, Receipt]]) -> None:
+        if (done.cancelled() or done.exception() is not None) and self._receipts.get(order_id, 0) is done:
+            self._receipts.drop(order_id)
 
     async def open_batch(self, order_id: str, user_ids: Sequence[str]) -> list[OpenResult]:
         """The batcher's transaction: open for ``user_ids`` at the clock's current time, then, in

@@ -15,6 +15,7 @@ from hongbao.core.messages import CREDIT_STREAM
 from hongbao.core.packet import Receipt, Status
 from hongbao.core.ports import LedgerEntry, ListRow
 from hongbao.core.services import Services
+from hongbao.core.services import opening as opening_module
 from hongbao.core.services.crediting import CreditingMode
 from hongbao.core.vocabulary import EntryKind
 from hongbao.server.composition import Backend
@@ -493,3 +494,58 @@ async def test_a_finished_packet_is_answered_without_a_transaction(make_backend:
     with pytest.raises(errors.Finished):
         await second.opening.open("C", order_id)
     assert counted[1].calls["open_batch"] == 1
+
+
+async def test_opens_of_a_finished_packet_share_one_receipts_read(
+    make_backend: Callable[..., Backend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that knows a packet finished reads its receipts once, then answers every later open
+    from them, however many come at once: a repeat its first receipt, a latecomer Finished (not one
+    point read per open). A packet with more than FINISHED_RECEIPTS_MAX_COUNT shares is not held."""
+    svc = make_backend().services
+    late = [f"L{i}" for i in range(20)]
+    await _group(svc, "g", ["S", "A", "B", *late])
+    order_id = await _paid(svc, "S", {"count": 2, "total_fen": 100, "group_id": "g"}, fund=100)
+    first = {user: (await svc.opening.open(user, order_id))[0] for user in ("A", "B")}
+    store = Counting(svc.opening.packets)
+    svc.opening.packets = store  # type: ignore[assignment]
+    outcomes = await asyncio.gather(
+        *(svc.opening.open(user, order_id) for user in [*late, "A", "B"]), return_exceptions=True
+    )
+    assert all(isinstance(o, errors.Finished) for o in outcomes[:20])
+    assert outcomes[20:] == [(first["A"], True), (first["B"], True)]
+    assert await svc.opening.open("A", order_id) == (first["A"], True)
+    assert (store.calls["receipts"], store.calls["receipt"], store.calls["open_batch"]) == (1, 0, 0)
+
+    monkeypatch.setattr(opening_module, "FINISHED_RECEIPTS_MAX_COUNT", 3)
+    big = 4
+    members = [f"M{i}" for i in range(big)]
+    await _group(svc, "h", ["S", "X", *members])
+    order_id = await _paid(svc, "S", {"count": big, "total_fen": big, "group_id": "h"}, fund=big)
+    await asyncio.gather(*(svc.opening.open(user, order_id) for user in members))
+    with pytest.raises(errors.Finished):
+        await svc.opening.open("X", order_id)
+    assert (await svc.opening.open("M0", order_id))[1] is True
+    assert (store.calls["receipts"], store.calls["receipt"]) == (1, 2)
+
+
+async def test_a_failed_read_of_a_finished_packets_receipts_is_read_again(make_backend: Callable[..., Backend]) -> None:
+    """Every open waiting on a finished packet's receipts gets the read's error (503 Degraded);
+    the next open reads them again and is answered."""
+    svc = make_backend().services
+    await _group(svc, "g", ["S", "A", "B"])
+    order_id = await _paid(svc, "S", {"count": 1, "total_fen": 10, "group_id": "g"}, fund=10)
+    receipt, _ = await svc.opening.open("A", order_id)
+    store = Counting(svc.opening.packets)
+    svc.opening.packets = store  # type: ignore[assignment]
+
+    async def down(order_id: str) -> list[Receipt]:
+        raise errors.Degraded("database down")
+
+    store.receipts = down  # type: ignore[method-assign]
+    outcomes = await asyncio.gather(*(svc.opening.open(u, order_id) for u in ("A", "B")), return_exceptions=True)
+    assert all(isinstance(o, errors.Degraded) for o in outcomes)
+    del store.receipts
+    assert await svc.opening.open("A", order_id) == (receipt, True)
+    with pytest.raises(errors.Finished):
+        await svc.opening.open("B", order_id)
