@@ -8,10 +8,11 @@ from collections.abc import Sequence
 
 from hongbao.core.clock import Clock
 from hongbao.core.messages import LISTS_STREAM, BestLuckDue, ListRowDue, decode_lists
+from hongbao.core.packet import Packet
 from hongbao.core.ports import Flags, ListRow, ListScans, PacketStore, Queue, UserListStore
 from hongbao.core.rules import Limits
 from hongbao.core.services.outbox import Outbox
-from hongbao.core.services.scans import scan_window
+from hongbao.core.services.scans import page, scan_window
 from hongbao.core.view_cache import lists_entry
 from hongbao.core.vocabulary import Direction
 
@@ -71,8 +72,9 @@ class ListKeeper:
     async def repair(self, window_ms: int, limit: int = 2000) -> int:
         """Write the list rows and best-luck flags the lists queue lost (it was down at a pay or an
         open) for the receipts opened and packets paid since the last repair (the region's
-        LISTS_CURSOR flag; at most LISTS_LOOKBACK_MS back) until ``window_ms`` ago, at most ``limit`` of each;
-        returns how many rows and flags it wrote. Idempotent, on any number of workers at once."""
+        LISTS_CURSOR flag; at most LISTS_LOOKBACK_MS back) until ``window_ms`` ago, a page of ``limit``
+        of each (hongbao.core.services.scans.page: all of one millisecond when a page falls within
+        it); returns how many rows and flags it wrote. Idempotent, on any number of workers at once."""
         scans = self.scans
         if scans is None:
             return 0
@@ -81,8 +83,12 @@ class ListKeeper:
         if start >= end:
             return 0
         expiry_ms = self.limits.expiry_ms
-        opened = await scans.opened_between(start, end, limit)
-        paid = await scans.paid_between(start, end, expiry_ms, limit)
+        opened, opened_until = await page(scans.opened_between, lambda r: r.opened_at_ms, start, end, limit)
+
+        async def paid_between(start_ms: int, end_ms: int, limit: int) -> list[Packet]:
+            return await scans.paid_between(start_ms, end_ms, expiry_ms, limit)
+
+        paid, paid_until = await page(paid_between, lambda p: p.expires_at_ms - expiry_ms, start, end, limit)
         rows = [ListRow(r.user_id, Direction.RECEIVED, r.order_id, r.amount_fen, r.opened_at_ms) for r in opened]
         rows += [
             ListRow(p.sender_id, Direction.SENT, p.order_id, p.total_fen, p.expires_at_ms - expiry_ms) for p in paid
@@ -95,11 +101,7 @@ class ListKeeper:
         if missing or flags:
             await self.lists.write(missing, flags)
             await self.outbox.changed([lists_entry(u) for u in {*(r.user_id for r in missing), *(u for u, _ in flags)}])
-        if len(opened) == limit:  # more to do: the next run goes on from the oldest point left
-            end = min(end, opened[-1].opened_at_ms)
-        if len(paid) == limit:
-            end = min(end, paid[-1].expires_at_ms - expiry_ms)
-        await self.flags.set(cursor, str(end))
+        await self.flags.set(cursor, str(min(opened_until, paid_until)))  # the next run: from the oldest point left
         return len(missing) + len(flags)
 
     async def _best_lucks(self, order_ids: set[str]) -> dict[str, str | None]:

@@ -19,7 +19,7 @@ from hongbao.core.services.audience import region_of
 from hongbao.core.services.crediting import Crediting
 from hongbao.core.services.lists import ListKeeper
 from hongbao.core.services.outbox import Outbox
-from hongbao.core.services.scans import scan_window
+from hongbao.core.services.scans import page, scan_window
 from hongbao.core.services.sending import Sending
 from hongbao.core.view_cache import details_entry
 from hongbao.core.vocabulary import EntryKind
@@ -131,7 +131,8 @@ class Settlement:
         (the order id's region digit: another region's packets are in its shards, and its own
         reconciler settles them) made since the last run (the region's PAYS_CURSOR flag; at most
         PAYS_LOOKBACK_MS back) until ``window_ms`` ago, in pages of ``limit`` debits (their packets
-        read together, one query per database), at most PAYS_PAGES pages a run, the cursor moved
+        read together, one query per database; hongbao.core.services.scans.page: all of one
+        millisecond when a page falls within it), at most PAYS_PAGES pages a run, the cursor moved
         after each; returns how many it settled. A debit with no packet is activated from its
         pre-order (claimed for that pay) with the expiry counted from the debit; with the pre-order
         gone (a cache that lost it), the pay is undone: the packet is recorded expired with its
@@ -148,15 +149,13 @@ class Settlement:
         for _ in range(PAYS_PAGES):
             if start >= end:
                 break
-            seen = await ports.ledger.entries_between(EntryKind.SEND, start, end, limit)
+            seen, start = await page(self._send_debits, _debited_at, start, end, limit)
             settled += await self._settle_pays([d for d in seen if region_of(d.ref) == region], now)
-            # a full page: the next one goes on from its last debit (those of that ms come again: idempotent)
-            done_until = seen[-1].created_at_ms if len(seen) == limit else end
-            await ports.flags.set(cursor, str(done_until))
-            if done_until <= start:  # a whole page within one ms: nothing more to learn from paging
-                break
-            start = done_until
+            await ports.flags.set(cursor, str(start))
         return settled
+
+    async def _send_debits(self, start_ms: int, end_ms: int, limit: int) -> list[LedgerEntry]:
+        return await self.ports.ledger.entries_between(EntryKind.SEND, start_ms, end_ms, limit)
 
     async def _settle_pays(self, debits: list[LedgerEntry], now_ms: int) -> int:
         """Settle each of ``debits`` (reconcile_pays): their packets read together, their pre-orders
@@ -208,3 +207,7 @@ def _undone_packet(order_id: str, debit: LedgerEntry) -> Packet:
     pre-order is gone: kind lucky, one share, no audience)."""
     total, at = -debit.amount_fen, debit.created_at_ms
     return Packet(order_id, debit.user_id, Kind.LUCKY, 1, total, None, None, 0, 1, Status.EXPIRED, at, at, at, total)
+
+
+def _debited_at(debit: LedgerEntry) -> int:
+    return debit.created_at_ms

@@ -167,3 +167,24 @@ async def test_one_run_settles_more_cut_pays_than_a_page_reading_packets_per_pag
         assert packet is not None and packet.status is Status.ACTIVE
     assert await svc.settlement.reconcile_pays(WINDOW_MS, limit=3) == 0
     assert await svc.ports.ledger.balance("S") == 5000 - 5 * 600
+
+
+async def test_one_run_settles_a_page_of_cut_pays_within_one_millisecond(backend: object, clock: ManualClock) -> None:
+    """Five pays cut after their debits in the same millisecond, pages of three: the run reads
+    that millisecond whole once a page falls within it, so it activates all five and the cursor
+    moves past it (it stalled there, leaving two debited senders without their packets)."""
+    svc: Services = backend.services  # type: ignore[attr-defined]
+    await _group(svc, "g", ["S", "B"])
+    await svc.accounts.topup("S", 5000, "fund-S")
+    order_ids = [(await svc.sending.send("S", BODY))[0] for _ in range(5)]
+    svc.sending.faults = Faults({"pay_debited": (1.0, raising)})
+    for order_id in order_ids:
+        with pytest.raises(FaultInjected):
+            await svc.sending.pay("S", order_id)
+    svc.sending.faults = Faults()
+    clock.advance_ms(WINDOW_MS + 1)
+    assert await svc.settlement.reconcile_pays(WINDOW_MS, limit=3) == 5
+    for order_id in order_ids:
+        packet = await svc.ports.packets.get_packet(order_id)
+        assert packet is not None and packet.status is Status.ACTIVE
+    assert await svc.settlement.reconcile_pays(WINDOW_MS, limit=3) == 0

@@ -4,6 +4,8 @@ open could not queue are written by the periodic reconciler from the database, o
 
 from __future__ import annotations
 
+import asyncio
+
 from hongbao.core.clock import ManualClock
 from hongbao.core.services import Services
 
@@ -50,3 +52,26 @@ async def test_reconciler_writes_the_list_rows_a_dead_queue_lost(
     assert await _rows(svc, "A", "received") == sorted([(before, a_first.amount_fen, False), (during, 150, True)])
     assert await _rows(svc, "B", "received") == sorted([(before, late, False), (during, 50, False)])
     assert await svc.lists.repair(window_ms=0) == 0
+
+
+async def test_repair_goes_on_past_a_full_page_within_one_millisecond(
+    open_on: Open, clock: ManualClock, private_redis: PrivateRedis
+) -> None:
+    """Five receipts opened in the same millisecond while the lists queue is down, repaired in
+    pages of three: the first run stops at that millisecond, the second reads it whole and writes
+    the last two rows (it stalled there: their openers' lists never showed them), a third nothing;
+    every opener's row is there, one of them flagged best luck."""
+    backend, _ = await open_on(private_redis.url, False)
+    svc = backend.services
+    users = [f"U{i}" for i in range(5)]
+    await suite._group(svc, "g", ["S", *users])
+    order_id = await suite._paid(svc, "S", {"count": 5, "total_fen": 500, "group_id": "g"}, fund=500)
+    await svc.lists.drain()
+    await private_redis.stop()
+    await asyncio.gather(*(svc.opening.open(u, order_id) for u in users))
+    clock.advance_ms(1)
+    assert await svc.lists.repair(window_ms=0, limit=3) >= 3  # a page of rows (and the flag, if its row is in)
+    assert await svc.lists.repair(window_ms=0, limit=3) >= 2
+    assert await svc.lists.repair(window_ms=0, limit=3) == 0
+    rows = [row for u in users for row in await _rows(svc, u, "received")]
+    assert [o for o, _, _ in rows] == [order_id] * 5 and [best for _, _, best in rows].count(True) == 1
