@@ -56,3 +56,30 @@ def test_bounds_passed_while_the_loop_stalled_are_busy_and_leave_the_breaker_shu
             await shards.close()
 
     uvloop.run(scenario())  # the worker's loop
+
+
+def test_callers_queued_behind_busy_connections_leave_the_breaker_shut(mariadb: MariaDb) -> None:
+    """A pool of 2 with one connection busy: 3 callers arrive in one tick (the pool could grow, so
+    each may dial); one dials the second connection, which stays busy too, the other two wait for a
+    release past the connect bound. Their connect went through: that is congestion, so they get
+    Degraded "busy" and the breaker stays shut (it opened, failing every call for 0.5 s, when
+    any caller that arrived with room in the pool timed out as if its connect hung)."""
+    migrated(mariadb, SERVICE_LAYOUT)
+
+    async def scenario() -> None:
+        shards = MysqlShards(mariadb.dsn, SERVICE_LAYOUT, pool_size=2, timeout_s=5.0)
+        try:
+            assert await shards.fetchone(0, "SELECT 1") == (1,)  # one connection, free
+            busy = [asyncio.ensure_future(shards.fetchone(0, "SELECT SLEEP(1.6)"))]
+            await asyncio.sleep(0.05)  # it holds the pool's only connection
+            queued = [asyncio.ensure_future(shards.fetchone(0, "SELECT SLEEP(1.6)")) for _ in range(3)]
+            outcomes = await asyncio.gather(*queued, return_exceptions=True)
+            await asyncio.gather(*busy)
+            refused = [o for o in outcomes if isinstance(o, BaseException)]
+            assert len(refused) == 2 and all(isinstance(o, Degraded) and "busy" in str(o) for o in refused), outcomes
+            assert not any(shards.breakers().values())
+            assert await shards.fetchone(0, "SELECT 1") == (1,)
+        finally:
+            await shards.close()
+
+    uvloop.run(scenario())

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -138,6 +139,8 @@ class MysqlShards:
         "_down_until",
         "_timeouts",
         "_clearing",
+        "_known",
+        "_connected_at",
         "lag",
     )
 
@@ -158,6 +161,8 @@ class MysqlShards:
         self._lock = asyncio.Lock()
         self._down_until = [0.0] * layout.n_dbs
         self._timeouts = [0] * layout.n_dbs
+        self._known: weakref.WeakSet[Connection] = weakref.WeakSet()  # connections handed out before
+        self._connected_at = [0.0] * layout.n_dbs  # when a new connection of the database was last handed out
 
     async def connect(self) -> None:
         """Open every pool now; raises Degraded when a database cannot be reached (not migrated,
@@ -215,26 +220,30 @@ class MysqlShards:
     @asynccontextmanager
     async def _conn(self, db: int, tx: bool = False) -> AsyncIterator[Connection]:
         """A pooled connection of ``db`` (``tx``: of its transactions' pool): Degraded at once while
-        its breaker is open, when it cannot be had (the server refuses, or does not answer a new
-        connection within CONNECT_TIMEOUT_S: the breaker opens), or when none frees up within
-        ``transaction_timeout_s`` (every one busy: congestion here, not a server that hangs, so the
-        breaker stays shut); the breaker is looked at again once one is had. A link lost while in
+        its breaker is open, when it cannot be had (the server refuses, or a caller that may have
+        dialled waited CONNECT_TIMEOUT_S while no new connection came out of the pool: connects
+        hang, the breaker opens), or when none frees up in time (every one busy, ``transaction_timeout_s``,
+        or CONNECT_TIMEOUT_S while new connections did come: congestion here, not a server that
+        hangs, so the breaker stays shut); the breaker is looked at again once one is had. A link lost while in
         use (OperationalError 2006/2013..., or asyncmy's InterfaceError "Not connected") opens the
         breaker and raises Degraded."""
         name = self.layout.db_name(db)
         if time.monotonic() < self._down_until[db]:
             raise Degraded(f"database {name} is unavailable")
-        dialing = False
+        dialing, started = False, time.monotonic()
         try:
             pool = await self._pool(db, tx)
-            dialing = pool.freesize == 0 and pool.size < pool.maxsize  # the acquire opens a connection
+            dialing = pool.freesize == 0 and pool.size < pool.maxsize  # the acquire may open a connection
             wait_s = CONNECT_TIMEOUT_S if dialing else self.transaction_timeout_s
             if pool.freesize:  # one is free: no wait to bound (and no Task for wait_for)
                 conn = await pool.acquire()
             else:
                 conn = await asyncio.wait_for(pool.acquire(), wait_s)
+            if conn not in self._known:
+                self._known.add(conn)
+                self._connected_at[db] = time.monotonic()
         except TimeoutError:
-            if dialing:  # the server does not answer a connect: it hangs
+            if dialing and self._connected_at[db] < started:  # no connect went through meanwhile: they hang
                 self._trip(db, TimeoutError(f"no connection within {CONNECT_TIMEOUT_S:.0f} s"))
                 raise Degraded(f"database {name} is unavailable") from None
             raise Degraded(f"database {name} is busy: no connection free within {wait_s:.0f} s") from None
