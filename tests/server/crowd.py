@@ -56,6 +56,21 @@ class Crowd:
         await asyncio.gather(*(client.aclose() for client in self.clients))
 
 
+def retried_when_busy(call: Call, attempts: int = 10) -> Call:
+    """``call``, made again after the answer's Retry-After (seconds) while it answers 429 busy (a
+    worker shedding under a burst, as every client of the API retries), ``attempts`` calls at most."""
+
+    async def again(client: httpx.AsyncClient) -> httpx.Response:
+        for _ in range(attempts - 1):
+            response = await call(client)
+            if response.status_code != 429:
+                return response
+            await asyncio.sleep(float(response.headers.get("retry-after", "1")))
+        return await call(client)
+
+    return again
+
+
 def auth(server: Server, user_id: str, admin: bool = False) -> dict[str, str]:
     """The authorization header of ``user_id``."""
     return {"authorization": f"Bearer {server.token(user_id, admin=admin)}"}
