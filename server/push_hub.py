@@ -11,9 +11,10 @@ Otherwise the message stays queued in the log until the next connection replays 
 A session's socket gets its stream in offset order, each message once: messages that arrive
 while a replay runs wait behind it, duplicates are dropped, and a message past a gap (an earlier
 one still on its way from another worker, or never delivered) makes the session read the gap
-from the log first. What a session has sent starts at the stream's last offset when its replay
-read the log (never at the first message to arrive: one that overtook an earlier one would make
-the earlier look sent). A gap the log no longer holds, or another epoch, is announced with
+from the log first (read again after a pause while the store blips, up to CATCH_UP_PAUSES_S).
+What a session has sent starts at the stream's last offset when its replay read the log (never
+at the first message to arrive: one that overtook an earlier one would make the earlier look
+sent). A gap the log no longer holds, or another epoch, is announced with
 ``{"type": "reset", "epoch": e}`` before what is still held: never passed off as complete.
 A replay is paced by the connection's waiting output (at most half of ``ws_max_output_bytes``),
 so a backlog larger than the output cap reaches a client that reads instead of closing it (1013).
@@ -57,6 +58,7 @@ from hongbao.server.push_routes import RemoteDelivery
 log = logging.getLogger("hongbao.push")
 TICK_S = 1.0
 REPLAY_PAUSE_S, REPLAY_PAUSE_MAX_S = 0.005, 0.1  # a paced replay looks at the output this often
+CATCH_UP_PAUSES_S = (0.1, 0.3, 1.0, 2.0)  # a failed catch-up read is tried again after each (s)
 MAX_TOPICS = 100  # subscriptions per connection
 _TOPIC = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 DELIVERED, QUEUED = "delivered_to_socket", "queued"
@@ -301,13 +303,24 @@ class PushHub:
             pause = min(pause * 2, REPLAY_PAUSE_MAX_S)
 
     async def _catch_up(self, session: _Session) -> None:
-        try:
-            replay = await self.stores.log.replay(session.conn.uid, session.sent, session.epoch, now_ms())
-        except Exception as exc:
-            log.warning("push catch-up from the log failed, closing the session: %s", exc)
-            session.conn.close(1011, "push store unavailable")
+        """Read the session's stream from what it has sent and send it on; a failed read is tried
+        again after each of CATCH_UP_PAUSES_S while the session is held here (a blip, or a breaker
+        opened by one, is ridden out with the later messages held), then the session is closed
+        (1011) and its client resumes from its cursor on another connection."""
+        for pause in (*CATCH_UP_PAUSES_S, None):
+            try:
+                replay = await self.stores.log.replay(session.conn.uid, session.sent, session.epoch, now_ms())
+            except Exception as exc:
+                if pause is None:
+                    log.warning("push catch-up from the log failed, closing the session: %s", exc)
+                    session.conn.close(1011, "push store unavailable")
+                    return
+                await asyncio.sleep(pause)
+                if self.sessions.get(session.conn.uid) is not session:
+                    return  # closed meanwhile: nothing to catch up
+                continue
+            self._replay(session, replay, session.sent)
             return
-        self._replay(session, replay, session.sent)
 
     def receive(self, uid: str, sid: str, message: Stored) -> bool:
         """A message forwarded by another node for session ``sid``; False if it is not here."""
