@@ -17,6 +17,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from hongbao.core.loop_lag import LoopLag
+
 log = logging.getLogger("hongbao.breaker")
 T = TypeVar("T")
 
@@ -38,9 +40,25 @@ class Breaker:
     ``errors``: the exception types that mean "down" (others propagate unchanged and do not
     count); ``threshold``: consecutive down errors that open it; ``cooldown_s``: seconds open
     before a trial call; ``counts``: event counters bumped on opening; ``now``: a monotonic clock
-    in seconds (tests may pass their own)."""
+    in seconds (tests may pass their own). ``lag``: the worker's loop lag
+    (hongbao.core.loop_lag), with ``timeouts``: the down errors that mean a bound passed. Such an
+    error in a call during which the loop was unavailable for a third of the time or more fails
+    that call alone (BreakerOpen, its fallback) and does not count: the reply may have been
+    waiting in the socket while the loop ran other callbacks (an asyncio timeout fires before the
+    task it cancels resumes), so it says the worker is overloaded, not that the dependency is down."""
 
-    __slots__ = ("name", "errors", "threshold", "cooldown_s", "counts", "_now", "_failures", "_open_until")
+    __slots__ = (
+        "name",
+        "errors",
+        "threshold",
+        "cooldown_s",
+        "counts",
+        "lag",
+        "timeouts",
+        "_now",
+        "_failures",
+        "_open_until",
+    )
 
     def __init__(
         self,
@@ -51,8 +69,11 @@ class Breaker:
         threshold: int = 2,
         cooldown_s: float = 1.0,
         now: Callable[[], float] = time.monotonic,
+        lag: LoopLag | None = None,
+        timeouts: tuple[type[BaseException], ...] = (),
     ) -> None:
         self.name, self.errors, self.counts = name, errors, counts
+        self.lag, self.timeouts = lag, timeouts
         self.threshold, self.cooldown_s, self._now = threshold, cooldown_s, now
         self._failures = 0
         self._open_until: float | None = None  # None: closed
@@ -76,9 +97,13 @@ class Breaker:
             if now < self._open_until:
                 raise BreakerOpen(f"{self.name} is down (breaker open)")
             self._open_until = now + self.cooldown_s  # this call is the trial; the others keep skipping
+        lag = self.lag
+        started = 0.0 if lag is None else lag.now()
         try:
             result = await op()
         except self.errors as exc:
+            if lag is not None and isinstance(exc, self.timeouts) and lag.lagged(started):
+                raise BreakerOpen(f"{self.name} answered late while this worker's loop lagged: {exc!r}") from exc
             self._failed(exc)
             raise BreakerOpen(f"{self.name} is down: {exc!r}") from exc
         if self._failures or self._open_until is not None:

@@ -65,6 +65,18 @@ class LoopLag:
         last = self._ticks[-1][1] if self._ticks else 0.0
         return 1000 * max(last, self._overdue_s())
 
+    def now(self) -> float:
+        """The loop's clock (``loop.time()``, seconds) for a later :meth:`lagged`; 0 before ``start``."""
+        return 0.0 if self._loop is None else self._loop.time()
+
+    def lagged(self, since: float) -> bool:
+        """True when the loop was unavailable to timers for a third or more of the time since
+        ``since`` (a :meth:`now` within the last KEEP_S): a bound that passed meanwhile says the
+        worker is overloaded, not that its dependency went silent. False before ``start``."""
+        if self._loop is None:
+            return False
+        return 3 * self.stalled_ms(since) >= 1000 * (self._loop.time() - since)
+
     def stalled_ms(self, since: float) -> float:
         """How long the loop was unavailable to timers since ``since`` (a ``loop.time()``, within
         the last KEEP_S): the part after ``since`` of the lateness of every tick fired after it

@@ -58,7 +58,6 @@ from hongbao.core.adapters.redis.push_logs import MAX_BLOCK_S, Generation, Redis
 from hongbao.core.adapters.redis.push_nodes import RedisNodeDirectory
 from hongbao.core.adapters.redis.queue import RedisQueue
 from hongbao.core.adapters.redis.state import (
-    REDIS_DOWN,
     RedisExpiryIndex,
     RedisFlags,
     RedisLeases,
@@ -255,6 +254,7 @@ def production(
     faults: Faults = NO_FAULTS,
     region: int = 1,
     home: tuple[MysqlShards, Pipelines] | None = None,
+    lag: LoopLag | None = None,
 ) -> Backend:
     """The production backend over ``shards`` (pools open on first use) and the Redis of
     ``redis`` for one worker, without a push channel (``open_backend`` adds it): the queue on
@@ -270,14 +270,15 @@ def production(
     lists, groups, flags; profiles, read caches, the membership feed and, through
     ``open_backend``, push), behind a breaker of their own (``redis_home``); ``shards`` and
     ``redis`` keep the order dimension (packets and receipts, pre-orders, the sequence, the
-    queue, the expiry index, the grab state, the job leases)."""
+    queue, the expiry index, the grab state, the job leases). ``lag``: the worker's loop lag, which
+    tells the Redis breakers an overloaded worker from a silent Redis (hongbao.core.breaker)."""
     counts = {} if counts is None else counts
     limits = limits or Limits()
-    breaker = redis_breaker(counts)
+    breaker = redis_breaker(counts, lag=lag)
     user_shards, user_redis, user_breaker = shards, redis, breaker
     if home is not None:
         user_shards, user_redis = home
-        user_breaker = Breaker("redis_home", REDIS_DOWN, counts)
+        user_breaker = redis_breaker(counts, name="redis_home", lag=lag)
     preorders: PreOrderStore = RedisPreOrderStore(redis, breaker, MysqlPreOrderStore(shards), counts)
     sequence: SequenceSource = RedisSequenceSource(redis, breaker, shards, MysqlSequenceSource(shards), counts)
     queue: Queue = GuardedQueue(RedisQueue(redis, consumer), breaker, counts)  # down at open: the reconciler credits
@@ -429,8 +430,8 @@ async def open_backend(
     mode, its region and its send rates (``send_limiter``: the host's, made by the master; the
     region's on Redis in production); ``counts``: the worker's metrics events (fallbacks, breaker
     openings, refused appends); ``faults``: the crash points armed (tests); ``lag``: the worker's
-    loop lag, which tells the MySQL bounds an overloaded worker from a frozen server (see
-    MysqlShards). No connection is made
+    loop lag, which tells the MySQL bounds and the Redis breakers an overloaded worker from a
+    frozen server (see MysqlShards, Breaker). No connection is made
     here: a database that is down serves degraded until it is back. Raises ValueError for
     missing settings."""
     check_production(settings)
@@ -452,6 +453,7 @@ async def open_backend(
             faults=faults,
             region=settings.region,
             home=home,
+            lag=lag,
         )
     else:
         backend = embedded(

@@ -307,7 +307,7 @@ class MysqlShards:
                     except Exception:
                         if not expired:
                             raise
-                        if self.lag is not None and self.lag.stalled_ms(started) >= limit * 1000 / 3:
+                        if self.lag is not None and self.lag.lagged(started):
                             raise Overloaded() from None
                         self._timed_out(db, limit)
                         raise Degraded(

@@ -18,6 +18,7 @@ from typing import TypeVar
 from hongbao.core.adapters.mysql.db import MysqlShards
 from hongbao.core.adapters.redis.client import LuaScript, Pipelines
 from hongbao.core.breaker import Breaker, BreakerOpen, tally
+from hongbao.core.loop_lag import LoopLag
 from hongbao.core.ports import Flags, PreOrderStore, SequenceSource
 from redis.exceptions import ClusterError, ConnectionError, RedisClusterException, TimeoutError
 
@@ -30,9 +31,12 @@ PAYING_TTL_MS = 24 * 3600 * 1000  # a claimed pre-order's key lives this long (a
 T = TypeVar("T")
 
 
-def redis_breaker(counts: dict[str, int], *, cooldown_s: float = 1.0) -> Breaker:
-    """The breaker of one Redis client (name ``redis``: counter ``redis_breaker_opens``)."""
-    return Breaker("redis", REDIS_DOWN, counts, cooldown_s=cooldown_s)
+def redis_breaker(
+    counts: dict[str, int], *, name: str = "redis", cooldown_s: float = 1.0, lag: LoopLag | None = None
+) -> Breaker:
+    """The breaker of one Redis client (``name``: counter ``<name>_breaker_opens``); ``lag``: the
+    worker's loop lag, so that a reply's bound passed while the loop lagged does not count (Breaker)."""
+    return Breaker(name, REDIS_DOWN, counts, cooldown_s=cooldown_s, lag=lag, timeouts=(TimeoutError,))
 
 
 class _RedisFirst:
