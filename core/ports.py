@@ -169,12 +169,14 @@ class PreOrderStore(Protocol):
         ...
 
     async def get(self, order_id: str, now_ms: int) -> bytes | None:
-        """The body of a pending pre-order before its expiry, or of one being paid; else None."""
+        """The body of a pending pre-order before its expiry, or of one being paid; else None.
+        Raises Degraded when the part of the store that may hold it is down."""
         ...
 
     async def claim_for_pay(self, order_id: str, now_ms: int) -> bytes | None:
         """Mark the pre-order paying (from pending before its expiry, or already paying: a
-        retried pay) and return its body; None if it is unknown, lapsed or cancelled."""
+        retried pay) and return its body; None if it is unknown, lapsed or cancelled. Raises
+        Degraded when the part of the store that may hold it is down."""
         ...
 
     async def release(self, order_id: str) -> None:

@@ -92,10 +92,17 @@ class Sending:
         before its follow-ups, which the repeat does. The sequential steps of a first pay: the
         pre-order read and claimed (cache), the debit (the sender's shard), the packet row (the
         packet's shard), the follow-ups (one cache round trip), the pre-order dropped. Raises
-        NotFound (unknown or lapsed pre-order), Forbidden (not the sender), InsufficientBalance."""
+        NotFound (unknown or lapsed pre-order), Forbidden (not the sender), InsufficientBalance,
+        Degraded (the cache that may hold the pre-order is down; nothing moved)."""
         check_order_id(order_id)
         now = self.ports.clock.now_ms()
-        raw = await self.ports.preorders.get(order_id, now)
+        try:
+            raw = await self.ports.preorders.get(order_id, now)
+        except errors.Degraded:  # the pre-orders' cache is silent: a paid packet still answers
+            packet = await self.ports.packets.get_packet(order_id)
+            if packet is None:
+                raise
+            return _paid(sender_id, order_id, packet)
         if raw is None:  # paid and followed up (its pre-order is gone), or unknown, cancelled, lapsed
             return _paid(sender_id, order_id, await self.ports.packets.get_packet(order_id))
         if PreOrder.decode(raw).sender_id != sender_id:
@@ -139,8 +146,9 @@ class Sending:
         await self.ports.preorders.delete(packet.order_id)
 
     async def cancel(self, sender_id: str, order_id: str) -> None:
-        """The sender drops an unpaid pre-order. Raises NotFound, Forbidden, or Conflict (409)
-        once a pay has claimed it (a pay and a cancel never both succeed)."""
+        """The sender drops an unpaid pre-order. Raises NotFound, Forbidden, Conflict (409)
+        once a pay has claimed it (a pay and a cancel never both succeed), or Degraded (the
+        cache that may hold the pre-order is down)."""
         check_order_id(order_id)
         if await self.ports.packets.get_packet(order_id) is not None:
             raise errors.Conflict("the packet is already paid and cannot be cancelled")

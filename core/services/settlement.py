@@ -9,7 +9,7 @@ import logging
 import math
 import time
 
-from hongbao.core import events
+from hongbao.core import errors, events
 from hongbao.core.grab_state import SharedGrabState
 from hongbao.core.messages import CREDIT_STREAM, PreOrder
 from hongbao.core.packet import Kind, Packet, Status
@@ -115,8 +115,15 @@ class Settlement:
           (their shard), then the receipt's mark (receipts still pending are credited here);
         - refund: the refund recorded on the packet (its shard), then the sender's ledger entry,
           then the mark refunded (recorded refunds not yet paid are paid here);
-        - the user lists, written from a queue (ListKeeper.repair)."""
-        done = await self.reconcile_pays(window_ms, limit)
+        - the user lists, written from a queue (ListKeeper.repair).
+
+        Pays whose pre-orders cannot be read (Degraded: the cache that holds them is silent) wait
+        for a later run; the other movements go on."""
+        try:
+            done = await self.reconcile_pays(window_ms, limit)
+        except errors.Degraded as exc:
+            log.warning("reconciler: pays left for a later run: %s", exc)
+            done = 0
         receipts = await self.ports.packets.uncredited(self.ports.clock.now_ms() - window_ms, limit)
         await self.crediting.apply(receipts)
         done += len(receipts)
@@ -139,7 +146,9 @@ class Settlement:
         whole total refunded, and the refund is paid at once (ledger entry ``refund`` keyed by the
         order id, exactly once). The packet row's key decides a race with a retried pay: whichever
         inserts first stands, so a pay is never both undone and activated. A packet whose
-        pre-order is still there gets the follow-ups its pay did not reach."""
+        pre-order is still there gets the follow-ups its pay did not reach. Raises Degraded when a
+        page's pre-orders cannot be read (their cache is silent): the cursor stays before that
+        page, so its pays are settled by a later run, never undone for want of a pre-order."""
         ports = self.ports
         now = ports.clock.now_ms()
         region = self.sending.region

@@ -7,6 +7,8 @@ real: sends and pays go on through the DB, the breaker makes it cheap, and Redis
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,6 +23,7 @@ from hongbao.core.adapters.mysql.db import MysqlShards
 from hongbao.core.adapters.redis.client import Pipelines, redis_client
 from hongbao.core.adapters.redis.state import GRACE_MS
 from hongbao.core.clock import ManualClock
+from hongbao.core.faults import FaultInjected, Faults, raising
 from hongbao.core.packet import Status
 from hongbao.server.composition import Backend, production
 
@@ -216,6 +219,72 @@ async def test_redis_down_at_send(
     with pytest.raises(errors.NotFound):  # it lived in the Redis that was lost: nothing was paid
         await svc.sending.pay("A", cached)
     assert await svc.ports.ledger.balance("A") == 1000 - 30 and await _preorder_rows(backend) == 8
+
+
+async def test_pre_orders_held_in_redis_answer_degraded_while_it_is_silent(
+    open_on: Open, tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]
+) -> None:
+    """Redis silent for a moment (SIGSTOP), its data kept: a pay or a cancel of a pre-order Redis
+    holds answers 503 degraded (nothing else can tell it from an unknown one), never 404 or 409;
+    a repeated pay of a packet already paid still answers it from the database. Redis back: the
+    same pre-orders pay and cancel as before, the sender debited once each."""
+    (port,) = free_ports(1)
+    process = redis_servers.start_on(tmp_path, port)
+    loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
+    backend, counts = await open_on(f"redis://127.0.0.1:{port}", False)
+    svc = backend.services
+    await suite._group(svc, "g", ["A", "B"])
+    await svc.accounts.topup("A", 1000, "k")
+    held, kept, paid = [(await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in "abc"]
+    await svc.sending.pay("A", paid)
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(errors.Degraded):
+            await svc.sending.pay("A", held)
+        with pytest.raises(errors.Degraded):
+            await svc.sending.cancel("A", kept)
+        assert counts["redis_breaker_opens"] == 1  # what follows skips Redis at once
+        with pytest.raises(errors.Degraded):
+            await svc.sending.pay("A", held)
+        assert (await svc.sending.pay("A", paid)).status is Status.ACTIVE
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    await asyncio.sleep(1.1)  # the breaker's cooldown: the next call is the trial
+    assert (await svc.sending.pay("A", held)).status is Status.ACTIVE
+    await svc.sending.cancel("A", kept)
+    assert await svc.ports.ledger.balance("A") == 1000 - 20
+
+
+async def test_a_cut_pay_waits_for_a_silent_redis_instead_of_being_undone(
+    open_on: Open, tmp_path: Path, clock: ManualClock, loop_cleanups: list[Callable[[], Awaitable[None]]]
+) -> None:
+    """A pay cut after its debit whose pre-order Redis holds, reconciled while Redis is silent
+    (SIGSTOP): the run stops without settling it (not refunded as if the pre-order were gone);
+    Redis back: the next run activates the packet from its pre-order, the sender debited once."""
+    (port,) = free_ports(1)
+    process = redis_servers.start_on(tmp_path, port)
+    loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
+    backend, _ = await open_on(f"redis://127.0.0.1:{port}", False)
+    svc = backend.services
+    await suite._group(svc, "g", ["A", "B"])
+    await svc.accounts.topup("A", 1000, "k")
+    order_id, _ = await svc.sending.send("A", {"count": 2, "total_fen": 300, "group_id": "g"})
+    svc.sending.faults = Faults({"pay_debited": (1.0, raising)})
+    with pytest.raises(FaultInjected):
+        await svc.sending.pay("A", order_id)
+    svc.sending.faults = Faults()
+    clock.advance_ms(5_000)
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(errors.Degraded):
+            await svc.settlement.reconcile_pays(1_000)
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    assert await svc.ports.packets.get_packet(order_id) is None and await svc.ports.ledger.balance("A") == 700
+    await asyncio.sleep(1.1)  # the breaker's cooldown: the next call is the trial
+    assert await svc.settlement.reconcile_pays(1_000) == 1
+    packet = await svc.ports.packets.get_packet(order_id)
+    assert packet is not None and packet.status is Status.ACTIVE and await svc.ports.ledger.balance("A") == 700
 
 
 def _counter(metrics: str, name: str) -> float:

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+from hongbao.core import errors
 from hongbao.core.adapters.mysql.db import MysqlShards
 from hongbao.core.adapters.redis.client import LuaScript, Pipelines
 from hongbao.core.breaker import Breaker, BreakerOpen, tally
@@ -174,22 +175,24 @@ class RedisPreOrderStore(_RedisFirst):
             await self._fallback.put(order_id, body, expires_at_ms, now_ms)
 
     async def get(self, order_id: str, now_ms: int) -> bytes | None:
-        """The body of a live pending pre-order or of one being paid, or None."""
+        """The body of a live pending pre-order or of one being paid, or None. Raises Degraded
+        while Redis is down and the DB does not hold it (Redis may)."""
         key = self._key(order_id)
         try:
             body, state, expires = await self._redis(lambda: self._pipes.command(key, "HMGET", key, "b", "s", "e"))
         except BreakerOpen:
-            return await self._fallback.get(order_id, now_ms)
+            return _known(order_id, await self._fallback.get(order_id, now_ms))
         if body is None:
             return await self._fallback.get(order_id, now_ms)
         return bytes(body) if state == b"paying" or int(expires) > now_ms else None
 
     async def claim_for_pay(self, order_id: str, now_ms: int) -> bytes | None:
-        """pending (before expiry) or paying -> paying; the body, or None."""
+        """pending (before expiry) or paying -> paying; the body, or None. Raises Degraded while
+        Redis is down and the DB does not hold it (Redis may)."""
         try:
             body = await self._redis(lambda: self._pipes.script(_CLAIM, [self._key(order_id)], [now_ms, PAYING_TTL_MS]))
         except BreakerOpen:
-            return await self._fallback.claim_for_pay(order_id, now_ms)
+            return _known(order_id, await self._fallback.claim_for_pay(order_id, now_ms))
         if body is None:
             return await self._fallback.claim_for_pay(order_id, now_ms)
         return bytes(body) or None
@@ -223,6 +226,14 @@ class RedisPreOrderStore(_RedisFirst):
         except BreakerOpen:
             deleted = 0
         return deleted == 1 or await self._fallback.delete(order_id)
+
+
+def _known(order_id: str, body: bytes | None) -> bytes:
+    """The DB's answer about a pre-order while Redis is down: its body; raises Degraded when the DB
+    has none, as only a pre-order put during an outage lives there (Redis may hold this one)."""
+    if body is None:
+        raise errors.Degraded(f"pre-order {order_id} may be held in Redis, which is not answering; retry shortly")
+    return body
 
 
 FLAG_TTL_MS = 10_000  # a flag's copy in Redis lives this long: a switch missed there is seen within it
