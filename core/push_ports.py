@@ -56,6 +56,16 @@ class Replay:
     last: int
 
 
+@dataclass(frozen=True, slots=True)
+class Gaps:
+    """What ``MessageLog.sync`` found since its last call: ``every`` stream may have started a new
+    epoch (a node's ``lost()``, or the store's process changed), or those of ``uids`` did (a
+    node's ``lost(uids)``). The caller has the sessions concerned look at their streams."""
+
+    every: bool
+    uids: tuple[str, ...] = ()
+
+
 class SessionStore(Protocol):
     """Sessions, routes and the online sets: ``session:{uid}``, ``route:{sid}``, ``online:{n}``."""
 
@@ -161,17 +171,19 @@ class MessageLog(Protocol):
         (new epoch) so the answer always names the epoch."""
         ...
 
-    async def lost(self) -> None:
-        """Messages this node meant for some streams were not written (the store was unreachable,
-        or this node started while it was and a predecessor may have lost some): every stream,
-        on every node, starts a new epoch at its next append or replay, so each client is told
-        (``reset``) instead of missing them silently."""
+    async def lost(self, uids: Sequence[str] | None = None) -> None:
+        """Messages this node meant for the streams of ``uids`` were not written (their append
+        failed): those streams start a new epoch now, so each client is told (``reset``) instead
+        of missing them silently, and every node's next ``sync`` names them. ``None``: streams
+        this node cannot name (it started while the store was unreachable, or replaces a worker
+        that died with appends in flight): every stream, on every node, starts a new epoch at its
+        next append or replay."""
         ...
 
-    async def sync(self) -> bool:
-        """Pick up the ``lost`` of other nodes (a node calls it about once a second); True when
-        streams may have started new epochs since the last call (another node's ``lost``, or the
-        store's process restarted): the caller has its live sessions look (and get their reset)."""
+    async def sync(self) -> Gaps:
+        """Pick up the ``lost`` of every node (a node calls it about once a second): which streams
+        started new epochs since the last call (``Gaps.every`` also when the store's process
+        restarted); the first call names none."""
         ...
 
 

@@ -19,7 +19,7 @@ from hongbao.server.push_messages import now_ms
 Entry = tuple[str, SharedBody, asyncio.Future[Stored] | None, float]  # no future: posted (at perf_counter())
 #: (the posted messages logged, in order; the time.perf_counter() of each one's post)
 Logged = Callable[[list[tuple[str, Stored]], list[float]], None]
-Failed = Callable[[int, Exception], None]
+Failed = Callable[[list[str], Exception], None]  # (the uids of the posted messages not logged, why)
 
 
 class Appender:
@@ -67,10 +67,10 @@ class Appender:
         try:
             stored = await self.log.append([(uid, make_body) for uid, make_body, _, _ in batch], now_ms())
         except Exception as exc:
-            posted = 0
-            for _, _, future, _ in batch:
+            posted: list[str] = []
+            for uid, _, future, _ in batch:
                 if future is None:
-                    posted += 1
+                    posted.append(uid)
                 elif not future.done():
                     future.set_exception(exc)
             if posted and self.on_failed is not None:

@@ -60,6 +60,7 @@ TICK_S = 1.0
 REPLAY_PAUSE_S, REPLAY_PAUSE_MAX_S = 0.005, 0.1  # a paced replay looks at the output this often
 CATCH_UP_PAUSES_S = (0.1, 0.3, 1.0, 2.0)  # a failed catch-up read is tried again after each (s)
 MAX_TOPICS = 100  # subscriptions per connection
+LOST_UIDS_MAX = 10_000  # users named in one worker's lost appends before it renews every stream instead
 _TOPIC = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 DELIVERED, QUEUED = "delivered_to_socket", "queued"
 
@@ -120,7 +121,8 @@ class PushHub:
         self._acks: dict[str, int] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listener: asyncio.AbstractServer | None = None
-        self._lost = 0  # events this worker could not log since the store last took ``lost``
+        self._lost = 0  # events for streams it cannot name not logged since the store last took ``lost``
+        self._lost_uids: set[str] = set()  # the streams of the posted events it could not log since then
         self._restore = False  # the store's process changed: the sessions here are to be written back
 
     async def start(self, *, after_crash: bool = False) -> None:
@@ -130,11 +132,23 @@ class PushHub:
         then: the store's breaker is open), and broadcasts are read from the log's end from then on.
         ``after_crash``: this worker replaces one that died (its events in flight died with it, and
         so did its knowledge of them), so every stream starts a new epoch (``MessageLog.lost``) and
-        each client is told; so does a start while the store is down."""
+        each client is told; so does a start while the store is down (the log's first ``sync``,
+        which starts this worker's reading of the renewals, fails too)."""
         self._listener, address = await listen(self, self.settings)
-        if not await self.node.join(address) or after_crash:
+        if not await self.node.join(address) or not await self._first_sync() or after_crash:
             self._lost += 1
         await self.fanout.start()
+
+    async def _first_sync(self) -> bool:
+        """Take the log's place in the renewals (MessageLog.sync) before any session is held, so a
+        stream renewed once a session is here is named at a tick; False when the store is down."""
+        try:
+            await self.stores.log.sync()
+        except Exception as exc:
+            if not isinstance(exc, BreakerOpen):
+                log.warning("push renewals could not be read at start: %s", exc)
+            return False
+        return True
 
     def jobs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
         """The hub's background jobs: liveness and sweep, the tick's writes, group pushes, broadcasts."""
@@ -415,11 +429,14 @@ class PushHub:
     def _send_posted(self, items: list[tuple[str, Stored]], posted_at: list[float]) -> None:
         self.spawn(self._send_logged(items, posted_at))
 
-    def _posts_failed(self, count: int, exc: Exception) -> None:
-        self.metrics.events["push_failures"] += count
-        self._lost += count
+    def _posts_failed(self, uids: list[str], exc: Exception) -> None:
+        self.metrics.events["push_failures"] += len(uids)
+        self._lost_uids.update(uids)
+        if len(self._lost_uids) > LOST_UIDS_MAX:  # a long outage: every stream, rather than a list without end
+            self._lost += len(self._lost_uids)
+            self._lost_uids.clear()
         if not isinstance(exc, BreakerOpen):
-            log.warning("appending %d event push(es) failed: %s", count, exc)
+            log.warning("appending %d event push(es) failed: %s", len(uids), exc)
 
     async def _send_logged(self, items: list[tuple[str, Stored]], posted_at: list[float]) -> None:
         try:
@@ -454,7 +471,7 @@ class PushHub:
                 session.conn.close(1011, "push store unavailable")
 
     async def _tell_gaps(self) -> None:
-        lost = self._lost
+        lost, named = self._lost, sorted(self._lost_uids)
         try:
             if lost:
                 await self.stores.log.lost()
@@ -462,11 +479,16 @@ class PushHub:
                 log.warning(
                     "%d push event(s) could not be logged: every stream starts a new epoch (clients reload)", lost
                 )
-            moved = await self.stores.log.sync()
+            elif named:
+                await self.stores.log.lost(named)
+                log.warning("push events of %d user(s) could not be logged: their streams start new epochs", len(named))
+            self._lost_uids.difference_update(named)  # (every stream covers them too)
+            gaps = await self.stores.log.sync()
         except Exception as exc:  # the store is still down: next tick
             if not isinstance(exc, BreakerOpen):
                 log.warning("push gap bookkeeping failed: %s", exc)
             return
+        moved = gaps.every
         self._restore = self._restore or moved  # its routes to the sessions here may be gone
         restored = False
         if self._restore and self.sessions:
@@ -479,6 +501,8 @@ class PushHub:
                     log.warning("push sessions could not be written back: %s", exc)
         if lost or moved or restored:  # (restored: what was logged while the routes were gone is sent)
             self._recheck_sessions()
+        elif renewed := set(gaps.uids).union(named):  # by any node's lost(uids), this one's included
+            self._recheck_sessions(sorted(renewed))
 
     def _recheck_sessions(self, uids: list[str] | None = None) -> None:
         """Every session held here (or those of ``uids``) reads its stream again from what it has

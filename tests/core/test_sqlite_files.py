@@ -34,7 +34,7 @@ def test_new_files_each_hold_their_own_tables(tmp_path: Path) -> None:
     money, push = SqliteDb(tmp_path / MONEY_FILE), open_push_db(tmp_path)
     try:
         assert not any(name.startswith("t_push_") for name in tables(money.path))
-        assert set(MOVED_OUT_V4) | {"t_meta", "t_queue", "t_push_head"} == tables(push.path)
+        assert set(MOVED_OUT_V4) | {"t_meta", "t_queue", "t_push_head", "t_push_lost"} == tables(push.path)
         assert (meta(money.path, "schema_version"), meta(push.path, "schema_version")) == (
             str(SCHEMA_VERSION),
             str(PUSH_SCHEMA_VERSION),

@@ -129,6 +129,55 @@ def test_events_lost_while_redis_was_down_are_told(tmp_path: Path, private_redis
         nodes.finish()
 
 
+def test_an_event_lost_for_one_user_resets_that_user_only(tmp_path: Path, private_redis: PrivateRedis) -> None:
+    """Redis frozen while node a posts u1's ``opened`` (its append fails), then thawed: u1, whose
+    socket is on node b, gets a reset within seconds; u2, on node b too, gets none: its next event
+    follows its last offset in the same epoch (a lost append renews the streams it names, not every
+    stream of every node)."""
+    nodes = RedisNodes(tmp_path, private_redis.target)
+    a, b = nodes.start("a", "b", extra_config=ROBUST + "redis_timeout_ms = 100\n")
+    try:
+
+        async def scenario() -> None:
+            sockets = {uid: await connect(b, uid) for uid in ("u1", "u2")}
+            for uid, ws in sockets.items():
+                await _events(b, uid, range(1, 2))
+                assert _data(await receive(ws, 1)) == [1]
+            with httpx.Client(base_url=a.url, headers={"authorization": f"Bearer {token('s')}"}) as sender:
+                gid = sender.post("/v1/groups", json={"members": ["u1", "u2"]}).json()["group_id"]
+                async with admin(a) as pusher:
+                    assert (
+                        await pusher.post("/v1/admin/accounts/s/topup", json={"amount_fen": 100})
+                    ).status_code == 200
+                order_id = sender.post("/v1/packets", json={"count": 2, "total_fen": 20, "group_id": gid}).json()[
+                    "order_id"
+                ]
+                assert sender.post(f"/v1/packets/{order_id}/pay").status_code == 200
+            heard = {uid: await receive(ws, 1) for uid, ws in sockets.items()}
+            assert all(got[0]["event"] == "packet_received" for got in heard.values()), heard
+            assert private_redis.process is not None
+            private_redis.process.send_signal(signal.SIGSTOP)
+            try:
+                with httpx.Client(base_url=a.url, headers={"authorization": f"Bearer {token('u1')}"}) as opener:
+                    assert opener.post(f"/v1/packets/{order_id}/open").status_code == 200
+                await asyncio.sleep(1.0)  # the append times out
+            finally:
+                private_redis.process.send_signal(signal.SIGCONT)
+            told = await receive(sockets["u1"], 1, timeout_s=15)
+            assert _data(told) == ["reset"], told
+            await asyncio.sleep(2.0)  # two ticks of every node: a renewal of every stream would be told by now
+            await _events(b, "u2", range(2, 3))
+            after = await receive(sockets["u2"], 1)
+            assert _data(after) == [2] and after[0]["epoch"] == heard["u2"][0]["epoch"], after
+            assert after[0]["offset"] == heard["u2"][0]["offset"] + 1, after
+            for ws in sockets.values():
+                await ws.close()
+
+        asyncio.run(scenario())
+    finally:
+        nodes.finish()
+
+
 def test_events_lost_while_redis_was_down_are_told_to_clients_that_reconnect(
     tmp_path: Path,
     private_redis: PrivateRedis,

@@ -11,7 +11,7 @@ from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core.adapters.redis.client import Pipelines
 from hongbao.core.adapters.redis.push_logs import RedisMessageLog, RedisTopicLog, mlog_key, mstream_key
 from hongbao.core.adapters.redis.push_lua import USER_PEEK, USER_PUT
-from hongbao.core.push_ports import BodyMaker, Stored
+from hongbao.core.push_ports import BodyMaker, Gaps, Stored
 
 T0 = 1_700_000_000_000
 
@@ -102,6 +102,26 @@ async def test_lost_history_starts_a_new_epoch(redis_target: RedisTarget) -> Non
         assert (fresh.offset, fresh.epoch) == (1, replay.epoch)
         mixed = await logs.replay("u1", 2, old, T0)
         assert [m.offset for m in mixed.messages] == [1] and mixed.complete is False
+
+
+async def test_lost_streams_are_renewed_and_named_to_every_node(redis_target: RedisTarget) -> None:
+    """lost(uids) on one node: those streams start new epochs (a replay from the old epoch is
+    incomplete; an append still in flight finds its claim refused), the others keep theirs, and
+    every node's next sync names them (a node's first sync names none: it takes the cursor)."""
+    async with redis_target.connect() as client:
+        pipes = Pipelines(client)
+        here, there = RedisMessageLog(pipes, 100, 3600), RedisMessageLog(pipes, 100, 3600)
+        first = {uid: await one(here, uid, "a") for uid in ("u1", "u2", "u3")}
+        assert await here.sync() == Gaps(False) and await there.sync() == Gaps(False)
+        await here.lost(["u3", "u1", "u3"])
+        assert await there.sync() == Gaps(False, ("u1", "u3")) and await there.sync() == Gaps(False)
+        assert await here.sync() == Gaps(False, ("u1", "u3"))
+        for uid, renewed in (("u1", True), ("u2", False), ("u3", True)):
+            replay = await there.replay(uid, 1, first[uid].epoch, T0)
+            assert (replay.epoch != first[uid].epoch, replay.complete) == (renewed, not renewed), uid
+        assert (await one(here, "u2", "b")).offset == 2 and (await one(here, "u1", "b")).offset == 1
+        await here.lost()
+        assert await there.sync() == Gaps(True, ())
 
 
 async def test_unreadable_counter_starts_a_new_epoch(redis_target: RedisTarget) -> None:

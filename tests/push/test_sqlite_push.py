@@ -14,7 +14,7 @@ import pytest
 from hongbao.core.adapters.sqlite.db import SqliteDb
 from hongbao.core.adapters.sqlite.push import SqliteMessageLog, SqliteNodeDirectory, SqliteSessionStore, SqliteTopicLog
 from hongbao.core.adapters.sqlite.push_db import open_push_db
-from hongbao.core.push_ports import Route, SharedBody, Stored
+from hongbao.core.push_ports import Gaps, Route, SharedBody, Stored
 from hongbao.server.push_appender import Appender
 from hongbao.server.push_messages import EventBody
 
@@ -280,14 +280,34 @@ async def test_posted_appends_share_a_write_and_reach_the_sender_in_one_call(dbs
 
 
 async def test_a_failed_write_reports_its_posted_appends_once(dbs: tuple[SqliteDb, SqliteDb]) -> None:
-    """Appender.post: a write that fails calls on_failed once with the count of posted messages lost."""
+    """Appender.post: a write that fails calls on_failed once with the users of the posted messages lost."""
     a, _ = dbs
-    failed: list[tuple[int, str]] = []
+    failed: list[tuple[list[str], str]] = []
     appender = Appender(
-        SqliteMessageLog(a, 100, 60), lambda items, at: None, lambda n, exc: failed.append((n, type(exc).__name__))
+        SqliteMessageLog(a, 100, 60),
+        lambda items, at: None,
+        lambda uids, exc: failed.append((uids, type(exc).__name__)),
     )
     a.conn.execute("DROP TABLE t_push_stream")
     for i in range(5):
-        appender.post("u1", body(f"p{i}"))
+        appender.post(f"u{i % 2}", body(f"p{i}"))
     await appender.drained()
-    assert failed == [(5, "OperationalError")]
+    assert failed == [(["u0", "u1", "u0", "u1", "u0"], "OperationalError")]
+
+
+async def test_lost_streams_are_renewed_and_named_to_every_worker(dbs: tuple[SqliteDb, SqliteDb]) -> None:
+    """lost(uids) on one worker: those streams start new epochs (their replay from the old epoch
+    incomplete), the others keep theirs, and the other worker's next sync names them (its first
+    sync names none: it takes the cursor); lost() renews every stream and is reported as such."""
+    a, b = dbs
+    log_a, log_b = SqliteMessageLog(a, 100, 60), SqliteMessageLog(b, 100, 60)
+    first = await log_a.append([("u1", body("m1")), ("u2", body("x1")), ("u3", body("y1"))], T0)
+    assert await log_b.sync() == Gaps(False)
+    await log_a.lost(["u1", "u3", "u1"])
+    assert await log_b.sync() == Gaps(False, ("u1", "u3")) and await log_b.sync() == Gaps(False)
+    for uid, message, renewed in zip(("u1", "u2", "u3"), first, (True, False, True), strict=True):
+        replay = await log_b.replay(uid, 1, message.epoch, T0)
+        assert (replay.epoch != message.epoch, replay.complete) == (renewed, not renewed), uid
+    assert (await log_a.append([("u2", body("x2"))], T0))[0].offset == 2
+    await log_a.lost()
+    assert await log_b.sync() == Gaps(True)

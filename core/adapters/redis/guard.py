@@ -37,6 +37,7 @@ from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.ports import Queue
 from hongbao.core.push_ports import (
     BodyMaker,
+    Gaps,
     MessageLog,
     NodeDirectory,
     Replay,
@@ -154,11 +155,11 @@ class GuardedMessageLog(_Guarded):
         """MessageLog.replay, refused at once while Redis is down."""
         return await self._now(lambda: self._log.replay(uid, after, epoch, now_ms))
 
-    async def lost(self) -> None:
+    async def lost(self, uids: Sequence[str] | None = None) -> None:
         """MessageLog.lost (background: may be the trial call)."""
-        await self._breaker.call(self._log.lost)
+        await self._breaker.call(lambda: self._log.lost(uids))
 
-    async def sync(self) -> bool:
+    async def sync(self) -> Gaps:
         """MessageLog.sync (background: may be the trial call)."""
         return await self._breaker.call(self._log.sync)
 

@@ -10,9 +10,11 @@ Per user (one hash tag, so every script below stays in one slot):
   (the encoded frame payload). Both keys expire ``max_age_s`` after the last append.
 
 The epoch is a random string made when ``mlog:{uid}`` has none (first use, or the history was
-lost: a flush, a restart without persistence, the keys expired, a ``seq`` that does not parse);
-offsets restart at 1 in a new epoch and a client from an older epoch is told its replay is not
-complete.
+lost: a flush, a restart without persistence, the keys expired, a ``seq`` that does not parse,
+or a node deleted both keys because an append to them failed); offsets restart at 1 in a new epoch
+and a client from an older epoch is told its replay is not complete. ``{push}:lost`` (a stream, one
+entry per renewed user, field ``u``) names those renewals to every node, which reads it from its
+own cursor with ``{push}:generation`` once a second.
 
 Topics: ``{topics}:meta`` (hash of ``<topic>:seq|epoch|nonce``) and ``{topics}:log`` (one stream
 for every topic, capped at about ``max_len`` entries, fields ``topic o e b``); each node reads it
@@ -36,6 +38,7 @@ from typing import Any
 from hongbao.core.adapters.redis.client import Pipelines, RedisClient, text
 from hongbao.core.adapters.redis.push_lua import (
     GENERATION,
+    LOST,
     TOPIC_PEEK,
     TOPIC_PUT,
     USER_ACK,
@@ -43,7 +46,7 @@ from hongbao.core.adapters.redis.push_lua import (
     USER_PUT,
     USER_REPLAY,
 )
-from hongbao.core.push_ports import BodyMaker, Replay, Stored
+from hongbao.core.push_ports import BodyMaker, Gaps, Replay, Stored
 
 log = logging.getLogger("hongbao.redis_push")
 
@@ -73,29 +76,37 @@ def _epoch() -> str:
     return secrets.token_urlsafe(6)
 
 
-#: The generation of every stream's incarnation (redis_push_lua): raised by a node that lost appends.
+#: The generation of every stream's incarnation (redis_push_lua): raised by a node that lost appends
+#: it cannot name; LOST_KEY names the streams renewed for appends that failed (same slot).
 GENERATION_KEY = "{push}:generation"
+LOST_KEY = "{push}:lost"
+LOST_MAX_LEN = 100_000  # entries kept in LOST_KEY: a node reads them every second, so it never lags that far
+LOST_READ = 10_000  # uids one sync reads at most (the rest at the next)
 
 
 class Generation:
     """The incarnation generation one node's logs pass to their scripts (a decimal string; "0"
-    until read), shared by its message log and its topic log, and the ``run_id`` of the Redis
-    process holding GENERATION_KEY when last read."""
+    until read), shared by its message log and its topic log, the ``run_id`` of the Redis
+    process holding GENERATION_KEY when last read, and the node's ``cursor`` in LOST_KEY."""
 
-    __slots__ = ("run", "value")
+    __slots__ = ("cursor", "run", "value")
 
     def __init__(self) -> None:
-        self.value, self.run = "0", ""
+        self.value, self.run, self.cursor = "0", "", ""
 
-    async def sync(self, pipes: Pipelines, *, raise_: bool = False) -> bool:
+    async def sync(self, pipes: Pipelines, *, raise_: bool = False) -> Gaps:
         """Take the stored generation (GENERATION_KEY) when it is higher, store this one when it is
         lower (a restore from an older dump lowered it), and one above both with ``raise_`` (every
-        stream starts a new epoch at its next use); True when the generation rose or the process
-        holding it changed (a restart, a failover) since the last call."""
-        value, run = await pipes.script(GENERATION, [GENERATION_KEY], [self.value, int(raise_)])
-        before, self.value = self.value, str(value)
-        was, self.run = self.run, text(run)
-        return self.value != before or (bool(was) and self.run != was)
+        stream starts a new epoch at its next use), and read LOST_KEY past the cursor. ``every``
+        when the generation rose or the process holding it changed (a restart, a failover) since
+        the last call; ``uids``: the streams renewed since (none on the first call)."""
+        args: list[str | int | bytes] = [self.value, int(raise_), self.cursor, LOST_READ]
+        reply = await pipes.script(GENERATION, [GENERATION_KEY, LOST_KEY], args)
+        before, self.value = self.value, str(reply[0])
+        was, self.run = self.run, text(reply[1])
+        self.cursor = text(reply[2])
+        every = self.value != before or (bool(was) and self.run != was)
+        return Gaps(every, tuple(text(uid) for uid in reply[3]))
 
 
 class RedisMessageLog:
@@ -163,12 +174,21 @@ class RedisMessageLog:
             users = taken
         return [message for message in stored if message is not None]
 
-    async def lost(self) -> None:
-        """Raise the generation: every stream (and topic) starts a new epoch at its next use."""
-        await self._generation.sync(self._pipes, raise_=True)
+    async def lost(self, uids: Sequence[str] | None = None) -> None:
+        """Renew the streams of ``uids`` (their keys deleted: the next use starts a new epoch, and
+        an append still in flight finds its claim refused) and name them in LOST_KEY for every
+        node; ``None``: raise the generation, every stream (and topic) starts a new epoch at its
+        next use (the streams LOST_KEY names meanwhile are among them: the read is dropped)."""
+        if uids is None:
+            await self._generation.sync(self._pipes, raise_=True)
+            return
+        unique = sorted(set(uids))
+        await self._pipes.commands([(mlog_key(uid), ("DEL", *_keys(uid))) for uid in unique])
+        await self._pipes.script(LOST, [LOST_KEY], [LOST_MAX_LEN, *unique])
 
-    async def sync(self) -> bool:
-        """Read the generation other nodes may have raised; True when it rose or Redis restarted."""
+    async def sync(self) -> Gaps:
+        """The streams renewed since the last call (MessageLog.sync): the generation other nodes
+        may have raised (or a Redis restart) and the uids named in LOST_KEY."""
         return await self._generation.sync(self._pipes)
 
     async def ack(self, acks: Sequence[tuple[str, int]]) -> None:

@@ -151,11 +151,29 @@ return {1}
 """
 )
 SCRIPTS = (USER_PEEK, USER_PUT, USER_ACK, USER_REPLAY)
-#: KEYS generation. ARGV the caller's generation, raise (1 or 0) -> {the generation now: never lower
-#: than either (a Redis restored from an older dump is healed), one higher when raising; run_id}.
+#: KEYS generation, the lost stream (one entry per renewed stream, field u: its uid). ARGV the caller's
+#: generation, raise (1 or 0), the caller's cursor in the lost stream ("": none yet), the most uids to
+#: read -> {the generation now: never lower than either (a Redis restored from an older dump is
+#: healed), one higher when raising; run_id; the cursor now (the stream's last id on a first call);
+#: the uids of the entries after the old cursor}.
 GENERATION = LuaScript("""
 local g = math.max(tonumber(redis.call('GET', KEYS[1]) or '0') or 0, tonumber(ARGV[1]))
 if ARGV[2] == '1' then g = g + 1 end
 redis.call('SET', KEYS[1], g)
-return {g, string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')}
+local cursor, uids = ARGV[3], {}
+if cursor == '' then
+  local tail = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+  cursor = tail[1] and tail[1][1] or '0-0'
+else
+  for _, entry in ipairs(redis.call('XRANGE', KEYS[2], '(' .. cursor, '+', 'COUNT', ARGV[4])) do
+    cursor = entry[1]
+    uids[#uids + 1] = entry[2][2]
+  end
+end
+return {g, string.match(redis.call('INFO', 'server'), 'run_id:(%w+)'), cursor, uids}
+""")
+#: KEYS the lost stream. ARGV its approximate length cap, then uids: one entry each.
+LOST = LuaScript("""
+for i = 2, #ARGV do redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'u', ARGV[i]) end
+return #ARGV - 1
 """)

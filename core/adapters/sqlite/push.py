@@ -18,14 +18,17 @@ from collections.abc import Sequence
 
 import orjson
 from hongbao.core.adapters.sqlite.db import SqliteDb
-from hongbao.core.push_ports import BodyMaker, Replay, Route, SharedBody, Stored, place
+from hongbao.core.push_ports import BodyMaker, Gaps, Replay, Route, SharedBody, Stored, place
 
 BROADCAST_RETENTION_MS = 60_000  # broadcasts stay readable this long (nodes read them within ms)
 BROADCAST_POLL_S = 0.02  # how often a node looks for broadcasts published by other processes
 BROADCAST_READ_LIMIT = 1000
 TRIM_EVERY = 64  # a stream's messages past ``max_messages`` are deleted once every this many offsets
 DROP_EVERY_MS = 1000  # old messages and unused heads are deleted at most this often per log
-_STREAMS = "SELECT uid, epoch, last_offset FROM t_push_stream WHERE uid IN (SELECT value FROM json_each(?))"
+LOST_KEPT = 100_000  # t_push_lost rows kept: every worker reads them each second, so none lags that far
+LOST_READ = 10_000  # uids one sync reads at most (the rest at the next)
+_IN_UIDS = "uid IN (SELECT value FROM json_each(?))"
+_STREAMS = f"SELECT uid, epoch, last_offset FROM t_push_stream WHERE {_IN_UIDS}"
 _STREAM_LAST = (
     "INSERT INTO t_push_stream (uid, epoch, last_offset, acked) VALUES (?, ?, ?, 0) "
     "ON CONFLICT (uid) DO UPDATE SET last_offset = excluded.last_offset"
@@ -213,12 +216,13 @@ class SqliteMessageLog:
     appends go (a stream's oldest every ``TRIM_EVERY`` offsets; old messages and unused heads at
     most every ``DROP_EVERY_MS``)."""
 
-    __slots__ = ("_db", "_max_messages", "_max_age_ms", "_dropped_at", "_generation")
+    __slots__ = ("_db", "_max_messages", "_max_age_ms", "_dropped_at", "_generation", "_lost_cursor")
 
     def __init__(self, db: SqliteDb, max_messages: int, max_age_s: float) -> None:
         self._db, self._max_messages, self._max_age_ms = db, max_messages, int(max_age_s * 1000)
         self._dropped_at = 0  # when this log last deleted old messages and unused heads (ms)
         self._generation: int | None = None  # t_meta generation at the last sync (None: not read yet)
+        self._lost_cursor: int | None = None  # the last t_push_lost id read (None: not read yet)
 
     async def append(self, entries: Sequence[tuple[str, SharedBody]], now_ms: int) -> list[Stored]:
         """Append every entry in one transaction (one head row per distinct BodyMaker; the streams
@@ -322,29 +326,52 @@ class SqliteMessageLog:
         complete = same and len(held) == last - base and (not held or held[0].offset == base + 1)
         return Replay(stream_epoch, held, complete, last)
 
-    async def lost(self) -> None:
-        """Every stream starts a new epoch now (its held messages dropped, offsets from 1 again)
-        and the file's generation (t_meta ``generation``) rises: one transaction over the push
-        file, which every worker of the host shares."""
+    async def lost(self, uids: Sequence[str] | None = None) -> None:
+        """The streams of ``uids`` start a new epoch now (their held messages dropped, offsets from
+        1 again) and t_push_lost names them for every worker of the host (which share the file);
+        ``None``: every stream does, and the file's generation (t_meta ``generation``) rises. One
+        transaction."""
+        where, params = (
+            ("", ()) if uids is None else (f" WHERE {_IN_UIDS}", (orjson.dumps(sorted(set(uids))).decode(),))
+        )
 
         def renew() -> None:
             with self._db.immediate() as conn:
-                conn.execute("UPDATE t_push_stream SET epoch = lower(hex(randomblob(6))), last_offset = 0, acked = 0")
-                conn.execute("DELETE FROM t_push_message")
                 conn.execute(
-                    "INSERT INTO t_meta (key, value) VALUES ('generation', '1') "
-                    "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+                    f"UPDATE t_push_stream SET epoch = lower(hex(randomblob(6))), last_offset = 0, acked = 0{where}",
+                    params,
                 )
+                conn.execute(f"DELETE FROM t_push_message{where}", params)
+                if uids is None:
+                    conn.execute(
+                        "INSERT INTO t_meta (key, value) VALUES ('generation', '1') "
+                        "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+                    )
+                    return
+                conn.execute("INSERT INTO t_push_lost (uid) SELECT value FROM json_each(?)", params)
+                conn.execute("DELETE FROM t_push_lost WHERE id <= (SELECT MAX(id) FROM t_push_lost) - ?", (LOST_KEPT,))
 
         await self._db.run(renew)
 
-    async def sync(self) -> bool:
-        """True when the file's generation rose since the last call (a ``lost`` of any worker)."""
-        row = self._db.read(
-            lambda: self._db.reader.execute("SELECT value FROM t_meta WHERE key = 'generation'").fetchone()
-        )
-        before, self._generation = self._generation, 0 if row is None else int(row[0])
-        return before is not None and self._generation != before
+    async def sync(self) -> Gaps:
+        """The streams renewed since the last call: ``every`` when the file's generation rose (a
+        ``lost()`` of any worker), ``uids`` from t_push_lost past this log's cursor (none on the
+        first call, which takes the cursor)."""
+
+        def read() -> tuple[int, int, list[tuple[int, str]]]:
+            reader = self._db.reader
+            row = reader.execute("SELECT value FROM t_meta WHERE key = 'generation'").fetchone()
+            if self._lost_cursor is None:
+                top = reader.execute("SELECT COALESCE(MAX(id), 0) FROM t_push_lost").fetchone()[0]
+                return 0 if row is None else int(row[0]), int(top), []
+            rows = reader.execute(
+                "SELECT id, uid FROM t_push_lost WHERE id > ? ORDER BY id LIMIT ?", (self._lost_cursor, LOST_READ)
+            ).fetchall()
+            return 0 if row is None else int(row[0]), int(rows[-1][0]) if rows else self._lost_cursor, rows
+
+        generation, self._lost_cursor, rows = self._db.read(read)
+        before, self._generation = self._generation, generation
+        return Gaps(before is not None and generation != before, tuple(str(uid) for _, uid in rows))
 
     def _create_in_transaction(self, uid: str) -> None:
         with self._db.immediate() as conn:

@@ -59,6 +59,8 @@ _TABLES = (
         id INTEGER PRIMARY KEY, topic TEXT NOT NULL, offset INTEGER NOT NULL, epoch TEXT NOT NULL,
         body BLOB NOT NULL, created_at INTEGER NOT NULL) STRICT""",
     "CREATE INDEX IF NOT EXISTS t_push_broadcast_age ON t_push_broadcast (created_at)",
+    # renewed streams, read by every worker from its cursor: ids only grow (the newest row is never deleted)
+    "CREATE TABLE IF NOT EXISTS t_push_lost (id INTEGER PRIMARY KEY, uid TEXT NOT NULL) STRICT",
     *QUEUE_TABLE,
 )
 
