@@ -1,6 +1,7 @@
 """Group pushes through the reliable queue, and broadcasts through the topic log (docs/architecture.md section 7).
 
-Group: ``push_to_group`` puts one message on the ``push_group`` stream of the Queue port; every
+Group: ``queue_group`` (``push_to_group`` after checking the group exists, for the admin push)
+puts one message on the ``push_group`` stream of the Queue port; every
 worker consumes the stream (a claim leases messages, so each is handled by one worker, and one
 that dies mid-way is taken over after the lease). A claimed batch is expanded to the groups'
 members, appended to every member's log in one round trip, acked, then sent: to the sockets
@@ -92,6 +93,12 @@ class Fanout:
         """Queue ``event`` for every member of ``group_id``. Raises NotFound for an unknown group."""
         if not await self.groups.exists(group_id):
             raise errors.NotFound(f"no group {group_id}")
+        await self.queue_group(group_id, event, data)
+
+    async def queue_group(self, group_id: str, event: str, data: Any) -> None:
+        """Queue ``event`` for every member of ``group_id``, a group known to exist (a service
+        event about one of its packets): no read of the groups, so a busy database neither delays
+        nor loses it (the drain reads the members, and retries through the queue's lease)."""
         await self.queue.publish([(GROUP_STREAM, GroupPush(group_id, event, data, now_ms()).encode())])
         if self._wake is not None:
             self._wake.set()

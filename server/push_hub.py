@@ -411,7 +411,7 @@ class PushHub:
     async def _notify_group(self, event: Event) -> None:
         assert event.group_id is not None
         try:
-            await self.push_to_group(event.group_id, event.name, event.data)
+            await self.fanout.queue_group(event.group_id, event.name, event.data)
         except Exception as exc:
             self.metrics.events["push_failures"] += 1
             self._lost += 1

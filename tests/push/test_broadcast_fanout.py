@@ -16,6 +16,9 @@ import orjson
 import pytest
 from hongbao.core.adapters.sqlite.db import SqliteDb
 from hongbao.core.adapters.sqlite.state import SqliteGroupStore
+from hongbao.core.clock import SystemClock
+from hongbao.core.rules import Limits
+from hongbao.core.services.groups import Groups
 from hongbao.server.composition import push_stores
 from hongbao.server.config import Settings
 from hongbao.server.metrics import WorkerMetrics
@@ -72,7 +75,8 @@ def hub(tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]) -> I
     settings = Settings(data_dir=tmp_path, internal_secret="test")
     money = SqliteDb(tmp_path / "hongbao.db")
     stores = push_stores(settings, {})
-    made = PushHub(settings, stores, WorkerMetrics(tmp_path / "metrics"), stores.queue, SqliteGroupStore(money))
+    groups = Groups(SqliteGroupStore(money), Limits(), SystemClock())
+    made = PushHub(settings, stores, WorkerMetrics(tmp_path / "metrics"), stores.queue, groups)
     loop_cleanups.extend((stores.aclose, made.stop))  # last first: the hub stops, then its stores close
     yield made
     money.close()
