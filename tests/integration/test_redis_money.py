@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -178,18 +179,27 @@ async def test_lapsed_pre_order_key_expires(open_on: Open, redis_standalone: Red
     assert await svc.ports.ledger.balance("A") == 100
 
 
+async def _funded(
+    open_on: Open, tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]
+) -> tuple[subprocess.Popen[bytes], int, Backend, dict[str, int]]:
+    """A private redis-server (stopped at the end), a backend on it and its fallback counters,
+    group g (A, B) and A topped up with 1000 fen: (the process, its port, the backend, the counters)."""
+    (port,) = free_ports(1)
+    process = redis_servers.start_on(tmp_path, port)
+    loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
+    backend, counts = await open_on(f"redis://127.0.0.1:{port}", False)
+    await suite._group(backend.services, "g", ["A", "B"])
+    await backend.services.accounts.topup("A", 1000, "k")
+    return process, port, backend, counts
+
+
 async def test_redis_down_at_send(
     open_on: Open, tmp_path: Path, loop_cleanups: list[Callable[[], Awaitable[None]]]
 ) -> None:
     """Redis stopped: sends take DB ids and DB pre-orders, cheaply (breaker), pays work; Redis
     restarted empty: it takes over, ids are not reissued."""
-    (port,) = free_ports(1)
-    process = redis_servers.start_on(tmp_path, port)
-    loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
-    backend, counts = await open_on(f"redis://127.0.0.1:{port}", False)
+    process, port, backend, counts = await _funded(open_on, tmp_path, loop_cleanups)
     svc = backend.services
-    await suite._group(svc, "g", ["A", "B"])
-    await svc.accounts.topup("A", 1000, "k")
     cached, _ = await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"})
     await asyncio.to_thread(redis_servers.stop, process)
 
@@ -228,13 +238,8 @@ async def test_pre_orders_held_in_redis_answer_degraded_while_it_is_silent(
     holds answers 503 degraded (nothing else can tell it from an unknown one), never 404 or 409;
     a repeated pay of a packet already paid still answers it from the database. Redis back: the
     same pre-orders pay and cancel as before, the sender debited once each."""
-    (port,) = free_ports(1)
-    process = redis_servers.start_on(tmp_path, port)
-    loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
-    backend, counts = await open_on(f"redis://127.0.0.1:{port}", False)
+    process, _, backend, counts = await _funded(open_on, tmp_path, loop_cleanups)
     svc = backend.services
-    await suite._group(svc, "g", ["A", "B"])
-    await svc.accounts.topup("A", 1000, "k")
     held, kept, paid = [(await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in "abc"]
     await svc.sending.pay("A", paid)
     os.kill(process.pid, signal.SIGSTOP)
@@ -261,13 +266,8 @@ async def test_a_cut_pay_waits_for_a_silent_redis_instead_of_being_undone(
     """A pay cut after its debit whose pre-order Redis holds, reconciled while Redis is silent
     (SIGSTOP): the run stops without settling it (not refunded as if the pre-order were gone);
     Redis back: the next run activates the packet from its pre-order, the sender debited once."""
-    (port,) = free_ports(1)
-    process = redis_servers.start_on(tmp_path, port)
-    loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
-    backend, _ = await open_on(f"redis://127.0.0.1:{port}", False)
+    process, _, backend, _ = await _funded(open_on, tmp_path, loop_cleanups)
     svc = backend.services
-    await suite._group(svc, "g", ["A", "B"])
-    await svc.accounts.topup("A", 1000, "k")
     order_id, _ = await svc.sending.send("A", {"count": 2, "total_fen": 300, "group_id": "g"})
     svc.sending.faults = Faults({"pay_debited": (1.0, raising)})
     with pytest.raises(FaultInjected):
