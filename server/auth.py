@@ -118,13 +118,17 @@ class TokenVerifier:
         return identity
 
 
-def mint(secret: str, user_id: str, *, admin: bool = False, ttl_s: float = 24 * 3600) -> str:
-    """An HS256 token for ``user_id`` valid for ``ttl_s`` seconds (``role: admin`` if ``admin``).
-    Raises ValueError for an invalid user id. (A negative ``ttl_s`` mints an expired token, which
-    tests need; the CLI refuses one.)"""
+def mint(
+    secret: str, user_id: str, *, admin: bool = False, ttl_s: float = 24 * 3600, expires_at: int | None = None
+) -> str:
+    """An HS256 token for ``user_id`` valid for ``ttl_s`` seconds, or until ``expires_at`` (s since
+    the epoch) when given (``role: admin`` if ``admin``). The same arguments give the same token
+    (HS256 is deterministic), whichever process mints it. Raises ValueError for an invalid user id.
+    (A negative ``ttl_s`` mints an expired token, which tests need; the CLI refuses one.)"""
     if not valid_user_id(user_id):
         raise ValueError("user id must be 1..64 of [A-Za-z0-9_-]")
-    claims: dict[str, object] = {"sub": user_id, "exp": int(time.time() + ttl_s)}
+    exp = int(time.time() + ttl_s) if expires_at is None else expires_at
+    claims: dict[str, object] = {"sub": user_id, "exp": exp}
     if admin:
         claims["role"] = "admin"
     return jwt.encode(claims, secret, algorithm="HS256")

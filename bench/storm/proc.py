@@ -51,12 +51,14 @@ class LoadJob:
     """What load process ``proc`` of ``procs`` plays: the plan of ``scenario`` for run tag ``run``
     (or the load lines of the ``replay`` file), against ``urls`` (one target's entries: a
     user's requests go to the one its id hashes to; its push connection to the first), minting
-    with ``secret``;
+    with ``secret`` tokens that expire at ``token_exp`` (s since the epoch; the same in every
+    process, so a user has one token);
     ``known`` ids defined in the setup; the ``online`` users whose push connections it holds;
     where to write its ``record`` lines and ``samples``."""
 
     urls: tuple[str, ...]
     secret: str
+    token_exp: int
     scenario: Scenario
     run: str
     proc: int
@@ -89,7 +91,7 @@ def load_main(job: LoadJob, queue: Queue[Any], start: Synchronized[float], go: E
 async def _main(
     job: LoadJob, calls: list[Call], queue: Queue[Any], start: Synchronized[float], go: Event, settled: Event
 ) -> None:
-    tokens = Tokens(job.secret)
+    tokens = Tokens(job.secret, job.token_exp)
     warm(tokens, calls)
     push = PushUsers(job.urls[0], job.online, tokens, job.scenario)
     await push.connect()

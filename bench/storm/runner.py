@@ -30,7 +30,7 @@ from hongbao.bench.storm.proc import LoadJob, load_main
 from hongbao.bench.storm.push import GRACE_S, home, is_online
 from hongbao.bench.storm.record import Recorder, merge, read_record
 from hongbao.bench.storm.scenario import Scenario
-from hongbao.bench.storm.wire import Tokens
+from hongbao.bench.storm.wire import Tokens, token_expiry
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -108,11 +108,11 @@ class LoadResult:
     generator: list[dict[str, float]] = field(default_factory=list)
 
 
-async def _setup(opts: StormOptions, calls: list[Call], recorder: Recorder | None) -> dict[str, str]:
+async def _setup(opts: StormOptions, calls: list[Call], tokens: Tokens, recorder: Recorder | None) -> dict[str, str]:
     # Every setup call starts at once and waits for one of ``connections`` client connections: the
     # timeout bounds the connect and the answer, not that wait (a slower target still gets set up).
     client = Http1Client(opts.url, opts.scenario.connections, opts.scenario.timeout_s, wait_counts=False)
-    executor = Executor(Entries([client]), Tokens(opts.secret), time.monotonic(), opts.scenario.busy_retries, recorder)
+    executor = Executor(Entries([client]), tokens, time.monotonic(), opts.scenario.busy_retries, recorder)
     try:
         await executor.play(calls)
     finally:
@@ -183,8 +183,9 @@ def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T
     started = time.monotonic()
     recorder = Recorder(opts.work_dir / "record-setup.jsonl") if opts.record else None
     setup = setup_calls(opts, run)
+    token_exp = token_expiry()
     try:
-        known = uvloop.run(_setup(opts, setup, recorder))
+        known = uvloop.run(_setup(opts, setup, Tokens(opts.secret, token_exp), recorder))
     finally:
         if recorder is not None:
             recorder.close()
@@ -196,6 +197,7 @@ def run_load(opts: StormOptions, settle: Callable[[], T]) -> tuple[LoadResult, T
         LoadJob(
             opts.entries or (opts.url,),
             opts.secret,
+            token_exp,
             opts.scenario,
             run,
             p,

@@ -35,20 +35,29 @@ def storm_secret(data_dir: Path | None, jwt_secret: str | None) -> str:
     return path.read_text().strip()
 
 
+def token_expiry() -> int:
+    """The ``exp`` (s since the epoch) of a storm's tokens: ``TOKEN_TTL_S`` from now."""
+    return int(time.time()) + TOKEN_TTL_S
+
+
 class Tokens:
-    """Tokens per user, minted once (HS256, ``TOKEN_TTL_S`` seconds); the admin's for top-ups."""
+    """Tokens per user, minted once (HS256) with one ``expires_at`` (s since the epoch; default
+    ``token_expiry()``); the admin's for top-ups. Instances given the same secret and expiry mint
+    the same token for a user, so a user holds one token across the storm's processes, as a real
+    client does (and the server's verifier cache sees one token per user, not one per process)."""
 
-    __slots__ = ("_secret", "_cache")
+    __slots__ = ("_secret", "_expires_at", "_cache")
 
-    def __init__(self, secret: str) -> None:
+    def __init__(self, secret: str, expires_at: int | None = None) -> None:
         self._secret = secret
+        self._expires_at = token_expiry() if expires_at is None else expires_at
         self._cache: dict[tuple[str, bool], str] = {}
 
     def jwt(self, user: str, admin: bool = False) -> str:
         """The JWT of ``user`` (an admin token if ``admin``)."""
         value = self._cache.get((user, admin))
         if value is None:
-            value = self._cache[(user, admin)] = mint(self._secret, user, admin=admin, ttl_s=TOKEN_TTL_S)
+            value = self._cache[(user, admin)] = mint(self._secret, user, admin=admin, expires_at=self._expires_at)
         return value
 
     def bearer(self, user: str, admin: bool = False) -> str:
