@@ -10,15 +10,16 @@ import orjson
 from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core.adapters.redis.client import Pipelines
 from hongbao.core.adapters.redis.push_logs import RedisMessageLog, RedisTopicLog, mlog_key, mstream_key
-from hongbao.core.adapters.redis.push_lua import USER_PEEK, USER_PUT
-from hongbao.core.push_ports import BodyMaker, Gaps, Stored
+from hongbao.core.adapters.redis.push_lua import USER_APPEND
+from hongbao.core.push_ports import Gaps, Stored
+from hongbao.server.push_messages import EventBody
 
 T0 = 1_700_000_000_000
 
 
-def body(event: str) -> BodyMaker:
-    """A body maker that encodes the offset and epoch it is given, as the hub does."""
-    return lambda offset, epoch: orjson.dumps({"type": "event", "offset": offset, "epoch": epoch, "event": event})
+def body(event: str) -> EventBody:
+    """The hub's body maker for ``event`` (no data): its head, then the offset and epoch it is given."""
+    return EventBody(event, None)
 
 
 async def one(logs: RedisMessageLog, uid: str, event: str, now_ms: int = T0) -> Stored:
@@ -34,6 +35,16 @@ def decoded(raw: bytes) -> dict[str, object]:
     return value
 
 
+def scripts_run(target: RedisTarget) -> int:
+    """EVAL and EVALSHA calls on every primary of ``target`` since their stats were reset."""
+    calls = 0
+    for port in target.ports:
+        with target.sync_client(port) as node:
+            stats: dict[str, dict[str, int]] = node.info("commandstats")
+            calls += sum(stats.get(name, {}).get("calls", 0) for name in ("cmdstat_eval", "cmdstat_evalsha"))
+    return calls
+
+
 async def test_offsets_count_per_user_and_bodies_carry_them(redis_target: RedisTarget) -> None:
     """Offsets go 1, 2, 3 per user in one epoch, and each body carries its own offset and epoch."""
     async with redis_target.connect() as client:
@@ -42,7 +53,15 @@ async def test_offsets_count_per_user_and_bodies_carry_them(redis_target: RedisT
         other = await one(logs, "u2", "x", T0)
         assert [m.offset for m in first] == [1, 2, 3] and other.offset == 1
         assert len({m.epoch for m in first}) == 1 and other.epoch != first[0].epoch
-        assert decoded(first[2].body) == {"type": "event", "offset": 3, "epoch": first[0].epoch, "event": "e2"}
+        assert decoded(first[2].body) == {
+            "type": "event",
+            "event": "e2",
+            "data": None,
+            "offset": 3,
+            "epoch": first[0].epoch,
+        }
+        held = (await logs.replay("u1", None, None, T0)).messages
+        assert [m.body for m in held] == [m.body for m in first]  # the bytes the script wrote
         assert 3590 <= await client.ttl(mstream_key("u1")) <= 3600
 
 
@@ -191,15 +210,30 @@ async def test_ack_moves_the_replay_base(redis_target: RedisTarget) -> None:
 
 
 async def test_retried_append_writes_once(redis_target: RedisTarget) -> None:
-    """The same write sent twice (a retry after a lost reply) stores its messages once."""
+    """The same write sent twice (a retry after a lost reply) stores its messages once and answers
+    the same offsets; another write after it takes the next ones."""
     async with redis_target.connect() as client:
         keys = [mlog_key("u1"), mstream_key("u1")]
-        offset, epoch, _ = await Pipelines(client).script(USER_PEEK, keys, ["e0", "0"])
-        args = [int(offset), epoch.decode(), "nonce1", T0, 100, 0, 60_000, "e1", "0", b"m1", b"m2"]
-        assert await Pipelines(client).script(USER_PUT, keys, args) == [1]
-        assert await Pipelines(client).script(USER_PUT, keys, args) == [1]
+        args: list[str | int | bytes] = ["nonce1", T0, 100, 0, 60_000, "e1", "0", b'{"a":1', b'{"a":2']
+        first = await Pipelines(client).script(USER_APPEND, keys, args)
+        again = await Pipelines(client).script(USER_APPEND, keys, args)
+        assert first[:2] == again[:2] == [1, b"e1"]
         assert await client.xlen(mstream_key("u1")) == 2
-        assert await Pipelines(client).script(USER_PUT, keys, [*args[:2], "nonce2", *args[3:]]) == [0, 3, epoch]
+        assert (await Pipelines(client).script(USER_APPEND, keys, ["nonce2", *args[1:]]))[0] == 3
+
+
+async def test_an_append_to_many_users_is_one_script_each(redis_target: RedisTarget) -> None:
+    """A group push to 30 members runs one script per member, all in one round trip (the port's
+    contract), not a read of each stream and then a write."""
+    async with redis_target.connect() as client:
+        logs = RedisMessageLog(Pipelines(client), 100, 3600)
+        await one(logs, "u0", "warm")  # the script is loaded
+        for port in redis_target.ports:
+            with redis_target.sync_client(port) as node:
+                node.config_resetstat()
+        stored = await logs.append([(f"u{i}", body("g")) for i in range(30)], T0)
+        assert scripts_run(redis_target) == 30
+        assert [m.offset for m in stored] == [2] + [1] * 29
 
 
 async def test_topic_log_reads_from_a_cursor(redis_target: RedisTarget) -> None:

@@ -20,11 +20,11 @@ Topics: ``{topics}:meta`` (hash of ``<topic>:seq|epoch|nonce``) and ``{topics}:l
 for every topic, capped at about ``max_len`` entries, fields ``topic o e b``); each node reads it
 with XREAD BLOCK from its own cursor (the last stream id it saw).
 
-An append takes two round trips whatever the batch: one pipeline reads each stream's next
-(offset, epoch); the bodies, which carry them, are built; a second pipeline runs one script per
-user that writes that user's messages only if nobody took those offsets meanwhile (else it
-answers the next free offset, and that user's bodies are built and sent again). So a user's
-offsets are consecutive in the order given and the stream is always in offset order.
+An append takes one round trip whatever the batch: a pipeline of one script per user, which
+takes the user's next offsets and writes each message's body as its head followed by its offset
+and epoch (``place``), the same bytes the caller builds from the answered first offset. A script
+runs alone, so a user's offsets are consecutive in the order given and the stream is always in
+offset order.
 """
 
 from __future__ import annotations
@@ -42,11 +42,10 @@ from hongbao.core.adapters.redis.push_lua import (
     TOPIC_PEEK,
     TOPIC_PUT,
     USER_ACK,
-    USER_PEEK,
-    USER_PUT,
+    USER_APPEND,
     USER_REPLAY,
 )
-from hongbao.core.push_ports import BodyMaker, Gaps, Replay, Stored
+from hongbao.core.push_ports import BodyMaker, Gaps, Replay, SharedBody, Stored
 
 log = logging.getLogger("hongbao.redis_push")
 
@@ -111,7 +110,7 @@ class Generation:
 
 class RedisMessageLog:
     """MessageLog on Redis: per-user streams, at most ``max_len`` messages none older than
-    ``max_age_s`` seconds (see the module for keys, epochs and the two round trips)."""
+    ``max_age_s`` seconds (see the module for keys, epochs and the one round trip of an append)."""
 
     __slots__ = ("_generation", "_max_age_ms", "_max_len", "_pipes")
 
@@ -121,58 +120,27 @@ class RedisMessageLog:
         self._max_age_ms = int(max_age_s * 1000)
         self._generation = generation or Generation()
 
-    async def append(self, entries: Sequence[tuple[str, BodyMaker]], now_ms: int) -> list[Stored]:
+    async def append(self, entries: Sequence[tuple[str, SharedBody]], now_ms: int) -> list[Stored]:
         """Append ``make_body(offset, epoch)`` to each (uid, make_body)'s stream (a uid's messages
-        take consecutive offsets in the order given), trimming what is past the bounds; the Stored
-        messages in the order of ``entries``. Safe to retry."""
-        positions: dict[str, list[int]] = {}
-        for i, (uid, _) in enumerate(entries):
-            positions.setdefault(uid, []).append(i)
-        users = list(positions)
-
-        # a stream's new epoch is drawn once per round trip (shared by its users' streams, never by
-        # two incarnations of one stream: a peek's and a put's differ)
-        generation, fresh = self._generation.value, _epoch()
-        peeks = await self._pipes.scripts(USER_PEEK, [(_keys(uid), [fresh, generation]) for uid in users])
-        heads = {uid: _peeked(uid, reply) for uid, reply in zip(users, peeks, strict=True)}
-        stored: list[Stored | None] = [None] * len(entries)
-        nonce = secrets.token_urlsafe(8)
-        while users:
-            epoch = _epoch()
-            bodies = {
-                uid: [entries[i][1](heads[uid][0] + k, heads[uid][1]) for k, i in enumerate(positions[uid])]
-                for uid in users
-            }
-
-            puts: list[tuple[Sequence[str], Sequence[str | int | bytes]]] = [
-                (
-                    _keys(uid),
-                    [
-                        heads[uid][0],
-                        heads[uid][1],
-                        nonce,
-                        now_ms,
-                        self._max_len,
-                        now_ms - self._max_age_ms,
-                        self._max_age_ms,
-                        epoch,
-                        self._generation.value,
-                        *bodies[uid],
-                    ],
-                )
-                for uid in users
-            ]
-            taken: list[str] = []
-            for uid, reply in zip(users, await self._pipes.scripts(USER_PUT, puts), strict=True):
-                start, epoch = heads[uid]
-                if int(reply[0]) == 1:
-                    for k, i in enumerate(positions[uid]):
-                        stored[i] = Stored(start + k, epoch, bodies[uid][k])
-                else:
-                    heads[uid] = (int(reply[1]), text(reply[2]))
-                    taken.append(uid)
-            users = taken
-        return [message for message in stored if message is not None]
+        take consecutive offsets in the order given), trimming what is past the bounds, in one
+        round trip (one USER_APPEND per user, which builds each body from ``make_body.head``); the
+        Stored messages in the order of ``entries``. Safe to retry."""
+        heads: dict[str, list[bytes]] = {}
+        for uid, make_body in entries:
+            heads.setdefault(uid, []).append(make_body.head)
+        # a stream's new epoch is drawn once per round trip (shared by its users' streams)
+        common: list[str | int | bytes] = [secrets.token_urlsafe(8), now_ms, self._max_len]
+        common += [now_ms - self._max_age_ms, self._max_age_ms, _epoch(), self._generation.value]
+        replies = await self._pipes.scripts(USER_APPEND, [(_keys(uid), [*common, *heads[uid]]) for uid in heads])
+        places = {uid: _peeked(uid, reply) for uid, reply in zip(heads, replies, strict=True)}
+        taken = dict.fromkeys(heads, 0)
+        stored: list[Stored] = []
+        for uid, make_body in entries:
+            start, epoch = places[uid]
+            offset = start + taken[uid]
+            taken[uid] += 1
+            stored.append(Stored(offset, epoch, make_body(offset, epoch)))
+        return stored
 
     async def lost(self, uids: Sequence[str] | None = None) -> None:
         """Renew the streams of ``uids`` (their keys deleted: the next use starts a new epoch, and

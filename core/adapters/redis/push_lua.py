@@ -71,34 +71,30 @@ local function trim(maxlen, cutoff)
   end
 end
 """
-#: KEYS mlog, mstream. ARGV new_epoch, generation -> {next offset, epoch, fresh}
-USER_PEEK = LuaScript(
-    _COMMON
-    + """
-local seq, epoch, fresh = user_ensure(ARGV[1], ARGV[2])
-return {seq + 1, epoch, fresh}
-"""
-)
-#: KEYS mlog, mstream. ARGV start, epoch, nonce, now_ms, maxlen, cutoff_ms, ttl_ms, new_epoch, generation, body...
-#: -> {1} written (offsets start, start + 1, ...), or {0, next offset, epoch} when they were taken.
-USER_PUT = LuaScript(
+#: KEYS mlog, mstream. ARGV nonce, now_ms, maxlen, cutoff_ms, ttl_ms, new_epoch, generation, head...
+#: -> {first offset, epoch, fresh}. Message i (1-based) takes offset seq + i and the body
+#: ``head .. ',"offset":N,"epoch":"E"}'`` (hongbao.core.push_ports.place: epochs are URL-safe, so
+#: quoting them is their JSON). The same nonce again on an unchanged stream is a retry of a write
+#: already done: nothing is written, and the offsets it took are answered.
+USER_APPEND = LuaScript(
     _COMMON
     + _TRIM
     + """
-local seq, epoch = user_ensure(ARGV[8], ARGV[9])
-local start = tonumber(ARGV[1])
-local count = #ARGV - 9
-local verdict = claim('', seq, epoch, start, count, ARGV[2], ARGV[3])
-if verdict == 0 then return {0, seq + 1, epoch} end
-if verdict == 1 then
-  for i = 1, count do
-    redis.call('XADD', KEYS[2], (start + i - 1) .. '-0', 't', ARGV[4], 'b', ARGV[9 + i])
-  end
+local seq, epoch, fresh = user_ensure(ARGV[6], ARGV[7])
+local count = #ARGV - 7
+if fresh == 0 and seq >= count and redis.call('HGET', KEYS[1], 'nonce') == ARGV[1] then
+  return {seq - count + 1, epoch, fresh}
 end
-trim(tonumber(ARGV[5]), tonumber(ARGV[6]))
-redis.call('PEXPIRE', KEYS[1], ARGV[7])
-redis.call('PEXPIRE', KEYS[2], ARGV[7])
-return {1}
+local tail = ',"epoch":"' .. epoch .. '"}'
+for i = 1, count do
+  local offset = string.format('%d', seq + i)
+  redis.call('XADD', KEYS[2], offset .. '-0', 't', ARGV[2], 'b', ARGV[7 + i] .. ',"offset":' .. offset .. tail)
+end
+redis.call('HSET', KEYS[1], 'seq', seq + count, 'nonce', ARGV[1])
+trim(tonumber(ARGV[3]), tonumber(ARGV[4]))
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+return {seq + 1, epoch, fresh}
 """
 )
 #: KEYS mlog, mstream. ARGV offset: acked = max(acked, min(offset, seq)); drop what it covers.
@@ -136,7 +132,8 @@ local seq, epoch, fresh = ensure(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 return {seq + 1, epoch, fresh}
 """
 )
-#: KEYS meta, stream. ARGV offset, epoch, nonce, body, prefix, maxlen, new_epoch, topic, generation -> as USER_PUT
+#: KEYS meta, stream. ARGV offset, epoch, nonce, body, prefix, maxlen, new_epoch, topic, generation
+#: -> {1} written, or {0, next offset, epoch} when the offset was taken.
 TOPIC_PUT = LuaScript(
     _COMMON
     + """
@@ -150,7 +147,6 @@ end
 return {1}
 """
 )
-SCRIPTS = (USER_PEEK, USER_PUT, USER_ACK, USER_REPLAY)
 #: KEYS generation, the lost stream (one entry per renewed stream, field u: its uid). ARGV the caller's
 #: generation, raise (1 or 0), the caller's cursor in the lost stream ("": none yet), the most uids to
 #: read -> {the generation now: never lower than either (a Redis restored from an older dump is
