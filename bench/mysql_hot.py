@@ -2,10 +2,10 @@
 loop, with 300 concurrent openers, batched transactions vs one transaction per open, on the same
 MySQL/MariaDB in one run (the ratio is the result; absolute numbers follow the machine).
 
-- batched: the service's OpenBatcher over MysqlPacketStore.open_batch (at most ``max_in_db``
+- batched: the service's OpenBatcher over MysqlPacketStore.open_batches (at most ``max_in_db``
   transactions per packet at once, each carrying every opener waiting: one row lock, one
   multi-row insert, one update);
-- per open: every opener runs its own open_batch transaction for itself alone, all at once,
+- per open: every opener runs its own open transaction for itself alone, all at once,
   queueing on the packet's row lock.
 
 Both use the same pool size. Each round pays a fresh packet (``shares`` shares, 1..``shares``
@@ -83,7 +83,8 @@ async def run_mode(
     now_ms = int(time.time() * 1000)
     admission = hongbao_native.AdmissionTable.create(f"bench-hot-{os.getpid()}-{int(batched)}", 1024)
     batcher = OpenBatcher(
-        lambda order_id, users: store.open_batch(order_id, users, now_ms, hongbao_native.split_lucky),
+        lambda batches: store.open_batches(batches, now_ms, hongbao_native.split_lucky),
+        store.database,
         admission,
         max_in_db=max_in_db,
     )
@@ -97,13 +98,10 @@ async def run_mode(
             if batched:
                 results = await asyncio.gather(*(batcher.open(packet.order_id, u) for u in users))
             else:
-                results = [
-                    r
-                    for rs in await asyncio.gather(
-                        *(store.open_batch(packet.order_id, [u], now_ms, hongbao_native.split_lucky) for u in users)
-                    )
-                    for r in rs
-                ]
+                alone = await asyncio.gather(
+                    *(store.open_batches([(packet.order_id, [u])], now_ms, hongbao_native.split_lucky) for u in users)
+                )
+                results = [r for [outcome] in alone for r in outcome]
             seconds += time.perf_counter() - started
             opens += sum(r.receipt is not None for r in results)
             correct = correct and await _right(store, packet, results)

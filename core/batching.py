@@ -1,10 +1,14 @@
-"""Per-packet open batching within one worker (docs/architecture.md section 6).
+"""Open batching within one worker (docs/architecture.md section 6).
 
-Concurrent opens of the same packet in one worker wait in that packet's batch; one flusher per
-packet takes an admission slot from the host-wide native table (at most ``max_in_db``
-transactions per packet in the database at once, across every worker), then runs ONE
-transaction for everything queued so far (one row lock, many receipts). A batch that is full
-refuses new openers with Busy (429) instead of queueing without bound.
+Concurrent opens wait in their packet's batch. Each database has at most ``flushers`` flushers in
+this worker; a flusher takes, for every packet of its database with openers waiting (up to
+``max_packets`` of them), an admission slot from the host-wide native table (at most
+``max_in_db`` transactions per packet in the database at once, across every worker) and the
+packet's openers, then runs ONE transaction for all of them (one row lock per packet, many
+receipts). While the database is quick, a flusher is free when an opener arrives and the
+transaction holds that opener alone; under load, everything that queued while the flushers were
+busy goes in the next transaction, so the transactions per open fall as the load rises. A packet
+whose batch is full refuses new openers with Busy (429) instead of queueing without bound.
 """
 
 from __future__ import annotations
@@ -16,43 +20,63 @@ import hongbao_native
 from hongbao.core.errors import Busy
 from hongbao.core.ports import OpenResult
 
-#: run(order_id, user_ids) -> one OpenResult per user id, from one transaction.
-RunBatch = Callable[[str, Sequence[str]], Awaitable[list[OpenResult]]]
+#: run([(order_id, user_ids), ...]) -> per packet, one OpenResult per user id, from one transaction.
+RunBatches = Callable[[Sequence[tuple[str, Sequence[str]]]], Awaitable[list[list[OpenResult]]]]
 
 
 class _Batch:
-    __slots__ = ("waiting", "running", "flusher")
+    __slots__ = ("waiting", "running")
 
     def __init__(self) -> None:
         self.waiting: list[tuple[str, asyncio.Future[OpenResult]]] = []
-        self.running = 0  # openers inside the transaction under way
-        self.flusher: asyncio.Task[None] | None = None
+        self.running = 0  # openers inside the transactions under way
 
 
 class OpenBatcher:
-    """Queue openers per packet and flush them in batched transactions.
+    """Queue openers per packet and flush them, per database, in batched transactions.
 
-    ``admission``: the shared AdmissionTable; ``max_in_db``: K, transactions per packet in the DB
-    at once; ``max_batch``: openers in one transaction; ``max_waiting``: openers queued per packet
-    per worker before Busy; ``admission_wait_s``: pause between admission attempts, seconds.
+    ``run``: the transaction of several packets of one database; ``database``: order id -> its
+    database; ``admission``: the shared AdmissionTable; ``max_in_db``: K, transactions per packet in
+    the DB at once; ``max_batch``: openers of one packet in one transaction; ``max_packets``:
+    packets in one transaction; ``flushers``: transactions per database this worker runs at once;
+    ``max_waiting``: openers queued per packet per worker before Busy; ``admission_wait_s``: pause
+    when no waiting packet is admitted, seconds.
     """
 
-    __slots__ = ("_run", "_admission", "_max_in_db", "_max_batch", "_max_waiting", "_wait_s", "_batches")
+    __slots__ = (
+        "_run",
+        "_database",
+        "_admission",
+        "_max_in_db",
+        "_max_batch",
+        "_max_packets",
+        "_flushers",
+        "_max_waiting",
+        "_wait_s",
+        "_batches",
+        "_queued",
+        "_running",
+    )
 
     def __init__(
         self,
-        run: RunBatch,
+        run: RunBatches,
+        database: Callable[[str], int],
         admission: hongbao_native.AdmissionTable,
         *,
         max_in_db: int = 2,
         max_batch: int = 100,
+        max_packets: int = 32,
+        flushers: int = 2,
         max_waiting: int = 1000,
         admission_wait_s: float = 0.001,
     ) -> None:
-        self._run, self._admission = run, admission
-        self._max_in_db, self._max_batch, self._max_waiting = max_in_db, max_batch, max_waiting
-        self._wait_s = admission_wait_s
+        self._run, self._database, self._admission = run, database, admission
+        self._max_in_db, self._max_batch, self._max_packets = max_in_db, max_batch, max_packets
+        self._flushers, self._max_waiting, self._wait_s = flushers, max_waiting, admission_wait_s
         self._batches: dict[str, _Batch] = {}
+        self._queued: dict[int, dict[str, None]] = {}  # database -> packets with openers waiting, oldest first
+        self._running: dict[int, set[asyncio.Task[None]]] = {}  # database -> its flushers
 
     async def open(self, order_id: str, user_id: str) -> OpenResult:
         """Queue one opener and wait for its result. Raises Busy when the packet's queue is full."""
@@ -61,41 +85,92 @@ class OpenBatcher:
             batch = self._batches[order_id] = _Batch()
         if len(batch.waiting) >= self._max_waiting:
             raise Busy(f"packet {order_id} is busy, retry shortly", retry_after=1.0)
+        database = self._database(order_id)
         future: asyncio.Future[OpenResult] = asyncio.get_running_loop().create_future()
         batch.waiting.append((user_id, future))
-        if batch.flusher is None:
-            batch.flusher = asyncio.get_running_loop().create_task(self._flush(order_id, batch))
+        self._queued.setdefault(database, {})[order_id] = None
+        flushers = self._running.setdefault(database, set())
+        if len(flushers) < self._flushers:
+            flusher = asyncio.get_running_loop().create_task(self._flush(database))
+            flushers.add(flusher)
         return await future
 
     def in_flight(self) -> int:
         """Openers of this worker not answered yet: waiting in a packet's batch or inside its transaction."""
         return sum(len(batch.waiting) + batch.running for batch in self._batches.values())
 
-    async def _flush(self, order_id: str, batch: _Batch) -> None:
+    def _take(self, database: int) -> tuple[list[tuple[str, list[tuple[str, asyncio.Future[OpenResult]]]]], bool]:
+        """The next transaction's packets and openers: each waiting packet of ``database`` with no
+        transaction of this worker under way that gets an admission slot, oldest first, up to
+        ``max_packets``; and whether a packet was refused a slot (the other workers hold them)."""
+        queued = self._queued.get(database, {})
+        taken: list[tuple[str, list[tuple[str, asyncio.Future[OpenResult]]]]] = []
+        refused = False
+        for order_id in list(queued):
+            if len(taken) == self._max_packets:
+                break
+            batch = self._batches[order_id]
+            if batch.running:  # one transaction per packet from this worker at a time: its flusher takes the rest
+                continue
+            if not self._admission.try_enter(order_id, self._max_in_db):
+                refused = True
+                continue
+            openers, batch.waiting = batch.waiting[: self._max_batch], batch.waiting[self._max_batch :]
+            if not batch.waiting:
+                del queued[order_id]
+            batch.running += len(openers)
+            taken.append((order_id, openers))
+        return taken, refused
+
+    async def _flush(self, database: int) -> None:
+        me = asyncio.current_task()
         try:
-            while batch.waiting:
-                while not self._admission.try_enter(order_id, self._max_in_db):
+            while self._queued.get(database):
+                taken, refused = self._take(database)
+                if not taken:
+                    if not refused:  # every waiting packet is in a transaction of another flusher here
+                        break
                     await asyncio.sleep(self._wait_s)
-                taken, batch.waiting = batch.waiting[: self._max_batch], batch.waiting[self._max_batch :]
-                batch.running = len(taken)
+                    continue
                 try:
-                    results = await self._run(order_id, [user_id for user_id, _ in taken])
+                    results = await self._run(
+                        [(order_id, [user for user, _ in openers]) for order_id, openers in taken]
+                    )
                 except BaseException as exc:
-                    for _, future in taken:
-                        if not future.done():
-                            future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("open cancelled"))
+                    for _, openers in taken:
+                        for _, future in openers:
+                            if not future.done():
+                                future.set_exception(
+                                    exc if isinstance(exc, Exception) else RuntimeError("open cancelled")
+                                )
                     if not isinstance(exc, Exception):
                         raise
                     continue
                 finally:
-                    batch.running = 0
-                    self._admission.leave(order_id)
-                for (_, future), result in zip(taken, results, strict=True):
-                    if not future.done():
-                        future.set_result(result)
+                    for order_id, openers in taken:
+                        self._admission.leave(order_id)
+                        self._settle(order_id, len(openers))
+                for (_, openers), outcomes in zip(taken, results, strict=True):
+                    for (_, future), result in zip(openers, outcomes, strict=True):
+                        if not future.done():
+                            future.set_result(result)
         finally:
-            batch.flusher = None
-            for _, future in batch.waiting:  # only left behind when the flusher was cancelled
+            flushers = self._running[database]
+            flushers.discard(me)
+            if not flushers:  # openers still queued now were left by a cancelled flusher: nobody would run them
+                self._abandon(database)
+
+    def _settle(self, order_id: str, done: int) -> None:
+        """``done`` openers of ``order_id`` left their transaction; forget a batch with nobody left."""
+        batch = self._batches[order_id]
+        batch.running -= done
+        if not batch.waiting and not batch.running:
+            del self._batches[order_id]
+
+    def _abandon(self, database: int) -> None:
+        """Fail the openers still waiting on ``database`` (only left behind when its flushers were cancelled)."""
+        for order_id in self._queued.pop(database, {}):
+            batch = self._batches.pop(order_id, None)
+            for _, future in batch.waiting if batch is not None else ():
                 if not future.done():
                     future.set_exception(RuntimeError("open cancelled: the worker is shutting down"))
-            self._batches.pop(order_id, None)

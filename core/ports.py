@@ -67,12 +67,22 @@ class PacketStore(Protocol):
         database); a background read, bounded as a scan (the reconciler's)."""
         ...
 
-    async def open_batch(self, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
-        """Open for each user, in order, in ONE transaction: lock the packet row once, return the
-        existing receipt for repeat openers, draw and insert a receipt for each new one while
-        shares remain, update the remainder once, and mark the packet finished (with best luck:
-        the largest share, ties to the earliest open) when the last share goes.
-        Refusals: "not_found", "expired" (now_ms >= expires_at), "finished"."""
+    def database(self, order_id: str) -> int:
+        """The database holding the packet ``order_id`` (0 when there is one): the packets of one
+        ``open_batches`` call must share it. Raises ValueError for an order id that does not parse."""
+        ...
+
+    async def open_batches(
+        self, batches: Sequence[tuple[str, Sequence[str]]], now_ms: int, draw: Draw
+    ) -> list[list[OpenResult]]:
+        """For each (order id, user ids) of ``batches`` (distinct packets of ONE database): open for
+        each user, in order, all in ONE transaction. Each packet row is locked once, the rows in
+        order id order (so two of these transactions never wait on each other in a cycle); a
+        repeat opener gets the existing receipt, each new one a drawn share inserted while shares
+        remain; each remainder is updated once, and a packet is marked finished (with best luck:
+        the largest share, ties to the earliest open) when its last share goes. The results come
+        per batch, in the order given. Refusals: "not_found", "expired" (now_ms >= expires_at),
+        "finished". Raises ValueError when the packets are not all on one database."""
         ...
 
     async def best_luck(self, order_id: str) -> str | None:

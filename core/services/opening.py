@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 
 import hongbao_native
 from hongbao.core import errors, events
@@ -82,7 +82,7 @@ class Opening:
         self.audience, self.grabbing = audience, grabbing
         self.crediting, self.outbox, self.shared = crediting, outbox, grabbing.shared
         self.draw, self.faults = draw, faults
-        self.batcher = OpenBatcher(self.open_batch, admission, max_in_db=max_in_db)
+        self.batcher = OpenBatcher(self.open_batches, self._database, admission, max_in_db=max_in_db)
         self._finished: TtlCache[str, bool] = TtlCache(FINISHED_TTL_MS, FINISHED_MAX_ENTRIES)
         self._receipts: TtlCache[str, asyncio.Future[Mapping[str, Receipt]]] = TtlCache(
             FINISHED_RECEIPTS_TTL_MS, FINISHED_RECEIPTS_MAX_ENTRIES
@@ -143,39 +143,53 @@ class Opening:
         if (done.cancelled() or done.exception() is not None) and self._receipts.get(order_id, 0) is done:
             self._receipts.drop(order_id)
 
-    async def open_batch(self, order_id: str, user_ids: Sequence[str]) -> list[OpenResult]:
-        """The batcher's transaction: open for ``user_ids`` at the clock's current time, then, in
-        one tick, queue the batch's follow-ups (list rows, best luck, queued credits) in one queue
-        write and update the caches; when this batch took the last share drop the packet from the
-        expiry index and announce it finished."""
-        results = await self.packets.open_batch(order_id, user_ids, self.clock.now_ms(), self.draw)
+    def _database(self, order_id: str) -> int:
+        return self.packets.database(order_id)
+
+    async def open_batches(self, batches: Sequence[tuple[str, Sequence[str]]]) -> list[list[OpenResult]]:
+        """The batcher's transaction: open for each (order id, user ids) of ``batches`` (packets of
+        one database) at the clock's current time, then, in one tick, queue the follow-ups (list
+        rows, best luck, queued credits) in one queue write and update the caches; drop the
+        packets whose last share went from the expiry index and announce them finished."""
+        outcomes = await self.packets.open_batches(batches, self.clock.now_ms(), self.draw)
         self.faults.point("open_committed")
-        if any(r.last or r.refusal is Refusal.FINISHED for r in results):
-            self._finished.put(order_id, True, self.clock.now_ms())
+        now_ms = self.clock.now_ms()
         messages: list[Outgoing] = []
-        for result in results:
-            receipt = result.receipt
-            if receipt is None or result.repeat:
-                continue
-            messages.append(
-                list_row_due(Direction.RECEIVED, receipt.user_id, order_id, receipt.amount_fen, receipt.opened_at_ms)
-            )
-            if result.last:
-                messages.append(best_luck_due(order_id))
-            if self.crediting.queued(receipt):
-                messages.append(credit_due(order_id, receipt.user_id))
-        updates = [self.outbox.publish(messages)]
-        if self.shared is not None:
-            updates.append(self.shared.opened(order_id, results))
-        if any(r.refusal is not None or not r.repeat for r in results):  # the details show the batch
-            updates.append(self.outbox.changed([details_entry(order_id)]))
-        best = next((result.best for result in results if result.last), None)
-        if best is not None:  # nothing left to refund
-            updates.append(self.expiries.remove([order_id]))
+        updates: list[Awaitable[None]] = []
+        changed: list[str] = []
+        finished: list[tuple[str, Receipt]] = []
+        for (order_id, _), results in zip(batches, outcomes, strict=True):
+            if any(r.last or r.refusal is Refusal.FINISHED for r in results):
+                self._finished.put(order_id, True, now_ms)
+            for result in results:
+                receipt = result.receipt
+                if receipt is None or result.repeat:
+                    continue
+                messages.append(
+                    list_row_due(
+                        Direction.RECEIVED, receipt.user_id, order_id, receipt.amount_fen, receipt.opened_at_ms
+                    )
+                )
+                if result.last:
+                    messages.append(best_luck_due(order_id))
+                if self.crediting.queued(receipt):
+                    messages.append(credit_due(order_id, receipt.user_id))
+            if self.shared is not None:
+                updates.append(self.shared.opened(order_id, results))
+            if any(r.refusal is not None or not r.repeat for r in results):  # the details show the batch
+                changed.append(details_entry(order_id))
+            best = next((result.best for result in results if result.last), None)
+            if best is not None:  # nothing left to refund
+                finished.append((order_id, best))
+        updates.append(self.outbox.publish(messages))
+        if changed:
+            updates.append(self.outbox.changed(changed))
+        if finished:
+            updates.append(self.expiries.remove([order_id for order_id, _ in finished]))
         await asyncio.gather(*updates)  # one tick: the queue write and the caches' updates together
-        if best is not None:
+        for order_id, best in finished:
             await self._announce_finished(order_id, best)
-        return results
+        return outcomes
 
     async def _announce_finished(self, order_id: str, best: Receipt) -> None:
         """Notify ``finished`` with best luck (``best``, the transaction's) for a packet whose last

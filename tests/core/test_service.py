@@ -483,17 +483,17 @@ async def test_a_finished_packet_is_answered_without_a_transaction(make_backend:
     for svc, store in zip((first, second), counted, strict=True):
         svc.opening.packets = store  # type: ignore[assignment]
     amounts = {user: (await first.opening.open(user, order_id))[0].amount_fen for user in ("A", "B")}
-    assert counted[0].calls["open_batch"] == 2
+    assert counted[0].calls["open_batches"] == 2
     with pytest.raises(errors.Finished):
         await first.opening.open("C", order_id)
     assert await first.opening.open("A", order_id) == (await first.ports.packets.receipt(order_id, "A"), True)
-    assert counted[0].calls["open_batch"] == 2
+    assert counted[0].calls["open_batches"] == 2
     with pytest.raises(errors.Finished):  # the other worker learns it from its transaction's refusal
         await second.opening.open("C", order_id)
     assert [(await second.opening.open(u, order_id))[0].amount_fen for u in ("A", "B")] == [amounts["A"], amounts["B"]]
     with pytest.raises(errors.Finished):
         await second.opening.open("C", order_id)
-    assert counted[1].calls["open_batch"] == 1
+    assert counted[1].calls["open_batches"] == 1
 
 
 async def test_opens_of_a_finished_packet_share_one_receipts_read(
@@ -515,7 +515,7 @@ async def test_opens_of_a_finished_packet_share_one_receipts_read(
     assert all(isinstance(o, errors.Finished) for o in outcomes[:20])
     assert outcomes[20:] == [(first["A"], True), (first["B"], True)]
     assert await svc.opening.open("A", order_id) == (first["A"], True)
-    assert (store.calls["receipts"], store.calls["receipt"], store.calls["open_batch"]) == (1, 0, 0)
+    assert (store.calls["receipts"], store.calls["receipt"], store.calls["open_batches"]) == (1, 0, 0)
 
     monkeypatch.setattr(opening_module, "FINISHED_RECEIPTS_MAX_COUNT", 3)
     big = 4

@@ -57,10 +57,10 @@ def test_an_open_takes_two_round_trips_and_the_last_share_crowns_best_luck(maria
                     order_id, "S", Kind.LUCKY, 3, 300, "g", None, 300, 3, Status.ACTIVE, now, now, now + DAY_MS
                 )
                 assert await store.insert_packet(packet)
-                assert (await store.open_batch(order_id, ["A"], now, _even))[0].receipt is not None  # warm
+                assert (await store.open_batches([(order_id, ["A"])], now, _even))[0][0].receipt is not None  # warm
                 proxy.slow(DELAY_S)
                 started = time.monotonic()
-                (result,) = await store.open_batch(order_id, ["B"], now, _even)
+                [(result,)] = await store.open_batches([(order_id, ["B"])], now, _even)
                 took = time.monotonic() - started
                 proxy.slow(0)
                 assert result.receipt is not None and result.receipt.amount_fen == 100
@@ -70,7 +70,7 @@ def test_an_open_takes_two_round_trips_and_the_last_share_crowns_best_luck(maria
                 assert {r.user_id for r in await store.receipts(order_id)} == {"A", "B"}
                 proxy.slow(DELAY_S)
                 started = time.monotonic()
-                (last,) = await store.open_batch(order_id, ["C"], now, _even)
+                [(last,)] = await store.open_batches([(order_id, ["C"])], now, _even)
                 took = time.monotonic() - started
                 proxy.slow(0)
                 assert last.last and last.best is not None and (last.best.user_id, last.best.amount_fen) == ("A", 100)
@@ -78,6 +78,66 @@ def test_an_open_takes_two_round_trips_and_the_last_share_crowns_best_luck(maria
                 done = await store.get_packet(order_id)
                 assert done is not None and (done.status, done.remaining_count) == (Status.FINISHED, 0)
                 assert await store.best_luck(order_id) == "A"
+            finally:
+                await shards.close()
+
+        asyncio.run(run())
+
+
+def test_packets_of_one_database_open_in_one_transaction_of_two_round_trips(mariadb: MariaDb) -> None:
+    """Three packets of one database and an unknown one, opened together: under 3 round trips
+    through the slowed proxy (the locks together, then every write with the commit), each
+    packet's receipts and remainder right, the one whose last share went finished with best
+    luck; the unknown one refused; results in the order given. Packets of two databases are
+    refused before any statement."""
+    migrated(mariadb, SERVICE_LAYOUT)
+    with ThreadProxy(mariadb.port) as proxy:
+        port = proxy.start()
+
+        async def run() -> None:
+            now = int(time.time() * 1000)
+            shards = MysqlShards(mariadb.dsn.rsplit(":", 1)[0] + f":{port}", SERVICE_LAYOUT, pool_size=1, timeout_s=10)
+            store = MysqlPacketStore(shards)
+            ids = (hongbao_native.encode_order_id(1, business_yymmdd(now), 1, 7100 + n) for n in count())
+            first = next(ids)
+            same = [first, *islice((o for o in ids if store.database(o) == store.database(first)), 3)]
+            other = next(o for o in ids if store.database(o) != store.database(first))
+            try:
+                for order_id, shares in zip(same[:3], (2, 3, 2), strict=True):
+                    packet = Packet(
+                        order_id, "S", Kind.LUCKY, shares, 100 * shares, "g", None, 100 * shares, shares,
+                        Status.ACTIVE, now, now, now + DAY_MS,
+                    )  # fmt: skip
+                    assert await store.insert_packet(packet)
+                await store.open_batches([(same[0], ["A"])], now, _even)  # warm
+                batches = [(same[2], ["C", "D"]), (same[0], ["B", "A"]), (same[3], ["Z"]), (same[1], ["E"])]
+                proxy.slow(DELAY_S)
+                started = time.monotonic()
+                results = await store.open_batches(batches, now, _even)
+                took = time.monotonic() - started
+                proxy.slow(0)
+                assert took < 3 * 2 * DELAY_S, f"{took:.2f} s: {took / (2 * DELAY_S):.1f} round trips"
+                outcome = [
+                    [(r.receipt and r.receipt.user_id, r.refusal, r.repeat, r.last) for r in rs] for rs in results
+                ]
+                assert outcome == [
+                    [("C", None, False, False), ("D", None, False, True)],
+                    [("B", None, False, True), ("A", None, True, False)],
+                    [(None, "not_found", False, False)],
+                    [("E", None, False, False)],
+                ]
+                assert results[0][1].best is not None and results[0][1].best.user_id == "C"
+                for order_id, remaining, status in [
+                    (same[0], 0, Status.FINISHED),
+                    (same[1], 2, Status.ACTIVE),
+                    (same[2], 0, Status.FINISHED),
+                ]:
+                    packet = await store.get_packet(order_id)
+                    assert packet is not None and (packet.remaining_count, packet.status) == (remaining, status)
+                assert await store.best_luck(same[0]) == "A" and await store.best_luck(same[2]) == "C"
+                with pytest.raises(ValueError, match="one database"):
+                    await store.open_batches([(same[1], ["F"]), (other, ["F"])], now, _even)
+                assert {r.user_id for r in await store.receipts(same[1])} == {"E"}
             finally:
                 await shards.close()
 

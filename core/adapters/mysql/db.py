@@ -75,16 +75,22 @@ async def commit_with(cur: Cursor, sql: str, args: Sequence[object]) -> list[Row
     that fails, which raises here, and the transaction rolls back as for any error. The body
     then returns ``Committed``."""
     await run_statement(cur, f"{sql}; COMMIT", args, once=True)
-    rows: list[Row] = []
-    while True:
-        if cur.description:
-            rows += [tuple(row) for row in await cur.fetchall()]
-        if not await cur.nextset():
-            break
+    rows = [row for rows in await result_sets(cur) for row in rows]
     # The COMMIT ended the transaction, but asyncmy keeps the previous status when a result's is 0
     # (autocommit off, no transaction): its pool would close the connection as one left mid-transaction.
     cur.connection.server_status &= ~SERVER_STATUS_IN_TRANS
     return rows
+
+
+async def result_sets(cur: Cursor) -> list[list[Row]]:
+    """The rows of each statement that returns rows among those ``cur`` just sent (a
+    multi-statement: every result is read), in order; a SELECT that matched nothing gives []."""
+    sets: list[list[Row]] = []
+    while True:
+        if cur.description:
+            sets.append([tuple(row) for row in await cur.fetchall()])
+        if not await cur.nextset():
+            return sets
 
 
 def _expire(conn: Connection, expired: list[bool]) -> None:

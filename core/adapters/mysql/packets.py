@@ -1,8 +1,8 @@
 """PacketStore on the sharded MySQL/MariaDB schema: the batched open transaction of docs/architecture.md
-section 6 (lock the packet row once with SELECT ... FOR UPDATE, joined with the batch's receipts
-already there, insert the new receipts in one multi-row INSERT, update the remainder once: the
-insert, the update, best luck's read when the batch finishes the packet, and the COMMIT in one
-round trip), and
+section 6 (lock each packet row of the batch once with SELECT ... FOR UPDATE, in order id order,
+joined with the batch's receipts already there; insert the new receipts in one multi-row INSERT
+per table, update each remainder once: the inserts, the updates, best luck's read for the packets
+the batch finishes, and the COMMIT in one round trip), and
 the refund serialised by that same row lock.
 
 Point updates by order id name the primary key (FORCE INDEX): on small tables the optimizer
@@ -20,11 +20,20 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, Committed, MysqlShards, Row, commit_with, run_statement
+from hongbao.core.adapters.mysql.db import (
+    SCAN_TIMEOUT_S,
+    Committed,
+    MysqlShards,
+    Row,
+    commit_with,
+    result_sets,
+    run_statement,
+)
 from hongbao.core.adapters.mysql.schema import day_tables
 from hongbao.core.adapters.sql import (
     PACKET_COLUMNS,
     RECEIPT_COLUMNS,
+    OpenPlan,
     packet_from_row,
     packet_table,
     packet_values,
@@ -75,42 +84,90 @@ class MysqlPacketStore:
         rows = await self._packet_rows(order_ids, PACKET_COLUMNS, SCAN_TIMEOUT_S)
         return {packet.order_id: packet for packet in map(packet_from_row, rows)}
 
-    async def open_batch(self, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
-        """The batched open transaction (hongbao.core.ports.PacketStore.open_batch)."""
-        db, ptable, rtable = self._where(order_id)
+    def database(self, order_id: str) -> int:
+        """The database of the packet (hongbao.core.ports.PacketStore.database)."""
+        return self._where(order_id)[0]
 
-        async def body(cur: Cursor) -> list[OpenResult] | Committed[list[OpenResult]]:
+    async def open_batches(
+        self, batches: Sequence[tuple[str, Sequence[str]]], now_ms: int, draw: Draw
+    ) -> list[list[OpenResult]]:
+        """The batched open transaction of packets on one database (hongbao.core.ports.PacketStore.
+        open_batches): one round trip locks the rows in order id order (per packet, the row joined
+        with the batch's receipts already there: one prepared statement for a lone opener, else
+        one text statement per packet), one more inserts the new receipts (one multi-row INSERT per
+        receipt table), updates each remainder, reads best luck of what finished, and commits."""
+        places = [self._where(order_id) for order_id, _ in batches]
+        if len({db for db, _, _ in places}) > 1:
+            raise ValueError("open_batches takes the packets of one database")
+        order = sorted(range(len(batches)), key=lambda i: batches[i][0])
+
+        async def body(cur: Cursor) -> list[list[OpenResult]] | Committed[list[list[OpenResult]]]:
+            results: list[list[OpenResult]] = [[] for _ in batches]
+            plans: dict[int, OpenPlan] = {}
+            for i, found in zip(
+                order, await self._lock(cur, [(places[i][1:], *batches[i]) for i in order]), strict=True
+            ):
+                order_id, user_ids = batches[i]
+                if not found:
+                    results[i] = [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
+                    continue
+                existing = {str(r[_N_P + 1]): receipt_from_row(r[_N_P:]) for r in found if r[_N_P] is not None}
+                plans[i] = plan = plan_opens(packet_from_row(found[0][:_N_P]), existing, user_ids, now_ms, draw)
+                results[i] = plan.results
+            writing = [i for i in order if i in plans and plans[i].inserts]
+            if not writing:
+                return results
+            receipts: dict[str, list[object]] = defaultdict(list)  # receipt table -> the values of its rows
+            for i in writing:
+                receipts[places[i][2]] += [value for insert in plans[i].inserts for value in insert]
+            statements = [
+                f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s)"] * (len(values) // 5))
+                for rtable, values in receipts.items()
+            ]
+            args = [value for values in receipts.values() for value in values]
+            finishing = []
+            for i in writing:
+                plan, (_, ptable, rtable), order_id = plans[i], places[i], batches[i][0]
+                update = f"UPDATE {ptable} SET remaining_fen = %s, remaining_count = %s, status = %s"
+                status = Status.FINISHED if plan.finished else Status.ACTIVE
+                args += [plan.remaining_fen, plan.remaining_count, status.value]
+                if plan.finished:  # best luck among every receipt, this batch's included (largest, earliest on ties)
+                    best_sql = f"FROM {rtable} WHERE order_id = %s ORDER BY amount_fen DESC, position LIMIT 1"
+                    statements.append(f"{update}, best_luck_user_id = (SELECT user_id {best_sql}) WHERE order_id = %s")
+                    statements.append(f"SELECT {RECEIPT_COLUMNS} {best_sql}")
+                    args += [order_id, order_id, order_id]
+                    finishing.append(i)
+                else:
+                    statements.append(f"{update} WHERE order_id = %s")
+                    args.append(order_id)
+            bests = await commit_with(cur, "; ".join(statements), args)  # one round trip, the COMMIT with it
+            crowned = {i: receipt_from_row(row) for i, row in zip(finishing, bests, strict=True)}
+            for i in writing:
+                results[i] = plans[i].crowned(crowned.get(i))
+            return Committed(results)
+
+        return await self._shards.transaction(places[0][0], body)
+
+    @staticmethod
+    async def _lock(cur: Cursor, packets: list[tuple[tuple[str, str], str, Sequence[str]]]) -> list[list[Row]]:
+        """Lock each of ``packets`` ((packet table, receipt table), order id, user ids), in the
+        order given, in one round trip: per packet, its row joined with those users' receipts
+        (no rows: no such packet)."""
+        statements: list[str] = []
+        args: list[object] = []
+        for (ptable, rtable), order_id, user_ids in packets:
             marks = ", ".join(["%s"] * len(user_ids))
-            lock = (  # one round trip: the packet row locked, with the batch's receipts
+            statements.append(
                 f"SELECT {_P_COLUMNS}, {_R_COLUMNS} FROM {ptable} p LEFT JOIN {rtable} r "
                 f"ON r.order_id = p.order_id AND r.user_id IN ({marks}) WHERE p.order_id = %s FOR UPDATE"
             )
-            await run_statement(cur, lock, (*user_ids, order_id), once=len(user_ids) > 1)  # one opener: prepared
-            found = await cur.fetchall()
-            if not found:
-                return [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
-            existing = {str(r[_N_P + 1]): receipt_from_row(r[_N_P:]) for r in found if r[_N_P] is not None}
-            plan = plan_opens(packet_from_row(found[0][:_N_P]), existing, user_ids, now_ms, draw)
-            if not plan.inserts:
-                return plan.results
-            rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(plan.inserts))
-            statements = [f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES {rows}"]
-            args: list[object] = [value for insert in plan.inserts for value in insert]
-            status = Status.FINISHED if plan.finished else Status.ACTIVE
-            update = f"UPDATE {ptable} SET remaining_fen = %s, remaining_count = %s, status = %s"
-            args += [plan.remaining_fen, plan.remaining_count, status.value]
-            if plan.finished:  # best luck among every receipt, this batch's included (largest, earliest on ties)
-                best_sql = f"FROM {rtable} WHERE order_id = %s ORDER BY amount_fen DESC, position LIMIT 1"
-                statements.append(f"{update}, best_luck_user_id = (SELECT user_id {best_sql}) WHERE order_id = %s")
-                statements.append(f"SELECT {RECEIPT_COLUMNS} {best_sql}")
-                args += [order_id, order_id, order_id]
-            else:
-                statements.append(f"{update} WHERE order_id = %s")
-                args.append(order_id)
-            found = await commit_with(cur, "; ".join(statements), args)  # one round trip, the COMMIT with it
-            return Committed(plan.crowned(receipt_from_row(found[0]) if plan.finished else None))
-
-        return await self._shards.transaction(db, body)
+            args += [*user_ids, order_id]
+        if len(packets) == 1:  # one packet: one statement, prepared for a lone opener
+            await run_statement(cur, statements[0], args, once=len(packets[0][2]) > 1)
+            return [[tuple(row) for row in await cur.fetchall()]]
+        await run_statement(cur, "; ".join(statements), args, once=True)
+        return await result_sets(cur)
 
     async def best_luck(self, order_id: str) -> str | None:
         """The best-luck user id once the packet is finished (largest share, earliest open on ties)."""

@@ -75,39 +75,55 @@ class SqlitePacketStore:
         found = [await self.get_packet(order_id) for order_id in dict.fromkeys(order_ids)]
         return {packet.order_id: packet for packet in found if packet is not None}
 
-    async def open_batch(self, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw) -> list[OpenResult]:
-        """The batched open transaction (hongbao.core.ports.PacketStore.open_batch)."""
-        ptable, rtable = self._tables(order_id)
-        return await self._db.run(lambda: self._open_batch(ptable, rtable, order_id, user_ids, now_ms, draw))
+    def database(self, order_id: str) -> int:
+        """0: the embedded file is the one database (hongbao.core.ports.PacketStore.database).
+        Raises ValueError for an order id that does not parse."""
+        self._tables(order_id)
+        return 0
 
-    def _open_batch(
-        self, ptable: str, rtable: str, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw
+    async def open_batches(
+        self, batches: Sequence[tuple[str, Sequence[str]]], now_ms: int, draw: Draw
+    ) -> list[list[OpenResult]]:
+        """The batched open transaction (hongbao.core.ports.PacketStore.open_batches): one
+        immediate transaction, the packets taken in order id order."""
+
+        def run() -> list[list[OpenResult]]:
+            results: dict[str, list[OpenResult]] = {}
+            with self._db.immediate() as conn:
+                for order_id, user_ids in sorted(batches, key=lambda batch: batch[0]):
+                    results[order_id] = self._open_one(conn, order_id, user_ids, now_ms, draw)
+            return [results[order_id] for order_id, _ in batches]
+
+        return await self._db.run(run)
+
+    def _open_one(
+        self, conn: sqlite3.Connection, order_id: str, user_ids: Sequence[str], now_ms: int, draw: Draw
     ) -> list[OpenResult]:
-        with self._db.immediate() as conn:
-            row = conn.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
-            if row is None:
-                return [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
-            packet = packet_from_row(row)
-            plan = plan_opens(packet, self._existing(conn, rtable, order_id, user_ids), user_ids, now_ms, draw)
-            if plan.inserts:
-                conn.executemany(
-                    f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES (?, ?, ?, ?, ?)",
-                    plan.inserts,
-                )
-                best = self._best_luck(conn, rtable, order_id) if plan.finished else None
-                conn.execute(
-                    f"UPDATE {ptable} SET remaining_fen = ?, remaining_count = ?, status = ?, best_luck_user_id = ? "
-                    "WHERE order_id = ?",
-                    (
-                        plan.remaining_fen,
-                        plan.remaining_count,
-                        (Status.FINISHED if plan.finished else Status.ACTIVE).value,
-                        None if best is None else best.user_id,
-                        order_id,
-                    ),
-                )
-                return plan.crowned(best)
+        ptable, rtable = self._tables(order_id)
+        row = conn.execute(f"SELECT {PACKET_COLUMNS} FROM {ptable} WHERE order_id = ?", (order_id,)).fetchone()
+        if row is None:
+            return [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
+        packet = packet_from_row(row)
+        plan = plan_opens(packet, self._existing(conn, rtable, order_id, user_ids), user_ids, now_ms, draw)
+        if not plan.inserts:
             return plan.results
+        conn.executemany(
+            f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES (?, ?, ?, ?, ?)",
+            plan.inserts,
+        )
+        best = self._best_luck(conn, rtable, order_id) if plan.finished else None
+        conn.execute(
+            f"UPDATE {ptable} SET remaining_fen = ?, remaining_count = ?, status = ?, best_luck_user_id = ? "
+            "WHERE order_id = ?",
+            (
+                plan.remaining_fen,
+                plan.remaining_count,
+                (Status.FINISHED if plan.finished else Status.ACTIVE).value,
+                None if best is None else best.user_id,
+                order_id,
+            ),
+        )
+        return plan.crowned(best)
 
     @staticmethod
     def _existing(conn: sqlite3.Connection, rtable: str, order_id: str, user_ids: Sequence[str]) -> dict[str, Receipt]:
