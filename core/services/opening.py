@@ -181,12 +181,12 @@ class Opening:
             best = next((result.best for result in results if result.last), None)
             if best is not None:  # nothing left to refund
                 finished.append((order_id, best))
-        updates.append(self.outbox.publish(messages))
         if changed:
             updates.append(self.outbox.changed(changed))
         if finished:
             updates.append(self.expiries.remove([order_id for order_id, _ in finished]))
-        await asyncio.gather(*updates)  # one tick: the queue write and the caches' updates together
+        # one tick: the queue write (first: the Redis breaker's trial call when one is due), the caches' updates
+        await asyncio.gather(self.outbox.publish(messages), *updates)
         for order_id, best in finished:
             await self._announce_finished(order_id, best)
         return outcomes

@@ -21,11 +21,14 @@ T = TypeVar("T")
 
 
 class Proxy:
-    """Forwards ``127.0.0.1:<port>`` to ``target_port`` on loopback; ``links`` counts accepted connections."""
+    """Forwards ``127.0.0.1:<port>`` to ``target_port`` on loopback; ``links`` counts accepted
+    connections, ``requests`` the chunks forwarded from clients to the target (a client that
+    waits for each answer sends one per round trip)."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.links = 0
+        self.requests = 0
         self.refusing = False
         self.delay_s = 0.0
         self._open: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
@@ -69,16 +72,17 @@ class Proxy:
         pair = (writer, up_writer)
         self._open.add(pair)
         try:
-            await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+            await asyncio.gather(self._pump(reader, up_writer, True), self._pump(up_reader, writer, False))
         finally:
             self._open.discard(pair)
             writer.transport.abort()
             up_writer.transport.abort()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: bool) -> None:
         # uvloop raises RuntimeError on a write to a transport that drop() aborted
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):
             while data := await reader.read(65536):
+                self.requests += up
                 await self._flowing.wait()
                 if self.delay_s:
                     await asyncio.sleep(self.delay_s)
