@@ -330,20 +330,33 @@ def production(
 
 
 def push_stores(
-    settings: Settings, counts: dict[str, int], shared: tuple[Pipelines, Breaker] | None = None
+    settings: Settings,
+    counts: dict[str, int],
+    shared: tuple[Pipelines, Breaker] | None = None,
+    embedded_queue: Queue | None = None,
 ) -> PushStores:
     """The push stores of ``settings``: on Redis when ``redis_url`` is set (through ``shared``,
     the production backend's commands and breaker, or a client and breaker of their own beside
     an embedded backend; refused appends counted in ``counts``), else on the push file of the
     data directory (``push.db``, its own write thread). Sessions last ``push_session_ttl_s``;
     per-user logs hold ``push_log_max_messages`` for ``push_log_max_age_s``. No I/O here: the
-    hub's start issues the first command, the node's heartbeat."""
+    hub's start issues the first command, the node's heartbeat.
+
+    The group-push queue stays beside the groups, since its consumer reads them: on the shared
+    Redis in production (every node reads the same groups), on the push file embedded, and on
+    ``embedded_queue`` (the embedded backend's own) for Redis beside an embedded backend, whose
+    groups no other node on that Redis holds. Raises ValueError when that case has no
+    ``embedded_queue``."""
     if settings.redis_url:
         timeout_s = settings.redis_timeout_ms / 1000
         own: Pipelines | None = None  # a client of their own, beside an embedded backend
         if shared is not None:
             pipes, breaker = shared
+            groups_queue: Queue = GuardedQueue(RedisQueue(pipes, node_id(settings.node_name)), breaker, counts)
+        elif embedded_queue is None:
+            raise ValueError("push stores on Redis beside an embedded backend need its queue for group pushes")
         else:
+            groups_queue = embedded_queue
             own = pipes = Pipelines(
                 redis_client(settings.redis_url, cluster=settings.redis_cluster, socket_timeout_s=timeout_s)
             )
@@ -371,7 +384,7 @@ def push_stores(
                 counts,
             ),
             GuardedTopicLog(RedisTopicLog(pipes, TOPIC_MAX_LEN, reader=reader, generation=generation), breaker),
-            GuardedQueue(RedisQueue(pipes, node_id(settings.node_name)), breaker, counts),
+            groups_queue,
             breaker,
             pipes.client.ping,
             (close,),
@@ -477,7 +490,9 @@ async def open_backend(
             *shared, counts, settings.region, settings.region_send_rate_per_s, settings.region_send_burst
         )
     nodes = None if shared is None or settings.backend != "production" else RedisNodeRegistry(*shared, settings.region)
-    return dataclasses.replace(backend, push=push_stores(settings, counts, user_side), nodes=nodes)
+    return dataclasses.replace(
+        backend, push=push_stores(settings, counts, user_side, backend.services.ports.queue), nodes=nodes
+    )
 
 
 def _shards_of(settings: Settings, dsn: str, lag: LoopLag | None = None) -> MysqlShards:

@@ -1,7 +1,7 @@
 """Push across real server nodes (``hongbao serve --redis-url``) on one real Redis: delivery from
 one node to another, a crashed node (P-07, P-13), a stale route cache (P-14) with the old node's
-late cleanup (P-09), zombie-free teardown of 1000 clients, a connection kill during a group push
-(P-05, with readiness while Redis is unreachable)."""
+late cleanup (P-09), zombie-free teardown of 1000 clients, group pushes of embedded nodes, a
+connection kill during a group push (P-05, with readiness while Redis is unreachable)."""
 
 from __future__ import annotations
 
@@ -186,6 +186,31 @@ def test_a_push_missed_while_redis_lost_the_route_arrives_once_written_back(stan
             assert (event["event"], event["data"], event["offset"]) == ("missed", 1, 1)
 
     asyncio.run(scenario())
+
+
+def test_a_group_push_is_expanded_by_a_node_holding_the_group(standalone_nodes: RedisNodes) -> None:
+    """Two embedded nodes on one Redis hold their groups in their own files: a group push made on A
+    goes on A's queue, not on a stream every node on the Redis consumes (before: B claimed some of
+    A's group pushes, found no such group in its file, and acked them to nobody; under load the
+    ``packet_received`` of a pay on A never came). 20 pushes to A's group reach both members, on B,
+    in order, and Redis holds no group stream."""
+    a, b = standalone_nodes.start("a", "b")
+
+    async def scenario() -> None:
+        sockets = {uid: await connect(b, uid) for uid in ("u1", "u2")}
+        async with httpx.AsyncClient(base_url=a.url, headers={"authorization": f"Bearer {token('u1')}"}) as owner:
+            created = await owner.post("/v1/groups", json={"members": ["u1", "u2"]})
+            assert created.status_code in (200, 201), created.text
+            group = created.json()["group_id"]
+        async with admin(a) as pusher:
+            for i in range(20):
+                assert (await push(pusher, group_id=group, event="g", data=i))["result"] == "queued"
+        for ws in sockets.values():
+            assert [m["data"] for m in await receive(ws, 20, timeout_s=15)] == list(range(20))
+            await ws.close()
+
+    asyncio.run(scenario())
+    assert standalone_nodes.keys("*push_group*") == []
 
 
 def test_group_push_survives_client_kill(standalone_nodes: RedisNodes) -> None:
