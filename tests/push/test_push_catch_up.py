@@ -19,7 +19,7 @@ from hongbao.bench.services import redis_servers
 from hongbao.core.adapters.redis.client import Pipelines, redis_client
 from hongbao.core.adapters.redis.push_logs import RedisMessageLog
 from hongbao.core.adapters.sqlite.db import SqliteDb
-from hongbao.core.adapters.sqlite.state import SqliteGroupStore
+from hongbao.core.adapters.sqlite.state import SqliteGroupStore, SqliteQueue
 from hongbao.core.push_ports import Stored
 from hongbao.server import push_hub
 from hongbao.server.composition import push_stores
@@ -74,8 +74,8 @@ async def _store(tmp_path: Path) -> AsyncIterator[Store]:
     process = redis_servers.start_on(tmp_path / "redis", port)
     url = f"redis://127.0.0.1:{port}"
     settings = Settings(data_dir=tmp_path, internal_secret="test", redis_url=url)
-    stores = push_stores(settings, {})
     money = SqliteDb(tmp_path / "hongbao.db")
+    stores = push_stores(settings, {}, embedded_queue=SqliteQueue(money))
     hub = PushHub(settings, stores, WorkerMetrics(tmp_path / "metrics"), stores.queue, SqliteGroupStore(money))
     other = Pipelines(redis_client(url, cluster=False))
     found = Store(process, hub, RedisMessageLog(other, settings.push_log_max_messages, settings.push_log_max_age_s))
