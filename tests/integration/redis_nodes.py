@@ -137,11 +137,12 @@ async def push(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
 
 
 async def connect(
-    server: Server, uid: str, offset: int | None = None, epoch: str | None = None, **kwargs: Any
+    server: Server, uid: str, offset: int | None = None, epoch: str | None = None, *, hello: bool = False, **kwargs: Any
 ) -> ClientConnection:
     """A WebSocket client of ``uid`` (token as the ``bearer`` subprotocol), resuming at
-    (``offset``, ``epoch``) when given; no keepalive pings unless asked."""
-    query = {k: str(v) for k, v in (("offset", offset), ("epoch", epoch)) if v is not None}
+    (``offset``, ``epoch``) when given, asking for the hello frame when ``hello`` (its arrival
+    proves the node registered the session); no keepalive pings unless asked."""
+    query = {k: str(v) for k, v in (("offset", offset), ("epoch", epoch), ("hello", 1 if hello else None)) if v is not None}
     url = server.url.replace("http://", "ws://") + "/v1/ws" + (f"?{urlencode(query)}" if query else "")
     kwargs.setdefault("ping_interval", None)
     return await websockets.connect(
