@@ -33,7 +33,7 @@ CRASH_WINDOW_S = 2.0  # a worker that dies this soon after its start, before any
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 MAX_QUICK_CRASHES = 5
 RESTART_BASE_S, RESTART_CAP_S = 0.1, 30.0  # a dead worker's restart delay doubles from BASE to CAP...
-RESET_AFTER_S = 60.0  # ... counting the deaths of this last span only
+RESET_AFTER_S = 60.0  # ... counting the quick deaths (within CRASH_WINDOW_S of a start) of this last span only
 #: Descriptors a worker needs besides its connections: databases, Redis, logs, listeners (a margin).
 FD_RESERVE = 256
 SHM_DIR = Path("/dev/shm")
@@ -113,8 +113,8 @@ def _raise_open_files(settings: Settings) -> None:
 @dataclass(slots=True)
 class _Slot:
     """One worker place: its process (None while waiting to restart), when it started, the times
-    its workers died within the last RESET_AFTER_S, whether one ever died, and when its next start
-    is due (monotonic seconds)."""
+    its workers died within CRASH_WINDOW_S of their start in the last RESET_AFTER_S, whether one
+    ever died, and when its next start is due (monotonic seconds)."""
 
     pid: int | None = None
     started: float = 0.0
@@ -123,18 +123,23 @@ class _Slot:
     due: float = 0.0
 
     def died(self, now: float) -> int:
-        """Record a death at ``now``; how many there were in the last RESET_AFTER_S."""
+        """Record a death at ``now``; the count its restart delay backs off by: 1 for a worker
+        that ran CRASH_WINDOW_S or longer (it started fine: a kill, an OOM, a crash while
+        serving), else this place's quick deaths in the last RESET_AFTER_S (a crash loop)."""
         self.crashed = True
+        if now - self.started >= CRASH_WINDOW_S:
+            return 1
         self.deaths = [t for t in self.deaths if now - t < RESET_AFTER_S] + [now]
         return len(self.deaths)
 
 
 def restart_delay(deaths: int, rng: random.Random) -> float:
-    """Seconds before restarting a worker whose place saw ``deaths`` deaths in the last
-    RESET_AFTER_S (1-based): RESTART_BASE_S doubling up to RESTART_CAP_S, with "equal jitter" (half
-    fixed, half uniform; AWS Architecture Blog, "Exponential Backoff And Jitter", 2015), so workers
-    that died together do not come back together. A crash loop reaches the cap within seconds; a
-    worker killed now and then is back in a fraction of a second."""
+    """Seconds before restarting a worker whose place counts ``deaths`` (1-based, ``_Slot.died``):
+    RESTART_BASE_S doubling up to RESTART_CAP_S, with "equal jitter" (half fixed, half uniform; AWS
+    Architecture Blog, "Exponential Backoff And Jitter", 2015), so workers that died together do
+    not come back together. A crash loop reaches the cap within seconds; a worker that had started
+    fine is back in a fraction of a second however often it is killed (as supervisord's
+    ``startsecs`` tells a failed start from a running program that exited)."""
     ceiling = min(RESTART_CAP_S, RESTART_BASE_S * 2.0 ** min(deaths - 1, 30))
     return ceiling / 2 + rng.uniform(0.0, ceiling / 2)
 
@@ -158,8 +163,8 @@ def serve(settings: Settings) -> int:
     stop, 2 when the workers died before any of them served, MAX_QUICK_CRASHES times in a row: the
     node cannot run, as for a bad setting; the statuses of server/cli.py's EXIT_STATUSES).
 
-    A worker that dies is restarted after ``restart_delay`` (of its place's deaths in the last
-    RESET_AFTER_S), however often: once a worker has served, the master never gives up on
+    A worker that dies is restarted after ``restart_delay`` (of its place's quick deaths in the
+    last RESET_AFTER_S), however often: once a worker has served, the master never gives up on
     the node, and the other workers keep serving meanwhile. ``serving http://host:port`` is
     logged when the first worker listens (``port = 0``: a free port, the same for every worker)."""
     hangups = 0  # SIGHUPs not handled yet (the loop reopens the logs: a signal handler must not log)

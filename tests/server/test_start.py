@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 from hongbao.server.auth import embedded_secret, mint
+from hongbao.server.master import CRASH_WINDOW_S, RESTART_BASE_S
 
 from tests.server.conftest import start_server, stop_server
 
@@ -129,6 +130,25 @@ def test_a_worker_that_keeps_dying_is_restarted_with_backoff_and_never_given_up(
         # 0.1 s doubling per worker place, equal jitter: the first death waits at most 0.1 s, and
         # one of the two places died at least 5 times (ceiling 1.6 s, so at least 0.8 s)
         assert max(delays) >= 0.8 and min(delays[:2]) <= 0.1, delays
+    finally:
+        assert stop_server(server) == 0
+
+
+def test_a_worker_killed_after_it_started_fine_is_back_at_once_however_often(tmp_path: Path) -> None:
+    """Workers SIGKILLed six times, each after it ran longer than the crash window: every restart
+    waits the base delay at most (a kill is not a crash loop: the node stays at full strength)."""
+    server = start_server(tmp_path / "srv", workers=2)
+    try:
+        for _ in range(6):
+            time.sleep(CRASH_WINDOW_S + 0.3)
+            victim = min(_children(server.process.pid))
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while victim in (alive := _children(server.process.pid)) or len(alive) < 2:
+                assert time.monotonic() < deadline, server.log()
+                time.sleep(0.02)
+        delays = [float(d) for d in re.findall(r"restarting in ([0-9.]+) s", server.log())]
+        assert len(delays) == 6 and max(delays) <= RESTART_BASE_S, delays
     finally:
         assert stop_server(server) == 0
 
