@@ -142,7 +142,8 @@ async def connect(
     """A WebSocket client of ``uid`` (token as the ``bearer`` subprotocol), resuming at
     (``offset``, ``epoch``) when given, asking for the hello frame when ``hello`` (its arrival
     proves the node registered the session); no keepalive pings unless asked."""
-    query = {k: str(v) for k, v in (("offset", offset), ("epoch", epoch), ("hello", 1 if hello else None)) if v is not None}
+    asked = (("offset", offset), ("epoch", epoch), ("hello", 1 if hello else None))
+    query = {k: str(v) for k, v in asked if v is not None}
     url = server.url.replace("http://", "ws://") + "/v1/ws" + (f"?{urlencode(query)}" if query else "")
     kwargs.setdefault("ping_interval", None)
     return await websockets.connect(
