@@ -29,7 +29,7 @@ from hongbao.server.logs import banner, reopen
 from hongbao.server.worker import FINISH_CREDITS_S, GRACE_S, METRICS_DIR, run_worker
 
 log = logging.getLogger("hongbao.master")
-CRASH_WINDOW_S = 2.0  # a worker that dies this soon after its start, before any served, counts towards giving up
+CRASH_WINDOW_S = 2.0  # a worker dying this soon after its start: backed off, and counted towards giving up
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 MAX_QUICK_CRASHES = 5
 RESTART_BASE_S, RESTART_CAP_S = 0.1, 30.0  # a dead worker's restart delay doubles from BASE to CAP...
@@ -127,10 +127,14 @@ class _Slot:
         that ran CRASH_WINDOW_S or longer (it started fine: a kill, an OOM, a crash while
         serving), else this place's quick deaths in the last RESET_AFTER_S (a crash loop)."""
         self.crashed = True
-        if now - self.started >= CRASH_WINDOW_S:
+        if not self.quick(now):
             return 1
         self.deaths = [t for t in self.deaths if now - t < RESET_AFTER_S] + [now]
         return len(self.deaths)
+
+    def quick(self, now: float) -> bool:
+        """Whether a death at ``now`` came within CRASH_WINDOW_S of the worker's start."""
+        return now - self.started < CRASH_WINDOW_S
 
 
 def restart_delay(deaths: int, rng: random.Random) -> float:
@@ -285,7 +289,7 @@ def serve(settings: Settings) -> int:
                 reclaimed,
                 delay,
             )
-            quick_crashes = 0 if served or now - dead.started >= CRASH_WINDOW_S else quick_crashes + 1
+            quick_crashes = quick_crashes + 1 if not served and dead.quick(now) else 0
             if not served and quick_crashes >= MAX_QUICK_CRASHES:
                 log.error(
                     "workers die before serving (%d times in a row); giving up: see the lines above", quick_crashes

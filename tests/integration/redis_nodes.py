@@ -151,6 +151,15 @@ async def connect(
     )
 
 
+async def logged_in(server: Server, uid: str) -> ClientConnection:
+    """A client of ``uid`` on ``server`` once the node holds its session: the hello frame it asked
+    for has arrived (the node sends it only after registering the socket, which is later than its
+    session hash appears in Redis)."""
+    ws = await connect(server, uid, hello=True)
+    assert [m["type"] for m in await receive(ws, 1)] == ["hello"]
+    return ws
+
+
 async def receive(ws: ClientConnection, count: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
     """The next ``count`` messages (JSON objects), each within ``timeout_s``."""
     return [orjson.loads(await asyncio.wait_for(ws.recv(), timeout_s)) for _ in range(count)]

@@ -21,7 +21,7 @@ from hongbao.bench.services import redis_servers
 from hongbao.bench.services.redis_servers import RedisTarget
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.integration.redis_nodes import RedisNodes, admin, connect, eventually, push, receive
+from tests.integration.redis_nodes import RedisNodes, admin, connect, eventually, logged_in, push, receive
 from tests.server.conftest import Server
 
 PUSHES = 20
@@ -86,10 +86,8 @@ def test_push_while_redis_is_down(tmp_path: Path, private_redis: PrivateRedis) -
 
         async def scenario() -> None:
             async with admin(a) as pusher:
-                u1, u2 = await connect(a, "u1"), await connect(b, "u2")
-                await eventually(
-                    lambda: nodes.session_node("u2") is not None and nodes.session_node("u1") is not None, 10, "logins"
-                )
+                u1, u2 = await logged_in(a, "u1"), await logged_in(b, "u2")
+                assert nodes.session_node("u2") is not None and nodes.session_node("u1") is not None
                 assert (await push(pusher, user_id="u1", event="hello", data=0))["result"] == "delivered_to_socket"
                 assert [m["data"] for m in await receive(u1, 1)] == [0]
 
@@ -133,8 +131,8 @@ def test_push_while_redis_is_down(tmp_path: Path, private_redis: PrivateRedis) -
                     15,
                     "both nodes ready and alive again (Redis came back empty)",
                 )
-                async with await connect(b, "u2") as again:
-                    await eventually(lambda: nodes.session_node("u2") is not None, 10, "u2 logged in again")
+                async with await logged_in(b, "u2") as again:
+                    assert nodes.session_node("u2") is not None
                     pushed = await push(pusher, user_id="u2", event="back", data=1)
                     assert pushed["result"] == "delivered_to_socket"
                     assert [(m["event"], m["data"]) for m in await receive(again, 1)] == [("back", 1)]

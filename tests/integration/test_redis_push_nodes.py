@@ -13,7 +13,17 @@ import time
 import httpx
 from websockets.asyncio.client import ClientConnection
 
-from tests.integration.redis_nodes import NODE_TTL_S, RedisNodes, admin, connect, eventually, push, receive, token
+from tests.integration.redis_nodes import (
+    NODE_TTL_S,
+    RedisNodes,
+    admin,
+    connect,
+    eventually,
+    logged_in,
+    push,
+    receive,
+    token,
+)
 
 
 def test_push_crosses_nodes_then_queues_for_a_dead_node(redis_nodes: RedisNodes) -> None:
@@ -24,8 +34,7 @@ def test_push_crosses_nodes_then_queues_for_a_dead_node(redis_nodes: RedisNodes)
 
     async def scenario() -> None:
         async with admin(a) as pusher:
-            ws = await connect(b, "u1", hello=True)
-            assert [m["type"] for m in await receive(ws, 1)] == ["hello"]  # B holds the session
+            ws = await logged_in(b, "u1")
             assert (redis_nodes.session_node("u1") or "").startswith("b/")
             first = await push(pusher, user_id="u1", event="hello", data=1)
             assert (first["result"], first["offset"]) == ("delivered_to_socket", 1)
@@ -82,10 +91,8 @@ def test_stale_route_cache_and_late_cleanup(standalone_nodes: RedisNodes) -> Non
 
     async def scenario() -> None:
         async with admin(c) as pusher:
-            old = await connect(a, "u1")
-            await eventually(
-                lambda: (standalone_nodes.session_node("u1") or "").startswith("a/"), 10, "u1 logged in on A"
-            )
+            old = await logged_in(a, "u1")
+            assert (standalone_nodes.session_node("u1") or "").startswith("a/")
             assert (await push(pusher, user_id="u1", event="e", data=1))["result"] == "delivered_to_socket"
             assert [m["data"] for m in await receive(old, 1)] == [1]
             new = await connect(b, "u1", offset=1)

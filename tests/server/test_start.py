@@ -16,7 +16,7 @@ import httpx
 from hongbao.server.auth import embedded_secret, mint
 from hongbao.server.master import CRASH_WINDOW_S, RESTART_BASE_S
 
-from tests.server.conftest import start_server, stop_server
+from tests.server.conftest import Server, start_server, stop_server
 
 SERVING = re.compile(r"serving http://127\.0\.0\.1:(\d+) with (\d+) worker")
 
@@ -118,13 +118,7 @@ def test_a_worker_that_keeps_dying_is_restarted_with_backoff_and_never_given_up(
     server = start_server(tmp_path / "srv", workers=2)
     try:
         for _ in range(10):
-            victim = min(_children(server.process.pid))
-            os.kill(victim, signal.SIGKILL)
-            deadline = time.monotonic() + 40
-            while victim in (alive := _children(server.process.pid)) or len(alive) < 2:  # reaped, then replaced
-                assert time.monotonic() < deadline, server.log()
-                assert _answers(f"{server.url}/healthz")
-                time.sleep(0.02)
+            _kill_the_oldest_worker(server, within_s=40)
         delays = [float(d) for d in re.findall(r"restarting in ([0-9.]+) s", server.log())]
         assert len(delays) == 10 and "giving up" not in server.log(), server.log()
         # 0.1 s doubling per worker place, equal jitter: the first death waits at most 0.1 s, and
@@ -136,21 +130,29 @@ def test_a_worker_that_keeps_dying_is_restarted_with_backoff_and_never_given_up(
 
 def test_a_worker_killed_after_it_started_fine_is_back_at_once_however_often(tmp_path: Path) -> None:
     """Workers SIGKILLed six times, each after it ran longer than the crash window: every restart
-    waits the base delay at most (a kill is not a crash loop: the node stays at full strength)."""
+    waits the base delay at most (a kill is not a crash loop: the node stays at full strength), and
+    the node answers throughout."""
     server = start_server(tmp_path / "srv", workers=2)
     try:
         for _ in range(6):
             time.sleep(CRASH_WINDOW_S + 0.3)
-            victim = min(_children(server.process.pid))
-            os.kill(victim, signal.SIGKILL)
-            deadline = time.monotonic() + 10
-            while victim in (alive := _children(server.process.pid)) or len(alive) < 2:
-                assert time.monotonic() < deadline, server.log()
-                time.sleep(0.02)
+            _kill_the_oldest_worker(server, within_s=10)
         delays = [float(d) for d in re.findall(r"restarting in ([0-9.]+) s", server.log())]
         assert len(delays) == 6 and max(delays) <= RESTART_BASE_S, delays
     finally:
         assert stop_server(server) == 0
+
+
+def _kill_the_oldest_worker(server: Server, within_s: float) -> None:
+    """SIGKILL the oldest of the server's two workers and wait, at most ``within_s`` seconds, until
+    it is reaped and replaced; the node answers /healthz all the while."""
+    victim = min(_children(server.process.pid))
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + within_s
+    while victim in (alive := _children(server.process.pid)) or len(alive) < 2:
+        assert time.monotonic() < deadline, server.log()
+        assert _answers(f"{server.url}/healthz")
+        time.sleep(0.02)
 
 
 def _children(pid: int) -> set[int]:
