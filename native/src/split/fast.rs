@@ -6,11 +6,12 @@
 //! compile time (D. Lemire, O. Kaser, N. Kurz, "Faster remainder by direct computation", 2019):
 //! a / n = (a * ceil(2^64 / n)) >> 64 for a, n < 2^32, and v mod k = ((ceil(2^128 / k) * v mod
 //! 2^128) * k) >> 128 for any u64 v and k >= 2. The coin folds into one quotient: with
-//! 2F = qn + r and c in [0, n) the coin's value, q + [c < r] = floor((2F + n - 1 - c) / n), which
-//! is q whatever c is when r = 0 (no coin drawn). Both draws are read before either is taken; one
-//! that fails the quick acceptance test (v <= 2^64 - 1 - k, which implies the rejection rule's
-//! v < 2^64 - (2^64 mod k)), or numbers out of the tables' range, send the share down the general
-//! path with nothing drawn.
+//! 2F = qn + r, r > 0 and c in [0, n) the coin's value, q + [c < r] = floor((2F + n - 1 - c) / n).
+//! This path makes only the usual share, which draws a coin and then x (see `free_share`). Both
+//! draws are read before either is taken; one that fails the quick acceptance test
+//! (v <= 2^64 - 1 - k, which implies the rejection rule's v < 2^64 - (2^64 mod k)), any other
+//! share, or numbers out of the tables' range, send the share down the general path with nothing
+//! drawn.
 
 #[cfg(test)]
 use super::rule::SplitError;
@@ -82,10 +83,15 @@ pub(super) fn in_range(m: u64, n: u64) -> bool {
     2 <= n && n < TABLE as u64 && n <= m && 2 * (m - n) + n <= u64::from(u32::MAX) && 2 * m < TABLE as u64 * n
 }
 
-/// Shares of `m` fen over `n` shares from the buffered `draws`, each handed to
-/// `shares.put_small` from `position` on, for as long as this path can make them and never the
-/// last (the general path makes those). What it made, and the error it stopped on if any (that
-/// share's draws are taken). Not inlined: on its own, the loop keeps its state in registers.
+/// Most shares one run makes: each takes two draws, and a keystream buffers 256.
+const RUN: usize = 128;
+
+/// Shares of `m` fen over `n` shares from the buffered `draws`, handed together to
+/// `shares.put_run` at `position`, for as long as this path can make them (at most RUN) and
+/// never the last (the general path makes those). What it made, and the error `put_run` gave if
+/// any. Not inlined: on its own, the loop keeps its state in registers; and it stores each share
+/// in a buffer of its own, so no write into the caller's objects sits inside the chain from one
+/// share to the next.
 #[inline(never)]
 pub(super) fn run<S: Shares + ?Sized>(
     draws: &[u64],
@@ -94,50 +100,54 @@ pub(super) fn run<S: Shares + ?Sized>(
     position: usize,
     shares: &mut S,
 ) -> (Run, Result<(), S::Error>) {
-    let (mut free, mut n, mut used, mut made) = (m.saturating_sub(n), n, 0, 0);
-    let mut stopped = Ok(());
+    let (mut free, mut n, mut made) = (m.saturating_sub(n), n, 0);
+    let mut run = [0u16; RUN];
     if in_range(m, n) {
-        while n > 1 {
-            let Some(&[first, second]) = draws.get(used..used + 2) else {
-                break;
-            };
-            let Some((x, took)) = free_share(free, n, first, second) else {
-                break;
-            };
-            (free, n, used, made) = (free - x, n - 1, used + took, made + 1);
-            // 1 + x < TABLE = SMALL_SHARE.
-            if let Err(e) = shares.put_small(position + made - 1, (1 + x) as u16) {
-                stopped = Err(e);
+        for (slot, pair) in run.iter_mut().zip(draws.chunks_exact(2)) {
+            if n <= 1 {
                 break;
             }
+            let Some(x) = free_share(free, n, pair[0], pair[1]) else {
+                break;
+            };
+            // 1 + x < TABLE = SMALL_SHARE.
+            *slot = (1 + x) as u16;
+            (free, n, made) = (free - x, n - 1, made + 1);
         }
     }
     let fen_left = if made == 0 { m } else { free + n };
     (
         Run {
             shares: made,
-            draws: used,
+            draws: 2 * made,
             fen_left,
         },
-        stopped,
+        shares.put_run(position, run.get(..made).unwrap_or_default()),
     )
 }
 
 /// With `free` = F = m - n fen free over `n` >= 2 shares (2F + n < 2^32, n < TABLE), and the
-/// next draws `first` and `second`: the share's x (the share is 1 + x) and how many draws it
-/// takes, by the rule of rule.rs; `None` when this path cannot tell.
+/// next draws `first` and `second`: the share's x (the share is 1 + x) by the rule of rule.rs,
+/// taking both draws; `None` when this path cannot tell.
+///
+/// This path makes the usual share only: one with a coin (r > 0) and 2F >= n, so that U >= 1
+/// whatever the coin, and the share takes both draws (the coin `first`, x from `second`). That
+/// is told from F alone by a branch the CPU predicts, so where the next share's draws sit never
+/// waits for this share's coin: the chain from one share to the next is F's alone. A share with
+/// no coin (2F a multiple of n, 1 in n) or that may draw no x (2F < n, a packet's last fen)
+/// goes down the general path.
 #[inline(always)]
-fn free_share(free: u64, n: u64, first: u64, second: u64) -> Option<(u64, usize)> {
+fn free_share(free: u64, n: u64, first: u64, second: u64) -> Option<u64> {
     let two_f = 2 * free;
-    let r = two_f - quot(two_f, n) * n;
-    let coin = rem(first, n);
-    let upper = quot(two_f + n - 1 - coin, n);
-    let k = upper + 1;
-    let (x_draw, coins) = if r > 0 { (second, 1) } else { (first, 0) };
-    if k >= TABLE as u64 || (r > 0 && first > u64::MAX - n) || (upper > 0 && x_draw > u64::MAX - k) {
+    if two_f < n || two_f == quot(two_f, n) * n {
         return None;
     }
-    Some((rem(x_draw, k), coins + usize::from(upper > 0)))
+    let coin = rem(first, n);
+    let k = quot(two_f + n - 1 - coin, n) + 1;
+    if k >= TABLE as u64 || first > u64::MAX - n || second > u64::MAX - k {
+        return None;
+    }
+    Some(rem(second, k))
 }
 
 /// The share of `m` fen over `n` shares (1 <= n <= m) when the next draws are `first` and
@@ -162,7 +172,7 @@ fn share(m: u64, n: u64, first: u64, second: u64) -> Option<(u64, usize)> {
 mod tests {
     use super::*;
     use crate::split::rng::seeded_rng;
-    use crate::split::rule::{lucky_share, lucky_split_all, DrawU64};
+    use crate::split::rule::{lucky_share, lucky_split_all, lucky_split_into, DrawU64};
     use proptest::prelude::*;
 
     /// Scripted draws, then zeros (always accepted).
@@ -226,28 +236,56 @@ mod tests {
 
     #[test]
     fn draws_near_the_rejection_limit_take_the_general_path() {
-        // n = 3: u64::MAX is the one rejected coin (2^64 mod 3 = 1); u64::MAX - 2 is accepted
-        // but above the quick test's bound, so the general path decides both.
+        // n = 3, F = 2 (a coin, as 2F mod 3 = 1): u64::MAX is the one rejected coin (2^64 mod
+        // 3 = 1); u64::MAX - 2 is accepted but above the quick test's bound, so the general path
+        // decides both.
         for first in [u64::MAX, u64::MAX - 1, u64::MAX - 2] {
-            assert_eq!(share(4, 3, first, 5), None, "first draw {first}");
+            assert_eq!(share(5, 3, first, 5), None, "first draw {first}");
         }
-        assert_eq!(share(4, 3, u64::MAX - 3, 5), Some(general(4, 3, &[u64::MAX - 3, 5])));
+        assert_eq!(share(5, 3, u64::MAX - 3, 5), Some(general(5, 3, &[u64::MAX - 3, 5])));
+    }
+
+    #[test]
+    fn shares_without_a_coin_or_an_x_take_the_general_path() {
+        // 2F = 6 is a multiple of n = 3 (no coin); 2F = 2 < n = 3 (U may be 0).
+        assert_eq!(share(6, 3, 7, 5), None);
+        assert_eq!(share(4, 3, 7, 5), None);
+        assert_eq!(share(7, 3, 7, 5), Some(general(7, 3, &[7, 5])));
     }
 
     #[test]
     fn the_usual_packet_takes_this_path() {
+        /// Counts the shares that came through `put_run` (this path) and all of them.
+        #[derive(Default)]
+        struct Counted {
+            small: usize,
+            all: usize,
+        }
+        impl Shares for Counted {
+            type Error = SplitError;
+            fn put(&mut self, _: usize, _: i64) -> Result<(), SplitError> {
+                self.all += 1;
+                Ok(())
+            }
+            fn put_run(&mut self, _: usize, run: &[u16]) -> Result<(), SplitError> {
+                self.small += run.len();
+                self.all += run.len();
+                Ok(())
+            }
+        }
         let mut rng = seeded_rng(20240603);
-        let mut shares = Vec::new();
+        let mut counted = Counted::default();
         assert_eq!(
-            run(rng.buffered(), 10_000, 100, 0, &mut shares).0.shares,
+            run(rng.buffered(), 10_000, 100, 0, &mut counted).0.shares,
             0,
             "nothing buffered yet"
         );
-        rng.next_u64();
-        let (run, _) = run(rng.buffered(), 10_000, 100, 0, &mut shares);
-        // Only the end of the buffered keystream (127 draws, about 2 per share) stops the run.
-        assert!(run.shares >= 55, "{} of 100 shares", run.shares);
-        assert_eq!(shares.len(), run.shares);
+        let mut counted = Counted::default();
+        lucky_split_into(&mut rng, 10_000, 100, &mut counted).unwrap();
+        // The general path makes the first share (it fills the buffer), the last, the shares
+        // with no coin (about 1 in n) and those after the buffer's end.
+        assert_eq!(counted.all, 100);
+        assert!(counted.small >= 90, "{} of 100 shares", counted.small);
     }
 
     proptest! {

@@ -128,7 +128,7 @@ pub(super) fn check_split_all(total: i64, count: i64) -> Result<(), SplitError> 
     Ok(())
 }
 
-/// Shares below this may come through `Shares::put_small`.
+/// Shares below this may come through `Shares::put_run`.
 pub const SMALL_SHARE: u16 = 1024;
 
 /// Where the shares of a packet go, in opening order.
@@ -138,10 +138,14 @@ pub trait Shares {
     /// Share `position`.
     fn put(&mut self, position: usize, share: i64) -> Result<(), Self::Error>;
 
-    /// Share `position`, below SMALL_SHARE (every share of the division-free path).
+    /// Shares `position` to `position + run.len() - 1`, each below SMALL_SHARE (a run of the
+    /// division-free path).
     #[inline(always)]
-    fn put_small(&mut self, position: usize, share: u16) -> Result<(), Self::Error> {
-        self.put(position, i64::from(share))
+    fn put_run(&mut self, position: usize, run: &[u16]) -> Result<(), Self::Error> {
+        for (offset, &share) in run.iter().enumerate() {
+            self.put(position + offset, i64::from(share))?;
+        }
+        Ok(())
     }
 }
 
