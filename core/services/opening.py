@@ -106,6 +106,8 @@ class Opening:
         if not result.repeat and self.crediting.in_request(result.receipt):
             try:
                 await self.crediting.apply([result.receipt])  # the receipt in hand: nothing to read again
+            except errors.Degraded as exc:  # an expected answer under overload or an outage: one line
+                log.warning("realtime credit of %s/%s deferred to the reconciler: %s", order_id, user_id, exc)
             except Exception:  # the receipt is committed: the reconciler credits it later
                 log.exception("realtime credit of %s/%s failed; left to the reconciler", order_id, user_id)
         return result.receipt, result.repeat

@@ -549,3 +549,31 @@ async def test_a_failed_read_of_a_finished_packets_receipts_is_read_again(make_b
     assert await svc.opening.open("A", order_id) == (receipt, True)
     with pytest.raises(errors.Finished):
         await svc.opening.open("B", order_id)
+
+
+@pytest.mark.parametrize(
+    ("failure", "level", "traceback"),
+    [(errors.Degraded("ledger pool busy"), "WARNING", False), (RuntimeError("a bug"), "ERROR", True)],
+)
+async def test_a_failed_realtime_credit_leaves_the_open_answered(
+    backend: Backend, caplog: pytest.LogCaptureFixture, failure: Exception, level: str, traceback: bool
+) -> None:
+    """A realtime credit that fails after the receipt committed answers the open all the same and
+    leaves the credit to the reconciler; an expected refusal (Degraded: a busy pool, a dependency
+    down) is one warning line, anything else an error with its traceback."""
+    svc = backend.services
+    await _group(svc, "g", ["S", "A"])
+    order_id = await _paid(svc, "S", {"count": 1, "total_fen": 5_000, "group_id": "g"}, fund=5_000)
+
+    async def failing(entries: list[LedgerEntry]) -> list[bool]:
+        raise failure
+
+    ledger = Counting(svc.crediting.ledger)
+    ledger.post_many = failing
+    svc.crediting.ledger = ledger  # type: ignore[assignment]
+    with caplog.at_level("WARNING", logger="hongbao"):
+        receipt, repeat = await svc.opening.open("A", order_id)
+    assert (receipt.amount_fen, repeat) == (5_000, False)
+    assert await svc.ports.ledger.balance("A") == 0
+    [record] = [r for r in caplog.records if "realtime credit" in r.getMessage()]
+    assert (record.levelname, record.exc_info is not None) == (level, traceback)
