@@ -4,8 +4,9 @@ Group: ``queue_group`` (``push_to_group`` after checking the group exists, for t
 puts one message on the ``push_group`` stream of the Queue port; every
 worker consumes the stream (a claim leases messages, so each is handled by one worker, and one
 that dies mid-way is taken over after the lease). A claimed batch is expanded to the groups'
-members, appended to every member's log in one round trip, acked, then sent: to the sockets
-here and, batched per node, to the other nodes.
+members, appended to every member's log in one round trip, acked, then sent in the background
+(the next batch is claimed meanwhile): to the sockets here and, batched per node, to the other
+nodes.
 
 Broadcast: ``broadcast`` appends to the topic log; each worker reads the log once (its own cursor)
 and sends each broadcast to its local subscribers as one frame encoded once for all of them; the
@@ -103,9 +104,13 @@ class Fanout:
         if self._wake is not None:
             self._wake.set()
 
-    async def drain_groups(self) -> int:
-        """Handle one claimed batch of group messages; returns how many there were."""
-        if await self.queue.depth(GROUP_STREAM) == 0:
+    async def drain_groups(self, *, waiting: bool = False) -> int:
+        """Handle one claimed batch of group messages: expand, log, ack, then send in the
+        background (``PushHub.send_later``), so the next claim does not wait for the forwards to
+        other nodes. Returns how many messages there were. Unless ``waiting`` (this worker just
+        published one), the queue's depth is read first: a cheap read spares an idle poll the
+        claim, which is a write."""
+        if not waiting and await self.queue.depth(GROUP_STREAM) == 0:
             return 0
         claimed = await self.queue.claim(GROUP_STREAM, GROUP_BATCH, GROUP_LEASE_MS, now_ms())
         entries: list[tuple[str, SharedBody]] = []
@@ -119,8 +124,8 @@ class Fanout:
         stored: list[Stored] = await self.hub.stores.log.append(entries, now_ms()) if entries else []
         # in every member's log now: the queue's job is done
         await self.queue.ack(GROUP_STREAM, *(message_id for message_id, _ in claimed))
-        sent = await self.hub.send([(uid, message) for (uid, _), message in zip(entries, stored, strict=True)])
-        self.hub.delivered_after(sent, pushed_at, time.time())  # the push's worker may be another: wall clock
+        items = [(uid, message) for (uid, _), message in zip(entries, stored, strict=True)]
+        self.hub.send_later(items, pushed_at, time.time)  # the push's worker may be another: wall clock
         return len(claimed)
 
     async def groups_forever(self) -> None:
@@ -132,10 +137,11 @@ class Fanout:
                 await asyncio.wait_for(self._wake.wait(), GROUP_POLL_S)
             except TimeoutError:
                 pass
+            waiting = self._wake.is_set()
             self._wake.clear()
             try:
-                while await self.drain_groups():
-                    pass
+                while await self.drain_groups(waiting=waiting):
+                    waiting = False
             except Exception as exc:  # the claimed messages come back after their lease
                 if not isinstance(exc, BreakerOpen):  # Redis down: its breaker logged that once
                     log.warning("group push failed; retried after the lease: %s", exc)

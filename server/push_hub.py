@@ -426,8 +426,17 @@ class PushHub:
             if reached and at is not None:
                 observe(hist, max(0.0, now - at))
 
+    def send_later(
+        self, items: list[tuple[str, Stored]], since: Sequence[float | None], clock: Callable[[], float]
+    ) -> None:
+        """``send`` the logged (uid, message) pairs in the background, then count each delivered
+        one's latency from ``since`` (seconds on ``clock``; None: unknown). A failure is logged and
+        counted (``push_failures``), never raised: the messages stay in the users' logs, and the
+        session catches up from there (``deliver`` tells a gap as it comes)."""
+        self.spawn(self._send_logged(items, since, clock))
+
     def _send_posted(self, items: list[tuple[str, Stored]], posted_at: list[float]) -> None:
-        self.spawn(self._send_logged(items, posted_at))
+        self.send_later(items, posted_at, time.perf_counter)
 
     def _posts_failed(self, uids: list[str], exc: Exception) -> None:
         self.metrics.events["push_failures"] += len(uids)
@@ -438,14 +447,16 @@ class PushHub:
         if not isinstance(exc, BreakerOpen):
             log.warning("appending %d event push(es) failed: %s", len(uids), exc)
 
-    async def _send_logged(self, items: list[tuple[str, Stored]], posted_at: list[float]) -> None:
+    async def _send_logged(
+        self, items: list[tuple[str, Stored]], since: Sequence[float | None], clock: Callable[[], float]
+    ) -> None:
         try:
             sent = await self.send(items)
         except Exception as exc:  # they stay queued in the log
             self.metrics.events["push_failures"] += 1
             log.warning("sending %d logged push(es) failed: %s", len(items), exc)
             return
-        self.delivered_after(sent, posted_at, time.perf_counter())
+        self.delivered_after(sent, since, clock())
 
     # --- housekeeping ---------------------------------------------------------------------------------
 

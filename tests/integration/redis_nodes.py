@@ -6,10 +6,11 @@ the ``websockets`` library, and reads of what Redis holds."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,20 @@ class RedisNodes:
             with self.target.sync_client(port) as client:
                 total += sum(int(client.scard(key)) for key in client.scan_iter("online:*"))
         return total
+
+
+@contextlib.contextmanager
+def frozen(server: Server) -> Iterator[None]:
+    """The server's master and workers stopped (SIGSTOP, the master first) for the block, then
+    continued: a node that hangs with its connections open."""
+    pids = [server.process.pid, *_children(server.process.pid)]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 def _children(pid: int) -> list[int]:

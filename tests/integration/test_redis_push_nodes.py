@@ -19,6 +19,7 @@ from tests.integration.redis_nodes import (
     admin,
     connect,
     eventually,
+    frozen,
     logged_in,
     push,
     receive,
@@ -220,6 +221,33 @@ def test_a_group_push_is_expanded_by_a_node_holding_the_group(standalone_nodes: 
 
     asyncio.run(scenario())
     assert standalone_nodes.keys("*push_group*") == []
+
+
+def test_a_frozen_node_does_not_hold_up_group_pushes_to_other_nodes(standalone_nodes: RedisNodes) -> None:
+    """A group batch is sent in the background: while node B hangs (SIGSTOP), the forward of each
+    group push to its member there waits out the forward timeout (5 s here), and A's own member
+    still gets 10 pushes made one after the other within half that of the last (before, the next
+    batch was claimed only once the forwards of the one before were answered: >= 5 s)."""
+    forward_timeout_s = 5.0
+    a, b = standalone_nodes.start("a", "b", extra_config=f"push_forward_timeout_s = {forward_timeout_s}\n")
+
+    async def scenario() -> None:
+        near, far = await logged_in(a, "u1"), await logged_in(b, "u2")
+        async with httpx.AsyncClient(base_url=a.url, headers={"authorization": f"Bearer {token('u1')}"}) as owner:
+            created = await owner.post("/v1/groups", json={"members": ["u1", "u2"]})
+            assert created.status_code in (200, 201), created.text
+            group = created.json()["group_id"]
+        with frozen(b):  # pushed within B's node TTL (2 s), so its route still names it
+            async with admin(a) as pusher:
+                for i in range(10):
+                    assert (await push(pusher, group_id=group, event="g", data=i))["result"] == "queued"
+            pushed = time.monotonic()
+            assert [m["data"] for m in await receive(near, 10, timeout_s=2 * forward_timeout_s)] == list(range(10))
+            assert time.monotonic() - pushed < forward_timeout_s / 2
+        for ws in (near, far):
+            await ws.close()
+
+    asyncio.run(scenario())
 
 
 def test_group_push_survives_client_kill(standalone_nodes: RedisNodes) -> None:
