@@ -158,18 +158,11 @@ impl Shares for ListFill<'_> {
 
     #[inline(always)]
     fn put_run(&mut self, position: usize, run: &[u16]) -> PyResult<()> {
-        let Some(slots) = position.checked_add(run.len()).filter(|&end| end <= self.len) else {
-            return Err(PyRuntimeError::new_err("split_all made a share past the packet"));
-        };
-        for (at, &share) in (position..slots).zip(run) {
+        for (offset, &share) in run.iter().enumerate() {
             let int = self.ints[usize::from(share) % self.ints.len()].as_ptr();
-            // SAFETY: `int` is alive (held by the cache); the new reference goes to the list, at
-            // a position below its length (checked above for the whole run), which is new and
-            // not yet shared. SET_ITEM steals the reference.
-            unsafe {
-                ffi::Py_INCREF(int);
-                ffi::PyList_SET_ITEM(self.list, at as ffi::Py_ssize_t, int);
-            }
+            // SAFETY: `int` is alive (held by the cache); the new reference goes to the list.
+            unsafe { ffi::Py_INCREF(int) };
+            self.set(position + offset, int)?;
         }
         Ok(())
     }
