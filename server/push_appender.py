@@ -16,8 +16,8 @@ from collections.abc import Callable
 from hongbao.core.push_ports import MessageLog, SharedBody, Stored
 from hongbao.server.push_messages import now_ms
 
-Entry = tuple[str, SharedBody, asyncio.Future[Stored] | None, float]  # no future: posted (at perf_counter())
-#: (the posted messages logged, in order; the time.perf_counter() of each one's post)
+Entry = tuple[str, SharedBody, asyncio.Future[Stored] | None, float]  # no future: posted (at time.time())
+#: (the posted messages logged, in order; the time.time() of each one's post, seconds)
 Logged = Callable[[list[tuple[str, Stored]], list[float]], None]
 Failed = Callable[[list[str], Exception], None]  # (the uids of the posted messages not logged, why)
 
@@ -45,7 +45,7 @@ class Appender:
         """Append ``make_body(offset, epoch)`` to ``uid``'s stream in the next write and return at
         once: the logged message goes to ``on_logged`` (with the time of this post), a failure to
         ``on_failed`` (never raised)."""
-        self._batch.append((uid, make_body, None, time.perf_counter()))
+        self._batch.append((uid, make_body, None, time.time()))
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._write_all())
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from hongbao.core import errors
@@ -125,7 +124,7 @@ class Fanout:
         # in every member's log now: the queue's job is done
         await self.queue.ack(GROUP_STREAM, *(message_id for message_id, _ in claimed))
         items = [(uid, message) for (uid, _), message in zip(entries, stored, strict=True)]
-        self.hub.send_later(items, pushed_at, time.time)  # the push's worker may be another: wall clock
+        self.hub.send_later(items, pushed_at)
         return len(claimed)
 
     async def groups_forever(self) -> None:

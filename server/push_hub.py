@@ -110,7 +110,7 @@ class PushHub:
         self.settings, self.stores, self.metrics = settings, stores, metrics
         self.node = Node(node_id(settings.node_name), stores.nodes, settings.push_node_ttl_s, self.store_result)
         self.forwarder = Forwarder(internal_secret(settings), settings.push_forward_timeout_s)
-        self.appender = Appender(stores.log, self._send_posted, self._posts_failed)
+        self.appender = Appender(stores.log, self.send_later, self._posts_failed)
         self.remote = RemoteDelivery(self.node.id, stores.sessions, stores.nodes, self.forwarder)
         self.fanout = Fanout(self, queue, groups, stores.topics)
         self.max_failures, self.failures = settings.push_store_failures, 0
@@ -426,17 +426,13 @@ class PushHub:
             if reached and at is not None:
                 observe(hist, max(0.0, now - at))
 
-    def send_later(
-        self, items: list[tuple[str, Stored]], since: Sequence[float | None], clock: Callable[[], float]
-    ) -> None:
+    def send_later(self, items: list[tuple[str, Stored]], since: Sequence[float | None]) -> None:
         """``send`` the logged (uid, message) pairs in the background, then count each delivered
-        one's latency from ``since`` (seconds on ``clock``; None: unknown). A failure is logged and
-        counted (``push_failures``), never raised: the messages stay in the users' logs, and the
-        session catches up from there (``deliver`` tells a gap as it comes)."""
-        self.spawn(self._send_logged(items, since, clock))
-
-    def _send_posted(self, items: list[tuple[str, Stored]], posted_at: list[float]) -> None:
-        self.send_later(items, posted_at, time.perf_counter)
+        one's latency from ``since`` (seconds since the epoch, ``time.time()``: the push may have
+        been made by another worker; None: unknown). A failure is logged and counted
+        (``push_failures``), never raised: the messages stay in the users' logs, and the session
+        catches up from there (``deliver`` tells a gap as it comes)."""
+        self.spawn(self._send_logged(items, since))
 
     def _posts_failed(self, uids: list[str], exc: Exception) -> None:
         self.metrics.events["push_failures"] += len(uids)
@@ -447,16 +443,14 @@ class PushHub:
         if not isinstance(exc, BreakerOpen):
             log.warning("appending %d event push(es) failed: %s", len(uids), exc)
 
-    async def _send_logged(
-        self, items: list[tuple[str, Stored]], since: Sequence[float | None], clock: Callable[[], float]
-    ) -> None:
+    async def _send_logged(self, items: list[tuple[str, Stored]], since: Sequence[float | None]) -> None:
         try:
             sent = await self.send(items)
         except Exception as exc:  # they stay queued in the log
             self.metrics.events["push_failures"] += 1
             log.warning("sending %d logged push(es) failed: %s", len(items), exc)
             return
-        self.delivered_after(sent, since, clock())
+        self.delivered_after(sent, since, time.time())
 
     # --- housekeeping ---------------------------------------------------------------------------------
 
