@@ -23,7 +23,7 @@ from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.server.auth import mint
 from websockets.asyncio.client import ClientConnection
 
-from tests.server.conftest import Server, finish_server, start_server
+from tests.server.conftest import Server, children, finish_server, kill_server, start_server
 
 JWT_SECRET = "redis-e2e-jwt-secret-0123456789abcdef"
 INTERNAL_SECRET = "redis-e2e-internal-secret"
@@ -62,17 +62,9 @@ class RedisNodes:
         return [start.result() for start in starts]  # the first failure raises
 
     def kill(self, server: Server) -> None:
-        """SIGKILL the server's workers and master at once (stopped first, so nothing restarts or
-        cleans up): a crash."""
-        master = server.process.pid
-        os.kill(master, signal.SIGSTOP)
-        for pid in _children(master):
-            os.kill(pid, signal.SIGKILL)
-        os.kill(master, signal.SIGKILL)
-        server.process.wait()
-        self.killed.add(master)
-        for leftover in Path("/dev/shm").glob(f"hongbao-*-{master}"):  # the master would have unlinked these
-            leftover.unlink(missing_ok=True)
+        """SIGKILL the server's workers and master at once (``kill_server``): a crash."""
+        kill_server(server)
+        self.killed.add(server.process.pid)
 
     def finish(self) -> None:
         """Stop every server not killed (all of them, even when one fails); each must exit cleanly
@@ -114,7 +106,7 @@ class RedisNodes:
 def frozen(server: Server) -> Iterator[None]:
     """The server's master and workers stopped (SIGSTOP, the master first) for the block, then
     continued: a node that hangs with its connections open."""
-    pids = [server.process.pid, *_children(server.process.pid)]
+    pids = [server.process.pid, *children(server.process.pid)]
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -122,18 +114,6 @@ def frozen(server: Server) -> Iterator[None]:
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 def admin(server: Server) -> httpx.AsyncClient:

@@ -131,18 +131,26 @@ def run_cli(cwd: Path, argv: list[str], env: dict[str, str] | None = None) -> su
     )
 
 
-def kill_server(server: Server) -> None:
-    """SIGKILL the server's workers and master at once, the master stopped first so that nothing
-    restarts or cleans up: a crash. Removes the shared-memory files the master would have unlinked."""
-    master = server.process.pid
-    os.kill(master, signal.SIGSTOP)
+def children(pid: int) -> list[int]:
+    """The pids of the processes whose parent is ``pid`` (a server's workers, for its master)."""
+    found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if parent == master:
-            os.kill(int(stat.parent.name), signal.SIGKILL)
+        if parent == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def kill_server(server: Server) -> None:
+    """SIGKILL the server's workers and master at once, the master stopped first so that nothing
+    restarts or cleans up: a crash. Removes the shared-memory files the master would have unlinked."""
+    master = server.process.pid
+    os.kill(master, signal.SIGSTOP)
+    for worker in children(master):
+        os.kill(worker, signal.SIGKILL)
     os.kill(master, signal.SIGKILL)
     server.process.wait()
     for leftover in Path("/dev/shm").glob(f"hongbao-*-{master}"):

@@ -16,7 +16,7 @@ import httpx
 from hongbao.server.auth import embedded_secret, mint
 from hongbao.server.master import CRASH_WINDOW_S, RESTART_BASE_S
 
-from tests.server.conftest import Server, start_server, stop_server
+from tests.server.conftest import Server, children, start_server, stop_server
 
 SERVING = re.compile(r"serving http://127\.0\.0\.1:(\d+) with (\d+) worker")
 
@@ -146,17 +146,13 @@ def test_a_worker_killed_after_it_started_fine_is_back_at_once_however_often(tmp
 def _kill_the_oldest_worker(server: Server, within_s: float) -> None:
     """SIGKILL the oldest of the server's two workers and wait, at most ``within_s`` seconds, until
     it is reaped and replaced; the node answers /healthz all the while."""
-    victim = min(_children(server.process.pid))
+    victim = min(children(server.process.pid))
     os.kill(victim, signal.SIGKILL)
     deadline = time.monotonic() + within_s
-    while victim in (alive := _children(server.process.pid)) or len(alive) < 2:
+    while victim in (alive := children(server.process.pid)) or len(alive) < 2:
         assert time.monotonic() < deadline, server.log()
         assert _answers(f"{server.url}/healthz")
         time.sleep(0.02)
-
-
-def _children(pid: int) -> set[int]:
-    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
 
 
 def _answers(url: str) -> bool:
@@ -183,7 +179,7 @@ def test_a_killed_masters_shared_memory_is_removed_by_the_next_start(tmp_path: P
         mine = sorted(p.name for p in Path("/dev/shm").glob(f"hongbao-*-{port}-{killed.pid}"))
         assert len(mine) == 3, mine  # admission, WebSocket and send rates
         theirs = sorted(p.name for p in Path("/dev/shm").glob(f"hongbao-*-{live.pid}"))
-        workers = _children(killed.pid)
+        workers = children(killed.pid)
         killed.kill()
         killed.wait(timeout=10)
         deadline = time.monotonic() + 20
