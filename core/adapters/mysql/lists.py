@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql.db import Committed, MysqlShards, commit_with
+from hongbao.core.adapters.mysql.db import Committed, MysqlShards, commit_with, key_rows
 from hongbao.core.ports import ListItem, ListRow
 from hongbao.core.vocabulary import Direction
 
@@ -25,11 +25,11 @@ def _insert_rows(table: int, args: Sequence[object]) -> str:
 
 def _flag_best_luck(table: int, args: Sequence[object]) -> str:
     """The UPDATE of list table ``table`` flagging best luck on the received rows of ``args``
-    ((user_id, order_id) pairs)."""
+    ((user_id, order_id) pairs, in the table's key order), joined on them (``key_rows``)."""
+    keys = key_rows(("user_id", "order_id"), len(args) // 2)
     return (
-        f"UPDATE t_user_list_{table:02} SET best_luck = 1 WHERE direction = 'received' AND ("
-        + " OR ".join(["(user_id = %s AND order_id = %s)"] * (len(args) // 2))
-        + ")"
+        f"UPDATE t_user_list_{table:02} l JOIN {keys} ON l.user_id = k.user_id AND l.direction = 'received' "
+        "AND l.order_id = k.order_id SET l.best_luck = 1"
     )
 
 
@@ -50,7 +50,7 @@ class MysqlUserListStore:
         for r in sorted(rows, key=lambda r: (r.user_id, r.direction, r.order_id)):  # one lock order for every writer
             db, t = self._shards.layout.key_shard(r.user_id)
             inserts[db][t] += (r.user_id, r.direction, r.order_id, r.amount_fen, r.created_at_ms)
-        for user_id, order_id in best_luck:
+        for user_id, order_id in sorted(set(best_luck)):  # one lock order for every writer
             db, t = self._shards.layout.key_shard(user_id)
             flags[db][t] += (user_id, order_id)
 
@@ -98,7 +98,7 @@ class MysqlUserListStore:
 
     async def recorded(self, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], bool]:
         """Of the (user_id, direction, order_id) keys, those recorded, with their best-luck flags:
-        one SELECT by primary key per list table, every database at once."""
+        one SELECT per list table joined on its keys (``key_rows``), every database at once."""
         by_table: dict[tuple[int, int], list[object]] = defaultdict(list)
         for k in dict.fromkeys(keys):
             by_table[self._shards.layout.key_shard(k[0])] += k
@@ -106,8 +106,9 @@ class MysqlUserListStore:
             *(
                 self._shards.fetchall(
                     db,
-                    f"SELECT user_id, direction, order_id, best_luck FROM t_user_list_{t:02} WHERE "
-                    + " OR ".join(["(user_id = %s AND direction = %s AND order_id = %s)"] * (len(args) // 3)),
+                    "SELECT l.user_id, l.direction, l.order_id, l.best_luck FROM "
+                    f"{key_rows(('user_id', 'direction', 'order_id'), len(args) // 3)} JOIN t_user_list_{t:02} l "
+                    "ON l.user_id = k.user_id AND l.direction = k.direction AND l.order_id = k.order_id",
                     args,
                     once=len(args) > 3,
                 )

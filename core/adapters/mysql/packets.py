@@ -26,6 +26,7 @@ from hongbao.core.adapters.mysql.db import (
     MysqlShards,
     Row,
     commit_with,
+    key_rows,
     result_sets,
     run_statement,
 )
@@ -280,18 +281,18 @@ class MysqlPacketStore:
         )
 
     async def mark_credited(self, receipts: Sequence[tuple[str, str]]) -> None:
-        """Mark each (order_id, user_id) receipt credited: one UPDATE per receipt table (the
-        receipts' unique key, one range per receipt), every table at once."""
+        """Mark each (order_id, user_id) receipt credited: one UPDATE per receipt table joined on
+        its receipts' unique key (``key_rows``; locked in key order), every table at once."""
         by_table: dict[tuple[int, str], list[str]] = defaultdict(list)
-        for order_id, user_id in receipts:
+        for order_id, user_id in sorted(set(receipts)):
             db, _, rtable = self._where(order_id)
             by_table[(db, rtable)] += (order_id, user_id)
         await asyncio.gather(
             *(
                 self._shards.execute(
                     db,
-                    f"UPDATE {rtable} SET credit_status = 'credited' WHERE "
-                    + " OR ".join(["(order_id = %s AND user_id = %s)"] * (len(args) // 2)),
+                    f"UPDATE {rtable} r JOIN {key_rows(('order_id', 'user_id'), len(args) // 2)} "
+                    "ON r.order_id = k.order_id AND r.user_id = k.user_id SET r.credit_status = 'credited'",
                     args,
                     once=len(args) > 2,
                 )
