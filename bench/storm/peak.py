@@ -9,7 +9,8 @@ system still climbing (``knee.py``: a system stops after its first rung that doe
 the full scenario (default ``new-year-eve``: 120 s of sends, a 60 s tail) is played at that rate
 against a MariaDB and a redis-server started for the rung and stopped after it: every rung starts
 from empty databases and cold caches, so its audit covers exactly what it paid. Each rung: the
-storm's report (``OUT/<system>/rate-<R>/report.json`` and ``.png``), the audit (hongbao's shards;
+storm's report (``OUT/<system>/rate-<R>/report.json`` and ``.png``) and the server's log
+(``server.log`` there: what the workers said during the rung), the audit (hongbao's shards;
 the baseline's ``baselines.audit``), and the CPU of the server, MariaDB and Redis over the load
 (``meter.py``, with how it is attributed per request and per open).
 
@@ -33,6 +34,7 @@ import contextlib
 import dataclasses
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -138,6 +140,8 @@ def play(system: str, rate: float, base_scenario: Scenario, args: argparse.Names
             return knee.Rung(rate, error=str(exc).splitlines()[0][:300], loadavg=loadavg)
         finally:
             server.stop()
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(server.log, out / "server.log")  # the temp directory goes: its log stays
         audit = asyncio.run(audit_baseline(database.dsn, redis.url)) if system == "baseline" else None
     return rung_of(rate, summary, audit, meter, loadavg)
 

@@ -24,7 +24,8 @@ def shrunk_without_rate() -> list[str]:
 
 def test_a_two_rung_ladder_reports_knees_latency_and_cpu(tmp_path: Path) -> None:
     """Every system climbs until a rung fails, the knee is its last holding rung, and each rung has
-    p50/p99 per operation, a clean audit and the CPU of the server, MariaDB and Redis per open."""
+    p50/p99 per operation, a clean audit, the CPU of the server, MariaDB and Redis per open, and the
+    server's log next to its report."""
     done = subprocess.run(
         [
             sys.executable,
@@ -64,7 +65,9 @@ def test_a_two_rung_ladder_reports_knees_latency_and_cpu(tmp_path: Path) -> None
             assert all(cpu["ms_per_open"][role] > 0 for role in ("server", "mariadb", "redis"))
             assert cpu["server_ms_per_request"] > 0 and len(r["generator_cores"]) == 2
             assert (r["push"] is not None) == (system == "hongbao")
-            assert (tmp_path / system / f"rate-{r['rate']:g}" / "report.json").is_file()
+            rung = tmp_path / system / f"rate-{r['rate']:g}"
+            assert (rung / "report.json").is_file()
+            assert (rung / "server.log").read_text().strip(), "the rung's server log is kept, not empty"
     knees = {system: entry["knee"] for system, entry in result["systems"].items()}
     expected = round(knees["hongbao"] / knees["baseline"], 2) if knees["hongbao"] and knees["baseline"] else None
     assert result["knee_ratio"] == {"online": expected, "offline": None}
