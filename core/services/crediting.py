@@ -3,6 +3,7 @@ time for every worker through a flag) and the credit itself, exactly once per re
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -29,7 +30,7 @@ class Crediting:
     """Credits over ``ledger`` and ``packets`` (the receipts' marks), in ``mode`` with
     ``realtime_threshold_fen`` splitting realtime_large; the mode is shared through ``flags``."""
 
-    __slots__ = ("ledger", "packets", "flags", "clock", "outbox", "mode", "realtime_threshold_fen")
+    __slots__ = ("ledger", "packets", "flags", "clock", "outbox", "mode", "realtime_threshold_fen", "_together")
 
     def __init__(
         self,
@@ -44,6 +45,7 @@ class Crediting:
     ) -> None:
         self.ledger, self.packets, self.flags, self.clock, self.outbox = ledger, packets, flags, clock, outbox
         self.mode, self.realtime_threshold_fen = mode, realtime_threshold_fen
+        self._together: tuple[list[Receipt], asyncio.Task[None]] | None = None  # this loop iteration's receipts
 
     def in_request(self, receipt: Receipt) -> bool:
         """Whether the open credits ``receipt`` itself (realtime_large, at or above the threshold)."""
@@ -89,6 +91,22 @@ class Crediting:
             if new:
                 self.outbox.notify(events.credited(receipt.order_id, receipt.user_id, receipt.amount_fen))
         await self.packets.mark_credited([(r.order_id, r.user_id) for r in due])
+
+    async def apply_together(self, receipt: Receipt) -> None:
+        """Credit ``receipt`` with every receipt handed here in the same loop iteration, in one
+        ``apply`` (the openers of one batched open transaction resume together: their realtime
+        credits share one ledger transaction per database and one mark per receipt table). Raises
+        as ``apply``, for every receipt of the batch; a caller that goes away does not stop it."""
+        if self._together is None:  # the task's first step runs after this iteration's other callbacks
+            self._together = ([], asyncio.ensure_future(self._apply_together()))
+        receipts, task = self._together
+        receipts.append(receipt)
+        await asyncio.shield(task)
+
+    async def _apply_together(self) -> None:
+        assert self._together is not None
+        receipts, self._together = self._together[0], None
+        await self.apply(receipts)
 
     async def apply_queued(self, bodies: Sequence[bytes]) -> None:
         """Credit the receipts the credit-queue messages ``bodies`` name (each once, read together)."""

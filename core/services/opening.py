@@ -105,7 +105,7 @@ class Opening:
             self.outbox.notify(events.opened(result.receipt))
         if not result.repeat and self.crediting.in_request(result.receipt):
             try:
-                await self.crediting.apply([result.receipt])  # the receipt in hand: nothing to read again
+                await self.crediting.apply_together(result.receipt)  # in hand: nothing to read again
             except errors.Degraded as exc:  # an expected answer under overload or an outage: one line
                 log.warning("realtime credit of %s/%s deferred to the reconciler: %s", order_id, user_id, exc)
             except Exception:  # the receipt is committed: the reconciler credits it later

@@ -577,3 +577,23 @@ async def test_a_failed_realtime_credit_leaves_the_open_answered(
     assert await svc.ports.ledger.balance("A") == 0
     [record] = [r for r in caplog.records if "realtime credit" in r.getMessage()]
     assert (record.levelname, record.exc_info is not None) == (level, traceback)
+
+
+async def test_the_realtime_credits_of_one_open_batch_share_one_ledger_write(backend: Backend) -> None:
+    """Eight openers of one packet at once, every share credited in the request: the openers the
+    batcher put in one transaction hand their credits to one ledger write (fewer writes than
+    openers; before, one each), and every receiver holds exactly their share, credited once."""
+    svc = backend.services
+    users = [f"R{i}" for i in range(8)]
+    await _group(svc, "g", ["S", *users])
+    order_id = await _paid(svc, "S", {"count": 8, "total_fen": 16_000, "group_id": "g"}, fund=16_000)
+    svc.crediting.realtime_threshold_fen = 1
+    ledger = Counting(svc.crediting.ledger)
+    svc.crediting.ledger = ledger  # type: ignore[assignment]
+    opened = await asyncio.gather(*(svc.opening.open(u, order_id) for u in users))
+    assert ledger.calls["post_many"] < len(users), ledger.calls
+    for user, (receipt, repeat) in zip(users, opened, strict=True):
+        assert not repeat and await svc.ports.ledger.balance(user) == receipt.amount_fen
+        assert await svc.ports.ledger.amount(user, EntryKind.CREDIT, f"{order_id}:{user}") == receipt.amount_fen
+    assert sum(receipt.amount_fen for receipt, _ in opened) == 16_000
+    assert all(r.credited for r in await svc.ports.packets.receipts(order_id))
