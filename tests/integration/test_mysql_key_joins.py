@@ -24,10 +24,6 @@ KEYS = 4000  # one repair page (2 000 receipts and 2 000 packets) on one list ta
 DAY_MS = 24 * 3600_000
 
 
-def _even(remaining_fen: int, remaining_count: int) -> int:
-    return remaining_fen // remaining_count
-
-
 def test_a_page_of_list_keys_is_checked_within_the_statement_bound(mariadb: MariaDb) -> None:
     """4 000 received rows of one user (one list table), one of them best luck: ``recorded`` of
     those keys, of as many never written and of the user's id in another case answers within the
@@ -68,7 +64,7 @@ def test_a_page_of_receipts_is_marked_credited_within_the_statement_bound(mariad
             )
             assert await store.insert_packet(packet)
             users = [f"u{i:05}" for i in range(KEYS)]
-            [results] = await store.open_batches([(order_id, users)], now, _even)
+            [results] = await store.open_batches([(order_id, users)], now, hongbao_native.split_lucky)
             assert all(r.receipt is not None for r in results)
             await store.mark_credited([(order_id, u) for u in [*users, users[0], "nobody"]])
             receipts = await store.receipts(order_id)
