@@ -98,14 +98,13 @@ class Crediting:
         credits share one ledger transaction per database and one mark per receipt table). Raises
         as ``apply``, for every receipt of the batch; a caller that goes away does not stop it."""
         if self._together is None:  # the task's first step runs after this iteration's other callbacks
-            self._together = ([], asyncio.ensure_future(self._apply_together()))
-        receipts, task = self._together
-        receipts.append(receipt)
-        await asyncio.shield(task)
+            receipts: list[Receipt] = []
+            self._together = (receipts, asyncio.ensure_future(self._apply_gathered(receipts)))
+        self._together[0].append(receipt)
+        await asyncio.shield(self._together[1])
 
-    async def _apply_together(self) -> None:
-        assert self._together is not None
-        receipts, self._together = self._together[0], None
+    async def _apply_gathered(self, receipts: list[Receipt]) -> None:
+        self._together = None  # a receipt handed in from now on starts the next batch
         await self.apply(receipts)
 
     async def apply_queued(self, bodies: Sequence[bytes]) -> None:
