@@ -60,12 +60,13 @@ async def run_statement(cur: Cursor, sql: str, args: Sequence[object], *, once: 
 
 def key_rows(columns: Sequence[str], count: int) -> str:
     """``(SELECT %s AS a, %s AS b UNION ALL SELECT %s, %s ...) AS k``: a derived table ``k`` of
-    ``count`` rows of ``columns`` (``%s`` placeholders, row by row), to join a table on by its
-    unique key. The server looks each row up by that key (one eq_ref read a row); the same keys as
-    an OR chain or a row-constructor IN list cost its range optimizer time quadratic in their
-    number (MariaDB 10.11, 2 000 keys of a three-column key: 570 ms against 13 ms joined).
-    An UPDATE joined on it locks the rows in the derived table's order: callers give the keys
-    in one order (sorted) for every writer."""
+    ``count`` >= 1 rows of ``columns`` (column names of the caller's own, never data; ``%s``
+    placeholders for the values, row by row), to join a table on by its unique key. The server
+    looks each row up by that key (one eq_ref read a row); the same keys as an OR chain or a
+    row-constructor IN list cost its range optimizer time quadratic in their number (MariaDB
+    10.11, 2 000 keys of a three-column key: 570 ms against 13 ms joined). An UPDATE joined on it
+    locks the rows in the derived table's order: callers give the keys in one order (sorted) for
+    every writer."""
     first = ", ".join(f"%s AS {column}" for column in columns)
     rest = ", ".join(["%s"] * len(columns))
     return f"(SELECT {first}{f' UNION ALL SELECT {rest}' * (count - 1)}) AS k"
