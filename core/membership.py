@@ -105,6 +105,12 @@ class CachedGroups:
         """Whether ``user_id`` is a member of ``group_id`` (from the first level that has the group)."""
         return user_id in await self.member_set(group_id)
 
+    def held_member(self, group_id: str, user_id: str) -> bool | None:
+        """Whether ``user_id`` is a member of ``group_id``, from this worker's memory alone (no
+        I/O); None when the group's members are not held here (then ``is_member``)."""
+        held = self._memory.get(group_id, self.clock.now_ms())
+        return None if held is None else user_id in held
+
     async def members(self, group_id: str) -> list[str]:
         """Every member, sorted (from the first level that has the group)."""
         return sorted(await self.member_set(group_id))

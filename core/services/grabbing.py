@@ -1,9 +1,10 @@
 """The grab filter: the advisory check before an open, answered from caches in front of the
 database. Its levels, first to last: this worker's memory (packet states and memberships for
-GRAB_CACHE_TTL_MS, the amounts it has seen opened for OPENED_CACHE_TTL_MS: an open's amount never
-changes), the shared level (hongbao.core.grab_state; Redis in production), then the database.
-A state may lag here (a stale entry says "ok" for a finished packet, never the reverse); open
-re-checks everything in its transaction."""
+GRAB_CACHE_TTL_MS, the groups' members the group store holds (GroupStore.held_member), the
+amounts it has seen opened for OPENED_CACHE_TTL_MS: an open's amount never changes), the shared
+level (hongbao.core.grab_state; Redis in production), then the database. A state may lag here (a
+stale entry says "ok" for a finished packet, never the reverse); open re-checks everything in
+its transaction."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ class GrabFilter:
             check_order_id(order_id)
             return None
         if packet.group_id is not None:
-            member = self._members.get((packet.group_id, user_id), now_ms)
+            member = self._member(packet.group_id, user_id, now_ms)
             if member is None:
                 return None
             if not member:
@@ -103,7 +104,7 @@ class GrabFilter:
         answer = self._decided(user_id, state, amount, complete, now_ms)
         if answer is not None:
             return answer
-        if state.group_id is not None and self._members.get((state.group_id, user_id), now_ms) is None:
+        if state.group_id is not None and self._member(state.group_id, user_id, now_ms) is None:
             member = await self.groups.is_member(state.group_id, user_id)
             self._members.put((state.group_id, user_id), member, now_ms)
             if not member:
@@ -143,7 +144,7 @@ class GrabFilter:
         ``complete``), with membership from this worker's cache unless ``member`` (known); None
         when the database must be asked (membership not cached, or an amount not certain)."""
         if state.group_id is not None and not member:
-            cached = self._members.get((state.group_id, user_id), now_ms)
+            cached = self._member(state.group_id, user_id, now_ms)
             if cached is None:
                 return None
             if not cached:
@@ -154,6 +155,13 @@ class GrabFilter:
         if not complete:
             return None
         return self._admitted(state, user_id, now_ms)
+
+    def _member(self, group_id: str, user_id: str, now_ms: int) -> bool | None:
+        """Whether ``user_id`` is a member of ``group_id`` from memory alone: the group store's
+        copy of the group (every member, dropped on every change) first, then this filter's own
+        answers of the last GRAB_CACHE_TTL_MS; None when neither knows."""
+        held = self.groups.held_member(group_id, user_id)
+        return held if held is not None else self._members.get((group_id, user_id), now_ms)
 
     def _admitted(self, packet: PacketState, user_id: str, now_ms: int) -> dict[str, object]:
         """``_verdict``, counted against this second's grabs of the packet answered ok; Busy

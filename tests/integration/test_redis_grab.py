@@ -144,9 +144,9 @@ async def test_refund_and_refusals_update_the_state(
 
 async def test_grab_soon_answers_as_grab_or_says_later(make_backend: Make, redis_target: RedisTarget) -> None:
     """grab_soon (the HTTP grab's path without a coroutine) answers from one HMGET what grab
-    answers, and says Later where grab needs the database: a member not cached in this worker, a
+    answers, and says Later where grab needs the database: a group this worker holds no copy of, a
     packet missing from Redis, an unknown amount."""
-    one, two = make_backend(), make_backend()
+    one, two, three = make_backend(), make_backend(), make_backend()
     await suite._group(one.services, "g", ["S", "A", "B", "C"])
     order_id = await suite._paid(one.services, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
     a, _ = await one.services.opening.open("A", order_id)
@@ -155,8 +155,8 @@ async def test_grab_soon_answers_as_grab_or_says_later(make_backend: Make, redis
     )  # worker two now holds B's membership and the state
     assert two.services.grabbing.cached("B", order_id) is None  # someone opened: worker two asks Redis
 
-    async def soon(user_id: str) -> object:
-        pending = two.services.grabbing.soon(user_id, order_id)
+    async def soon(user_id: str, worker: Backend = two) -> object:
+        pending = worker.services.grabbing.soon(user_id, order_id)
         assert pending is not None
         try:
             return await pending
@@ -164,11 +164,44 @@ async def test_grab_soon_answers_as_grab_or_says_later(make_backend: Make, redis
             return Later
 
     assert await soon("B") is GRAB_OK
-    assert await soon("A") is Later  # A's membership is not in worker two's memory
-    assert await two.services.grabbing.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}
-    assert await soon("A") == {"status": "opened", "amount_fen": a.amount_fen}
+    assert three.services.grabbing.shared is not None
+    await three.services.grabbing.shared.lookup(order_id, "A")  # worker three's lean route learns the slots
+    assert await soon("A", three) is Later  # worker three holds no copy of the group: is A a member?
+    assert await three.services.grabbing.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}
+    assert await soon("A", three) == {"status": "opened", "amount_fen": a.amount_fen}
     redis_target.flush()
     assert await soon("B") is Later  # the key is gone: grab rebuilds it from the database
     assert await two.services.grabbing.grab("B", order_id) is GRAB_OK
     assert await soon("A") is Later  # rebuilt after opens: A's amount is not certain from Redis
     assert await soon("B") is Later
+
+
+async def test_a_group_grab_reads_redis_once_where_the_group_is_held(
+    make_backend: Make, redis_target: RedisTarget
+) -> None:
+    """A worker holding the group's members (its membership cache) decides a grab of the group's
+    packet from one HMGET of the grab state, whoever grabs: no second read for the membership, and
+    none at all for an outsider once the packet's state is in memory."""
+    one, two = make_backend(), make_backend()
+    await suite._group(one.services, "g", ["S", "A", "B", "C"])
+    order_id = await suite._paid(one.services, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
+    a, _ = await one.services.opening.open("A", order_id)
+    assert await two.services.ports.groups.is_member("g", "S")  # worker two now holds the group
+    for port in redis_target.ports:
+        redis_target.sync_client(port).config_resetstat()
+
+    def hmgets() -> int:
+        stats = [redis_target.sync_client(port).info("commandstats") for port in redis_target.ports]
+        return sum(int(s.get("cmdstat_hmget", {}).get("calls", 0)) for s in stats)
+
+    pending = two.services.grabbing.soon("A", order_id)
+    assert pending is not None
+    assert await pending == {"status": "opened", "amount_fen": a.amount_fen}
+    assert hmgets() == 1
+    pending = two.services.grabbing.soon("B", order_id)
+    assert pending is not None and await pending is GRAB_OK
+    assert await two.services.grabbing.grab("C", order_id) is GRAB_OK
+    assert hmgets() == 3
+    with pytest.raises(errors.NotMember):
+        await two.services.grabbing.grab("X", order_id)
+    assert hmgets() == 3

@@ -169,6 +169,10 @@ class MysqlGroupStore:
             is not None
         )
 
+    def held_member(self, group_id: str, user_id: str) -> bool | None:
+        """None: this store keeps no copy of a group in memory (every answer is the database's)."""
+        return None
+
     async def members(self, group_id: str) -> list[str]:
         """Every member, sorted."""
         rows = await self._shards.fetchall(

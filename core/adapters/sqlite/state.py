@@ -162,6 +162,10 @@ class SqliteGroupStore:
         sql = "SELECT 1 FROM t_group_member WHERE group_id = ? AND user_id = ?"
         return self._db.read(lambda: self._db.reader.execute(sql, (group_id, user_id)).fetchone() is not None)
 
+    def held_member(self, group_id: str, user_id: str) -> bool | None:
+        """None: this store keeps no copy of a group in memory (every answer is the database's)."""
+        return None
+
     async def members(self, group_id: str) -> list[str]:
         """Every member, sorted."""
         sql = "SELECT user_id FROM t_group_member WHERE group_id = ? ORDER BY user_id"
