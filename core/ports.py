@@ -228,7 +228,8 @@ class GroupStore(Protocol):
 
     def held_member(self, group_id: str, user_id: str) -> bool | None:
         """Whether ``user_id`` is a member of ``group_id``, from this process's memory alone (no
-        I/O); None when the store holds no copy of the group's members (then ``is_member``)."""
+        I/O, never raises); None when the store holds no copy of the group's members (then
+        ``is_member``)."""
         ...
 
     async def members(self, group_id: str) -> list[str]:

@@ -152,7 +152,7 @@ async def test_grab_soon_answers_as_grab_or_says_later(make_backend: Make, redis
     a, _ = await one.services.opening.open("A", order_id)
     assert (
         await two.services.grabbing.grab("B", order_id) is GRAB_OK
-    )  # worker two now holds B's membership and the state
+    )  # worker two now holds the group's members and the packet's state
     assert two.services.grabbing.cached("B", order_id) is None  # someone opened: worker two asks Redis
 
     async def soon(user_id: str, worker: Backend = two) -> object:
