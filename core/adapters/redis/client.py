@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any
 
-from hongbao.core.adapters.redis.lean import Arg, lean_for
+from hongbao.core.adapters.redis.lean import Arg, key_slot, lean_for
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
@@ -190,6 +190,17 @@ class Pipelines:
         if error is not None:
             raise error
         return replies
+
+    def slot_groups(self, keys: Sequence[str], most: int) -> list[list[int]]:
+        """The positions of ``keys`` in groups of at most ``most`` (``most`` >= 1), each group's
+        keys such that one script may be given them all: on a single server any keys, in their
+        order; on a cluster keys of one hash slot (``key_slot``: their hash tags), in order within
+        a slot, the slots in the order of their first key."""
+        slots: dict[int, list[int]] = {}
+        cluster = isinstance(self.client, RedisCluster)
+        for i, key in enumerate(keys):
+            slots.setdefault(key_slot(key.encode()) if cluster else 0, []).append(i)
+        return [group[at : at + most] for group in slots.values() for at in range(0, len(group), most)]
 
     def lean_request(self, key: str, request: bytes) -> asyncio.Future[Any] | None:
         """Send one encoded command (RESP2, hongbao.core.adapters.redis.lean; first key ``key``) on

@@ -1,51 +1,63 @@
 """The Lua scripts of the Redis message and topic logs (``push_logs``). Each runs on ONE
-slot: a user's ``mlog:{uid}`` + ``mstream:{uid}``, or ``{topics}:meta`` + ``{topics}:log`` (KEYS[1]
-the counters hash, KEYS[2] the stream), so they work alike on a single Redis and a cluster.
-Numbers in ARGV are decimal strings; times are ms since the epoch.
+slot: users' ``mlog:{uid}`` + ``mstream:{uid}`` pairs (on a cluster, users whose tags share a slot:
+Pipelines.slot_groups), or ``{topics}:meta`` + ``{topics}:log`` (the counters hash, then the
+stream), so they work alike on a single Redis and a cluster. Numbers in ARGV are decimal
+strings; times are ms since the epoch.
 
 Incarnations: every stream records the ``run_id`` of the Redis process it was last used on (INFO
-server, read inside the script, so no command can slip between a restart and its detection; a
-restart or a failover changes it) and the highest generation a caller passed (``{push}:generation``,
-raised when appends were lost while Redis was unreachable; it only grows). A stream used on
-another process, or by a caller of a higher generation, may have lost entries (a restart from an
-older dump, a replica that lagged, appends that failed): it starts a new epoch, so its client is
-told (``reset``) instead of having new messages taken for old offsets. A caller of a lower
-generation (one not yet synced) changes nothing. A stream that records no run (written before
-incarnations) adopts the current one.
+server, read once per script run, inside it, so no command can slip between a restart and its
+detection; a restart or a failover changes it) and the highest generation a caller passed
+(``{push}:generation``, raised when appends were lost while Redis was unreachable; it only grows).
+A stream used on another process, or by a caller of a higher generation, may have lost entries (a
+restart from an older dump, a replica that lagged, appends that failed): it starts a new epoch, so
+its client is told (``reset``) instead of having new messages taken for old offsets. A caller of a
+lower generation (one not yet synced) changes nothing. A stream that records no run (written
+before incarnations) adopts the current one.
+
+Trimming reads a user stream's oldest entry only when the stream is longer than its bound or its
+``t0`` (a time no later than the oldest entry's, kept in ``mlog:{uid}``: set when a trim reads the
+oldest entry; an ack's XTRIM leaves it, still a bound) is older than the age bound.
 """
 
 from __future__ import annotations
 
 from hongbao.core.adapters.redis.client import LuaScript
 
-# ensure(meta, prefix, new_epoch, gen) -> seq, epoch, fresh: 0 kept, 1 new stream, 2 new epoch over a bad
-# seq, 3 new epoch: used on another Redis process or by a higher generation.
+# run_id() -> the run_id of this Redis process.
+# ensure(meta, prefix, new_epoch, gen, run) -> seq, epoch, fresh, held: fresh 0 kept, 1 new stream, 2 new
+# epoch over a bad seq, 3 new epoch: used on another Redis process or by a higher generation; held: the
+# stream's nonce, t0 and x fields (false when absent; none when fresh).
 # claim(...) -> 1 write the batch [start, start + count), 2 already written (a retry), 0 offsets taken.
 _COMMON = """
-local function ensure(meta, p, new_epoch, gen)
-  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+local function run_id()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+end
+local function ensure(meta, p, new_epoch, gen, run)
+  local v = redis.call('HMGET', meta, p .. 'run', p .. 'gen', p .. 'epoch', p .. 'seq',
+    p .. 'nonce', p .. 't0', p .. 'x')
+  local was_run, epoch = v[1], v[3]
   local g = tonumber(gen) or 0
-  local was_run = redis.call('HGET', meta, p .. 'run')
-  local was_gen = tonumber(redis.call('HGET', meta, p .. 'gen') or '0') or 0
+  local was_gen = tonumber(v[2] or '0') or 0
   local moved = (was_run and was_run ~= run) or g > was_gen
   if was_run ~= run or g > was_gen then
     redis.call('HSET', meta, p .. 'run', run, p .. 'gen', math.max(g, was_gen))
   end
-  local epoch = redis.call('HGET', meta, p .. 'epoch')
-  local seq = tonumber(redis.call('HGET', meta, p .. 'seq') or '0')
-  if epoch and seq and not moved then return seq, epoch, 0 end
+  local seq = tonumber(v[4] or '0')
+  if epoch and seq and not moved then
+    return seq, epoch, 0, {nonce = v[5], t0 = tonumber(v[6] or ''), x = tonumber(v[7] or '')}
+  end
   local fresh = 1
   if epoch and not seq then fresh = 2 elseif epoch then fresh = 3 end
   redis.call('HSET', meta, p .. 'epoch', new_epoch, p .. 'seq', 0)
-  return 0, new_epoch, fresh
+  return 0, new_epoch, fresh, {}
 end
-local function user_ensure(new_epoch, gen)
-  local seq, epoch, fresh = ensure(KEYS[1], '', new_epoch, gen)
+local function user_ensure(meta, stream, new_epoch, gen, run)
+  local seq, epoch, fresh, held = ensure(meta, '', new_epoch, gen, run)
   if fresh ~= 0 then
-    redis.call('DEL', KEYS[2])
-    redis.call('HDEL', KEYS[1], 'acked')
+    redis.call('DEL', stream)
+    redis.call('HDEL', meta, 'acked', 't0', 'x')
   end
-  return seq, epoch, fresh
+  return seq, epoch, fresh, held
 end
 local function claim(p, seq, epoch, start, count, want_epoch, nonce)
   local last = start + count - 1
@@ -55,46 +67,68 @@ local function claim(p, seq, epoch, start, count, want_epoch, nonce)
   return 1
 end
 """
-# Drop the oldest entries while the stream is longer than maxlen or older than cutoff (ms).
+# Drop the oldest entries of a user's stream while it is longer than maxlen or older than cutoff
+# (ms); reads nothing when the length is within maxlen and t0 (meta's) within cutoff.
 _TRIM = """
-local function trim(maxlen, cutoff)
-  local len = redis.call('XLEN', KEYS[2])
+local function trim(meta, stream, maxlen, cutoff, t0)
+  local len = redis.call('XLEN', stream)
+  if len <= maxlen and t0 and t0 >= cutoff then return end
+  local kept = nil
   while len > 0 do
-    local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
+    local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
     local t = nil
     for i = 1, #first[2], 2 do
       if first[2][i] == 't' then t = tonumber(first[2][i + 1]) end
     end
-    if len <= maxlen and t and t >= cutoff then break end
-    redis.call('XDEL', KEYS[2], first[1])
+    if len <= maxlen and t and t >= cutoff then
+      kept = t
+      break
+    end
+    redis.call('XDEL', stream, first[1])
     len = len - 1
   end
+  if kept then redis.call('HSET', meta, 't0', kept) else redis.call('HDEL', meta, 't0') end
 end
 """
-#: KEYS mlog, mstream. ARGV nonce, now_ms, maxlen, cutoff_ms, ttl_ms, new_epoch, generation, head...
-#: -> {first offset, epoch, fresh}. Message i (1-based) takes offset seq + i and the body
-#: ``head .. ',"offset":N,"epoch":"E"}'`` (hongbao.core.push_ports.place: epochs are URL-safe, so
-#: quoting them is their JSON). The same nonce again on an unchanged stream is a retry of a write
-#: already done: nothing is written, and the offsets it took are answered.
+#: KEYS mlog, mstream of each user. ARGV nonce, now_ms, maxlen, cutoff_ms, ttl_ms, new_epoch,
+#: generation, then per user (in KEYS' order) its message count n and n heads
+#: -> per user {first offset, epoch, fresh}. A user's message i (1-based) takes offset seq + i and
+#: the body ``head .. ',"offset":N,"epoch":"E"}'`` (hongbao.core.push_ports.place: epochs are
+#: URL-safe, so quoting them is their JSON). The same nonce again on an unchanged stream is a retry
+#: of a write already done: nothing is written to it, and the offsets it took are answered.
 USER_APPEND = LuaScript(
     _COMMON
     + _TRIM
     + """
-local seq, epoch, fresh = user_ensure(ARGV[6], ARGV[7])
-local count = #ARGV - 7
-if fresh == 0 and seq >= count and redis.call('HGET', KEYS[1], 'nonce') == ARGV[1] then
-  return {seq - count + 1, epoch, fresh}
+local run = run_id()
+local now, maxlen, cutoff, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local placed = {}
+local at = 8
+for u = 1, #KEYS / 2 do
+  local meta, stream = KEYS[2 * u - 1], KEYS[2 * u]
+  local count = tonumber(ARGV[at])
+  local seq, epoch, fresh, held = user_ensure(meta, stream, ARGV[6], ARGV[7], run)
+  if fresh == 0 and seq >= count and held.nonce == ARGV[1] then
+    placed[u] = {seq - count + 1, epoch, fresh}
+  else
+    local tail = ',"epoch":"' .. epoch .. '"}'
+    for i = 1, count do
+      local offset = string.format('%d', seq + i)
+      redis.call('XADD', stream, offset .. '-0', 't', ARGV[2], 'b', ARGV[at + i] .. ',"offset":' .. offset .. tail)
+    end
+    if held.x and now - held.x <= ttl / 10 then
+      redis.call('HSET', meta, 'seq', seq + count, 'nonce', ARGV[1])
+    else
+      redis.call('HSET', meta, 'seq', seq + count, 'nonce', ARGV[1], 'x', ARGV[2])
+      redis.call('PEXPIRE', meta, ttl + math.floor(ttl / 10))
+      redis.call('PEXPIRE', stream, ttl + math.floor(ttl / 10))
+    end
+    trim(meta, stream, maxlen, cutoff, held.t0)
+    placed[u] = {seq + 1, epoch, fresh}
+  end
+  at = at + count + 1
 end
-local tail = ',"epoch":"' .. epoch .. '"}'
-for i = 1, count do
-  local offset = string.format('%d', seq + i)
-  redis.call('XADD', KEYS[2], offset .. '-0', 't', ARGV[2], 'b', ARGV[7 + i] .. ',"offset":' .. offset .. tail)
-end
-redis.call('HSET', KEYS[1], 'seq', seq + count, 'nonce', ARGV[1])
-trim(tonumber(ARGV[3]), tonumber(ARGV[4]))
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
-return {seq + 1, epoch, fresh}
+return placed
 """
 )
 #: KEYS mlog, mstream. ARGV offset: acked = max(acked, min(offset, seq)); drop what it covers.
@@ -112,8 +146,8 @@ USER_REPLAY = LuaScript(
     _COMMON
     + _TRIM
     + """
-local seq, epoch = user_ensure(ARGV[1], ARGV[6])
-trim(tonumber(ARGV[3]), tonumber(ARGV[2]))
+local seq, epoch, _, held = user_ensure(KEYS[1], KEYS[2], ARGV[1], ARGV[6], run_id())
+trim(KEYS[1], KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[2]), held.t0)
 local base = tonumber(ARGV[5]) or tonumber(redis.call('HGET', KEYS[1], 'acked') or '0') or 0
 local same = (ARGV[4] == '' or ARGV[4] == epoch) and base <= seq
 local start = '-'
@@ -128,7 +162,7 @@ return {epoch, complete, entries, seq}
 TOPIC_PEEK = LuaScript(
     _COMMON
     + """
-local seq, epoch, fresh = ensure(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+local seq, epoch, fresh = ensure(KEYS[1], ARGV[1], ARGV[2], ARGV[3], run_id())
 return {seq + 1, epoch, fresh}
 """
 )
@@ -137,7 +171,7 @@ return {seq + 1, epoch, fresh}
 TOPIC_PUT = LuaScript(
     _COMMON
     + """
-local seq, epoch = ensure(KEYS[1], ARGV[5], ARGV[7], ARGV[9])
+local seq, epoch = ensure(KEYS[1], ARGV[5], ARGV[7], ARGV[9], run_id())
 local offset = tonumber(ARGV[1])
 local verdict = claim(ARGV[5], seq, epoch, offset, 1, ARGV[2], ARGV[3])
 if verdict == 0 then return {0, seq + 1, epoch} end
