@@ -31,7 +31,7 @@ from hongbao.server.composition import Backend, production
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.integration.conftest import RedisTarget
-from tests.integration.mariadb import SERVICE_LAYOUT, TEST_REDIS_TIMEOUT_S, MariaDb, migrated
+from tests.integration.mariadb import SERVICE_LAYOUT, TEST_MYSQL_TIMEOUT_S, TEST_REDIS_TIMEOUT_S, MariaDb, migrated
 from tests.integration.private_redis import PrivateRedis
 from tests.integration.production import start_production
 from tests.server.conftest import stop_server
@@ -56,7 +56,12 @@ def open_on(
         await client.initialize()
         redis, counts = Pipelines(client), {}
         backend = production(
-            MysqlShards(mariadb.dsn, layout, pool_size=4), admission, redis, consumer="w", clock=clock, counts=counts
+            MysqlShards(mariadb.dsn, layout, pool_size=4, timeout_s=TEST_MYSQL_TIMEOUT_S),
+            admission,
+            redis,
+            consumer="w",
+            clock=clock,
+            counts=counts,
         )
         loop_cleanups.append(backend.aclose)
         return backend, counts
