@@ -15,6 +15,7 @@ import pytest
 from hongbao.bench.services import redis_servers
 from hongbao.core import errors
 from hongbao.core.adapters.mysql.audit import audit_mysql
+from hongbao.core.adapters.redis.client import Pipelines
 from hongbao.core.adapters.redis.profiles import GREETING_MARGIN_MS
 from hongbao.core.clock import ManualClock
 from hongbao.core.services.profiles import PROFILE_MEMORY_TTL_MS
@@ -30,6 +31,24 @@ from tests.integration.production import SERVE_LAYOUT, start_production
 from tests.integration.test_redis_money import Open, open_on  # noqa: F401  (fixture)
 from tests.server.conftest import stop_server
 from tests.server.flows import group, move_clock, ok, paid_packet
+
+
+async def test_greetings_and_profiles_take_the_lean_path(
+    open_on: Open, redis_target: RedisTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command of the profile store (a greeting at each pay, profiles at each details read)
+    is a lean command: the store works with redis-py's pipeline path refused."""
+    backend, _ = await open_on(redis_target.url, redis_target.cluster)
+    store = backend.services.ports.profiles
+
+    async def refused(*_: object, **__: object) -> None:
+        raise AssertionError("redis-py's pipeline path")
+
+    monkeypatch.setattr(Pipelines, "run", refused)
+    await store.set_greeting("o1", "恭喜发财")
+    await store.set_profile("S", "Sender", "https://x.test/s.png")
+    assert await store.greeting("o1") == "恭喜发财" and await store.greeting("o2") is None
+    assert await store.profiles(["S", "nobody", "S"]) == {"S": ("Sender", "https://x.test/s.png")}
 
 
 async def test_greetings_and_profiles_are_redis_keys(open_on: Open, redis_target: RedisTarget) -> None:

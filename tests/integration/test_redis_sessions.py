@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core.adapters.redis.client import Pipelines, RedisClient
-from hongbao.core.adapters.redis.push import RedisSessionStore, node_sessions_key, online_key, route_key, session_key
+from hongbao.core.adapters.redis.push import (
+    TOUCH,
+    RedisSessionStore,
+    node_sessions_key,
+    online_key,
+    route_key,
+    session_key,
+)
 from hongbao.core.adapters.redis.push_nodes import RedisNodeDirectory
 from hongbao.core.push_ports import Route
 
@@ -97,6 +105,22 @@ async def test_touch_refreshes_only_the_current_session(redis_target: RedisTarge
         assert await client.ttl(session_key("u1")) > 500
         assert await client.ttl(route_key("s1")) > 500
         assert await client.exists(route_key("stale")) == 0
+
+
+async def test_touch_takes_the_lean_path(redis_target: RedisTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Touch (every session with inbound frames, once a second) is lean commands: it works with
+    redis-py's pipeline path refused, once its script is loaded."""
+    async with redis_target.connect() as client:
+        store = RedisSessionStore(Pipelines(client), 600)
+        await store.login("u1", "s1", "a/1", T0)
+        await client.script_load(TOUCH.text)
+
+        async def refused(*_: object, **__: object) -> None:
+            raise AssertionError("redis-py's pipeline path")
+
+        monkeypatch.setattr(Pipelines, "run", refused)
+        assert await store.touch([("u1", "s1"), ("u2", "s2")], T0 + 1_000) == [("u2", "s2")]
+        assert await client.hget(session_key("u1"), "lastActiveTime") == str(T0 + 1_000).encode()
 
 
 async def test_touch_reports_a_lost_session_and_restore_writes_it_back(redis_target: RedisTarget) -> None:

@@ -10,18 +10,18 @@ tagged, so nothing is ever CROSSSLOT):
   still read);
 - ``profile:{<user_id>}``: a hash, ``n`` the nickname and ``a`` the avatar URL, without a TTL.
 
-A batch read of profiles is one HMGET per user in one pipeline (``Pipelines``: one round trip per
-server of a cluster). Calls go through the worker's Redis breaker (shared with the other Redis
-adapters): while Redis is down they raise ``BreakerOpen`` at once, counted as
-``redis_fallback_profiles`` in ``counts`` (the worker's metrics events), and the callers use the
-defaults. What Redis loses (a flush, a restart without persistence) reads as unset.
+Every command takes the lean path of ``Pipelines`` (a batch read of profiles: one HMGET per user,
+sent together: one round trip per server of a cluster). Calls go through the worker's Redis
+breaker (shared with the other Redis adapters): while Redis is down they raise ``BreakerOpen`` at
+once, counted as ``redis_fallback_profiles`` in ``counts`` (the worker's metrics events), and the
+callers use the defaults. What Redis loses (a flush, a restart without persistence) reads as unset.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hongbao.core.adapters.redis.client import Pipelines, RedisPipeline, text
+from hongbao.core.adapters.redis.client import Pipelines, text
 from hongbao.core.adapters.redis.state import _RedisFirst
 from hongbao.core.breaker import Breaker
 
@@ -52,31 +52,28 @@ class RedisProfileStore(_RedisFirst):
 
     async def set_greeting(self, order_id: str, greeting: str) -> None:
         """SET the greeting with its TTL. Raises BreakerOpen while Redis is down."""
-        ttl_ms = self._greeting_ttl_ms
-        await self._redis(lambda: self._pipes.one(lambda p: p.set(greeting_key(order_id), greeting, px=ttl_ms)))
+        key, ttl_ms = greeting_key(order_id), self._greeting_ttl_ms
+        await self._redis(lambda: self._pipes.command(key, "SET", key, greeting, "PX", ttl_ms))
 
     async def greeting(self, order_id: str) -> str | None:
         """The greeting, or None. Raises BreakerOpen while Redis is down."""
-        found = await self._redis(lambda: self._pipes.one(lambda p: p.get(greeting_key(order_id))))
+        key = greeting_key(order_id)
+        found = await self._redis(lambda: self._pipes.command(key, "GET", key))
         return None if found is None else text(found)
 
     async def set_profile(self, user_id: str, nickname: str, avatar_url: str) -> None:
         """HSET both fields. Raises BreakerOpen while Redis is down."""
         key = profile_key(user_id)
-        await self._redis(lambda: self._pipes.one(lambda p: p.hset(key, mapping={"n": nickname, "a": avatar_url})))
+        await self._redis(lambda: self._pipes.command(key, "HSET", key, "n", nickname, "a", avatar_url))
 
     async def profiles(self, user_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """(nickname, avatar_url) of the users that set a profile: one pipeline of HMGETs.
+        """(nickname, avatar_url) of the users that set a profile: one HMGET each, sent together.
         Raises BreakerOpen while Redis is down."""
         wanted = list(dict.fromkeys(user_ids))
         if not wanted:
             return {}
-
-        def build(pipe: RedisPipeline) -> None:
-            for user_id in wanted:
-                pipe.hmget(profile_key(user_id), "n", "a")
-
-        replies = await self._redis(lambda: self._pipes.run(build))
+        keys = [profile_key(user_id) for user_id in wanted]
+        replies = await self._redis(lambda: self._pipes.commands([(key, ("HMGET", key, "n", "a")) for key in keys]))
         return {
             user_id: (text(nickname), "" if avatar is None else text(avatar))
             for user_id, (nickname, avatar) in zip(wanted, replies, strict=True)

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from hongbao.core.adapters.redis.client import LuaScript, Pipelines, RedisPipeline, text
+from hongbao.core.adapters.redis.lean import Arg
 from hongbao.core.push_ports import Route
 from hongbao_native import online_shard
 
@@ -130,19 +131,18 @@ class RedisSessionStore:
         return Route(text(old_node), text(old_sid))
 
     async def touch(self, sessions: Sequence[tuple[str, str]], now_ms: int) -> list[tuple[str, str]]:
-        """One pipeline: for each (uid, sid) still current, lastActiveTime = ``now_ms`` and the
-        session's TTL renewed (a script on ``session:{uid}`` alone), the route's TTL renewed; one
-        replaced by a newer session is left alone. Returns the pairs whose key is gone, unwritten:
-        a refresh that a logout overtook must not bring its session back."""
+        """One tick of lean commands: for each (uid, sid) still current, lastActiveTime = ``now_ms``
+        and the session's TTL renewed (a script on ``session:{uid}`` alone), the route's TTL
+        renewed; one replaced by a newer session is left alone. Returns the pairs whose key is
+        gone, unwritten: a refresh that a logout overtook must not bring its session back."""
         if not sessions:
             return []
-
-        def build(pipe: RedisPipeline) -> None:
-            for uid, sid in sessions:
-                TOUCH.queue(pipe, [session_key(uid)], [sid, now_ms, self._ttl_ms])
-                pipe.pexpire(route_key(sid), self._ttl_ms)
-
-        verdicts = (await self._pipes.run(build, SCRIPTS))[::2]
+        calls: list[tuple[str | None, Sequence[Arg]]] = []
+        for uid, sid in sessions:
+            skey, rkey = session_key(uid), route_key(sid)
+            calls.append((skey, ("EVALSHA", TOUCH.sha, 1, skey, sid, now_ms, self._ttl_ms)))
+            calls.append((rkey, ("PEXPIRE", rkey, self._ttl_ms)))
+        verdicts = (await self._pipes.commands(calls, SCRIPTS))[::2]
         return [pair for pair, verdict in zip(sessions, verdicts, strict=True) if verdict == -1]
 
     async def restore(self, sessions: Sequence[tuple[str, str, int]], node: str, now_ms: int) -> None:
