@@ -90,12 +90,17 @@ class LuaScript:
         self.text = text
         self.sha = hashlib.sha1(text.encode()).hexdigest()
 
+    def command(self, keys: Sequence[str], args: Sequence[str | int | bytes]) -> tuple[Arg, ...]:
+        """The EVALSHA command (its words, as ``Pipelines.command`` and ``commands`` take them) of
+        one run on ``keys`` with ``args``: ``EVALSHA sha numkeys key... arg...`` (Redis EVALSHA)."""
+        return ("EVALSHA", self.sha, len(keys), *keys, *args)
+
     def queue(self, pipe: RedisPipeline, keys: Sequence[str], args: Sequence[str | int | bytes]) -> None:
         """Add a run of the script to ``pipe`` (see :class:`Pipelines` for NOSCRIPT). Through
         ``execute_command``: redis-py's cluster pipeline blocks its ``evalsha`` method because it
         cannot recover from NOSCRIPT on its own; ``Pipelines`` does, and the command itself is
         routed by its key like any other."""
-        pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        pipe.execute_command(*self.command(keys, args))
 
 
 #: Adds a caller's commands to a pipeline (what it returns is ignored).
@@ -142,9 +147,7 @@ class Pipelines:
 
     async def script(self, script: LuaScript, keys: Sequence[str], args: Sequence[str | int | bytes]) -> Any:
         """The reply of one run of ``script`` on ``keys`` with ``args`` (raises its error reply)."""
-        return await self._lean_first(
-            keys[0] if keys else None, ("EVALSHA", script.sha, len(keys), *keys, *args), (script,)
-        )
+        return await self._lean_first(keys[0] if keys else None, script.command(keys, args), (script,))
 
     async def command(self, key: str, *args: Arg) -> Any:
         """The raw reply (bytes, int, list, None: no redis-py response callback) of the command
@@ -158,7 +161,7 @@ class Pipelines:
         """The replies of one run of ``script`` per (keys, args) of ``calls``, in order: what as many
         ``script`` calls gathered at once give, without a Task each (raises the first error reply)."""
         return await self.commands(
-            [(keys[0] if keys else None, ("EVALSHA", script.sha, len(keys), *keys, *args)) for keys, args in calls],
+            [(keys[0] if keys else None, script.command(keys, args)) for keys, args in calls],
             (script,),
         )
 
@@ -195,7 +198,7 @@ class Pipelines:
         """The positions of ``keys`` in groups of at most ``most`` (``most`` >= 1), each group's
         keys such that one script may be given them all: on a single server any keys, in their
         order; on a cluster keys of one hash slot (``key_slot``: their hash tags), in order within
-        a slot, the slots in the order of their first key."""
+        a slot, the slots in the order of their first key. Raises ValueError when ``most`` < 1."""
         slots: dict[int, list[int]] = {}
         cluster = isinstance(self.client, RedisCluster)
         for i, key in enumerate(keys):

@@ -140,7 +140,7 @@ class RedisSessionStore:
         calls: list[tuple[str | None, Sequence[Arg]]] = []
         for uid, sid in sessions:
             skey, rkey = session_key(uid), route_key(sid)
-            calls.append((skey, ("EVALSHA", TOUCH.sha, 1, skey, sid, now_ms, self._ttl_ms)))
+            calls.append((skey, TOUCH.command([skey], [sid, now_ms, self._ttl_ms])))
             calls.append((rkey, ("PEXPIRE", rkey, self._ttl_ms)))
         verdicts = (await self._pipes.commands(calls, SCRIPTS))[::2]
         return [pair for pair, verdict in zip(sessions, verdicts, strict=True) if verdict == -1]

@@ -95,13 +95,15 @@ end
 #: -> per user {first offset, epoch, fresh}. A user's message i (1-based) takes offset seq + i and
 #: the body ``head .. ',"offset":N,"epoch":"E"}'`` (hongbao.core.push_ports.place: epochs are
 #: URL-safe, so quoting them is their JSON). The same nonce again on an unchanged stream is a retry
-#: of a write already done: nothing is written to it, and the offsets it took are answered.
+#: of a write already done: nothing is written to it, and the offsets it took are answered. A
+#: user's keys are set to expire 1.1 x ttl_ms later when ttl_ms / 10 has passed since meta's ``x``.
 USER_APPEND = LuaScript(
     _COMMON
     + _TRIM
     + """
 local run = run_id()
 local now, maxlen, cutoff, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local lasting = ttl + math.floor(ttl / 10)
 local placed = {}
 local at = 8
 for u = 1, #KEYS / 2 do
@@ -120,8 +122,8 @@ for u = 1, #KEYS / 2 do
       redis.call('HSET', meta, 'seq', seq + count, 'nonce', ARGV[1])
     else
       redis.call('HSET', meta, 'seq', seq + count, 'nonce', ARGV[1], 'x', ARGV[2])
-      redis.call('PEXPIRE', meta, ttl + math.floor(ttl / 10))
-      redis.call('PEXPIRE', stream, ttl + math.floor(ttl / 10))
+      redis.call('PEXPIRE', meta, lasting)
+      redis.call('PEXPIRE', stream, lasting)
     end
     trim(meta, stream, maxlen, cutoff, held.t0)
     placed[u] = {seq + 1, epoch, fresh}
