@@ -15,7 +15,12 @@ A rung whose storm could not run (``error``, e.g. the setup was refused) does no
 
 The ladder plays the rates in ascending order, for every system at each rate before the next
 rate (so the systems share the machine's conditions), and a system stops climbing after its
-first rung that does not hold. Its knee is the highest rate that held (None: not even the first).
+first rung that does not hold. Then each knee is narrowed (``refine``): a rung at the midpoint
+between the highest rate that held and the lowest that did not, the bound it moves, until the
+two are within ``RESOLUTION`` of the held rate (20 | 40 -> 30 -> 25 or 35 -> ...). A knee is the
+highest rate that held below the lowest rate that did not (None: not even the first held); the
+lowest failing rate is its upper bound. Without the narrowing a knee is known only to within
+a step of the ladder: a factor of 2 on the default doubling rates, and so is a ratio of knees.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ OPEN_P99_MS = 500.0
 LAG_P99_MS = 100.0
 GENERATOR_CORE = 0.9
 BUSY_SHARE = 0.01
+RESOLUTION = 0.125  # refine until the lowest failing rate is within this share of the knee
 
 
 @dataclass
@@ -117,10 +123,34 @@ def climb(rates: Iterable[float], systems: Sequence[str], play: Callable[[str, f
 
 
 def knee(rungs: Sequence[Rung]) -> float | None:
-    """The highest rate that held before the first rung that did not (None: the first did not hold)."""
-    best = None
-    for rung in rungs:
-        if not rung.holds:
-            break
-        best = rung.rate
-    return best
+    """The highest rate that held below the lowest rate that did not (None: no rate held below it)."""
+    ceiling = failed_at(rungs)
+    held = [r.rate for r in rungs if r.holds and (ceiling is None or r.rate < ceiling)]
+    return max(held, default=None)
+
+
+def failed_at(rungs: Sequence[Rung]) -> float | None:
+    """The lowest rate that did not hold: the knee's upper bound (None: every rung held)."""
+    return min((r.rate for r in rungs if not r.holds), default=None)
+
+
+def refine(ladders: dict[str, list[Rung]], play: Callable[[str, float], Rung], resolution: float = RESOLUTION) -> None:
+    """Narrow each system's knee by bisection after ``climb``: while the lowest failing rate is
+    more than ``resolution`` x the knee above it, ``play`` the midpoint, judge it and append it to
+    the system's rungs. Each step plays every system still narrowing, in turn (they share the
+    machine's conditions). A system with no knee (its first rung failed) or no failing rung (a
+    knee that is only a lower bound) is left as it is. Raises ValueError when ``resolution`` <= 0."""
+    if not resolution > 0:
+        raise ValueError(f"resolution must be a positive share of the knee, got {resolution!r}")
+    while True:
+        probes = {}
+        for system, rungs in ladders.items():
+            low, high = knee(rungs), failed_at(rungs)
+            if low is not None and high is not None and high - low > resolution * low:
+                probes[system] = (low + high) / 2
+        if not probes:
+            return
+        for system, rate in probes.items():
+            rung = play(system, rate)
+            rung.reasons = verdict(rung)
+            ladders[system].append(rung)

@@ -1,7 +1,8 @@
 """``make bench-storm``: the peak of hongbao and of the baseline, up a ladder of send rates.
 
 For each rate of ``--rates`` (default 20, 40, 80, 150, 300 sends/s), lowest first, and for each
-system still climbing (``knee.py``: a system stops after its first rung that does not hold):
+system still climbing (``knee.py``: a system stops after its first rung that does not hold), then
+at the midpoints that narrow each knee to within ``--resolution`` (default 1/8) of it:
 - ``hongbao``: ``hongbao serve --backend production --workers 2`` (``production.serve_production``,
   2 x 4 shards), its users online as the scenario says (new-year-eve: 20 %, over WebSocket);
 - ``hongbao-offline``: the same with nobody online (``online_p = 0``);
@@ -14,12 +15,14 @@ storm's report (``OUT/<system>/rate-<R>/report.json`` and ``.png``) and the serv
 the baseline's ``baselines.audit``), and the CPU of the server, MariaDB and Redis over the load
 (``meter.py``, with how it is attributed per request and per open).
 
-``OUT/peak.json``: the rule, each system's rungs (p50/p99 per operation, timeouts, audit, generator
-lag and CPU, CPU per request and per open, push delivery), knees, knee ratios hongbao / baseline
-(online and offline), and notes (a knee that is only a lower bound, a generator that was the
-limit); the same as tables on stderr.
+``OUT/peak.json``: the rule, each system's rungs by rate (p50/p99 per operation, timeouts, audit,
+generator lag and CPU, CPU per request and per open, push delivery), its knee and ``failed_at`` (the
+lowest rate that did not hold), knee ratios hongbao / baseline (online and offline) and their
+bounds (``knee_ratio_bounds``: hongbao's knee over the baseline's ``failed_at``, hongbao's
+``failed_at`` over the baseline's knee; None where a ladder never failed), and notes (a knee that
+is only a lower bound, a generator that was the limit); the same as tables on stderr.
 
-Usage: ``python -m hongbao.bench.storm.peak [--rates 20,40,80,150,300] [--systems
+Usage: ``python -m hongbao.bench.storm.peak [--rates 20,40,80,150,300] [--resolution 0.125] [--systems
 hongbao,hongbao-offline,baseline] [--scenario new-year-eve] [--duration S] [--tail S] [--set F=V]
 [--workers 2] [--out bench-results/storm-production]``. Exit status: 0 every audit that ran is
 clean, 1 one is not, 2 the benchmark could not run. ``make bench-storm STORM_RATE=R`` plays one rate
@@ -150,17 +153,23 @@ def peak(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     """Climb the ladder for every system of ``args.systems``; write ``OUT/peak.json``, return it."""
     scenario = scenario_from(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    ladders = knee.climb(args.rates, args.systems, lambda system, rate: play(system, rate, scenario, args, console))
-    result = summarize(ladders, scenario, args.rates, args.workers)
+
+    def rung(system: str, rate: float) -> knee.Rung:
+        return play(system, rate, scenario, args, console)
+
+    ladders = knee.climb(args.rates, args.systems, rung)
+    knee.refine(ladders, rung, args.resolution)
+    result = summarize(ladders, scenario, args.rates, args.workers, args.resolution)
     (args.out / "peak.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     return result
 
 
 def summarize(
-    ladders: dict[str, list[knee.Rung]], scenario: Scenario, rates: list[float], workers: int
+    ladders: dict[str, list[knee.Rung]], scenario: Scenario, rates: list[float], workers: int, resolution: float
 ) -> dict[str, Any]:
     """``peak.json``'s content from the rungs played (see the module's docstring)."""
     knees = {system: knee.knee(rungs) for system, rungs in ladders.items()}
+    ceilings = {system: knee.failed_at(rungs) for system, rungs in ladders.items()}
     notes = []
     for system, rungs in ladders.items():
         if rungs and rungs[-1].holds:
@@ -186,6 +195,14 @@ def summarize(
         a, b = knees.get(ours), knees.get("baseline")
         return round(a / b, 2) if a is not None and b else None
 
+    def bounds(ours: str) -> list[float | None] | None:
+        """The ratio's range from the knees' bounds: [ours / baseline's ceiling, our ceiling / baseline]."""
+        a, b = knees.get(ours), knees.get("baseline")
+        if a is None or not b:
+            return None
+        low, high = ceilings["baseline"], ceilings[ours]
+        return [None if low is None else round(a / low, 2), None if high is None else round(high / b, 2)]
+
     return {
         "scenario": scenario.as_json() | {"send_rate": None},
         "workers": workers,
@@ -198,6 +215,7 @@ def summarize(
             "audit": "clean",
             "generator_lag_p99_ms_below": knee.LAG_P99_MS,
             "generator_process_cores_below": knee.GENERATOR_CORE,
+            "knee_resolution": resolution,
         },
         "cpu_attribution": (
             "server_ms_per_request: the server's CPU (master + workers, /proc utime + stime from the load's start "
@@ -206,10 +224,15 @@ def summarize(
             "answered 2xx (the whole storm's cost per open)"
         ),
         "systems": {
-            system: {"knee": knees[system], "rungs": [rung.as_json() for rung in rungs]}
+            system: {
+                "knee": knees[system],
+                "failed_at": ceilings[system],
+                "rungs": [rung.as_json() for rung in sorted(rungs, key=lambda r: r.rate)],
+            }
             for system, rungs in ladders.items()
         },
         "knee_ratio": {"online": ratio("hongbao"), "offline": ratio("hongbao-offline")},
+        "knee_ratio_bounds": {"online": bounds("hongbao"), "offline": bounds("hongbao-offline")},
         "audits_clean": all(r.audit_clean for rungs in ladders.values() for r in rungs if not r.error),
         "notes": notes,
     }
@@ -225,6 +248,16 @@ def _rates(text: str) -> list[float]:
     return rates
 
 
+def _resolution(text: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        share = 0.0
+    if not share > 0:
+        raise argparse.ArgumentTypeError(f"resolution must be a positive share of the knee: {text!r}")
+    return share
+
+
 def _systems(text: str) -> list[str]:
     systems = [part.strip() for part in text.split(",") if part.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS))
@@ -237,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the flags and climb; returns the exit status (see the module's docstring)."""
     parser = argparse.ArgumentParser(prog="python -m hongbao.bench.storm.peak", description=__doc__.splitlines()[0])
     parser.add_argument("--rates", type=_rates, default=list(RATES), help="sends/s, comma-separated")
+    parser.add_argument(
+        "--resolution",
+        type=_resolution,
+        default=knee.RESOLUTION,
+        help="narrow each knee until its lowest failing rate is within this share of it (knee.py)",
+    )
     parser.add_argument("--systems", type=_systems, default=list(SYSTEMS), help=", ".join(SYSTEMS))
     add_scenario_flags(parser, rate=False)
     parser.add_argument("--workers", type=int, default=2)

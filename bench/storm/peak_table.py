@@ -89,17 +89,30 @@ def cost_table(result: dict[str, Any]) -> Table:
     return table
 
 
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}/s"
+
+
+def _bounds(bounds: list[float | None] | None) -> str:
+    if bounds is None:
+        return "no bounds"
+    low, high = ("?" if b is None else f"{b:g}" for b in bounds)
+    return f"{low} to {high}"
+
+
 def print_peak(result: dict[str, Any], console: Console) -> None:
-    """Both tables, each system's knee, the knee ratios and the notes."""
+    """Both tables, each system's knee and the rate above it that failed, the knee ratios with
+    their bounds, and the notes."""
     console.print(latency_table(result))
     console.print(cost_table(result))
     knees = ", ".join(
-        f"{system} {'none' if e['knee'] is None else format(e['knee'], 'g') + '/s'}"
-        for system, e in result["systems"].items()
+        f"{system} {_rate(e['knee'])} (fails {_rate(e['failed_at'])})" for system, e in result["systems"].items()
     )
-    ratio = result["knee_ratio"]
-    console.print(f"knee (highest rate that holds): {knees}")
-    console.print(f"knee ratio hongbao / baseline: online {ratio['online']}, offline {ratio['offline']}")
+    console.print(f"knee (highest rate that holds; lowest that fails): {knees}")
+    ratios = ", ".join(
+        f"{mode} {value} ({_bounds(result['knee_ratio_bounds'][mode])})" for mode, value in result["knee_ratio"].items()
+    )
+    console.print(f"knee ratio hongbao / baseline (bounds from the failing rates): {ratios}")
     for note in result["notes"]:
         console.print(f"note: {escape(note)}")
     console.print(f"audits: {'all clean' if result['audits_clean'] else '[red]NOT all clean[/red]'}")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hongbao.bench.storm import knee
 from hongbao.bench.storm.knee import Rung
-from hongbao.bench.storm.peak import summarize
+from hongbao.bench.storm.peak import main, summarize
 from hongbao.bench.storm.scenario import load_scenario
 
 
@@ -68,6 +69,34 @@ def test_the_ladder_stops_after_the_first_failing_rung() -> None:
     assert knee.knee([judged(rung(20)), judged(rung(40, audit_clean=False)), judged(rung(80))]) == 20
 
 
+def test_refining_narrows_each_knee_by_bisection() -> None:
+    """After the climb each knee is narrowed at midpoints, every system in turn, until the lowest
+    failing rate is within the resolution of the knee; a ladder with no knee or no failure is left."""
+    breaks_at = {"a": 27.0, "b": 46.0, "none": 10.0, "top": 1000.0}
+    played: list[tuple[str, float]] = []
+
+    def play(system: str, rate: float) -> Rung:
+        played.append((system, rate))
+        return rung(rate, open_p99_ms=900.0) if rate >= breaks_at[system] else rung(rate)
+
+    ladders = knee.climb([20.0, 40.0, 80.0], list(breaks_at), play)
+    played.clear()
+    knee.refine(ladders, play, 0.125)
+    # a: 20 | 40 -> 30 fails -> 25 holds -> 27.5 fails (2.5 <= 0.125 x 25); b: 40 | 80 -> 60, 50 fail -> 45 holds
+    assert played == [("a", 30), ("b", 60), ("a", 25), ("b", 50), ("a", 27.5), ("b", 45)]
+    assert {s: (knee.knee(r), knee.failed_at(r)) for s, r in ladders.items()} == {
+        "a": (25, 27.5),
+        "b": (45, 50),
+        "none": (None, 20),
+        "top": (80, None),
+    }
+    played.clear()
+    knee.refine(ladders, play, 0.5)  # already narrower than asked: nothing more to play
+    assert played == []
+    with pytest.raises(ValueError, match="resolution"):
+        knee.refine(ladders, play, 0.0)
+
+
 def test_the_report_gives_knees_ratios_and_notes() -> None:
     """peak.json's summary: knees, hongbao / baseline ratios, a topped-out ladder and a lagging generator noted."""
     ladders = {
@@ -75,13 +104,21 @@ def test_the_report_gives_knees_ratios_and_notes() -> None:
         "hongbao-offline": [judged(rung(20)), judged(rung(40)), judged(rung(80))],
         "baseline": [judged(rung(20)), judged(rung(40, open_p99_ms=2000.0, lag_p99_ms=150.0))],
     }
-    result = summarize(ladders, load_scenario("smoke"), [20.0, 40.0, 80.0], 2)
+    result = summarize(ladders, load_scenario("smoke"), [20.0, 40.0, 80.0], 2, 0.125)
     assert {s: e["knee"] for s, e in result["systems"].items()} == {
         "hongbao": 40,
         "hongbao-offline": 80,
         "baseline": 20,
     }
+    assert {s: e["failed_at"] for s, e in result["systems"].items()} == {
+        "hongbao": 80,
+        "hongbao-offline": None,
+        "baseline": 40,
+    }
     assert result["knee_ratio"] == {"online": 2.0, "offline": 4.0}
+    # online: 40 / 40 (baseline's failing rate) to 80 / 20; offline never failed: no upper bound
+    assert result["knee_ratio_bounds"] == {"online": [1.0, 4.0], "offline": [2.0, None]}
+    assert result["rule"]["knee_resolution"] == 0.125
     assert result["audits_clean"] is True
     assert result["rule"]["open_p99_ms_below"] == 500.0 and result["rule"]["generator_lag_p99_ms_below"] == 100.0
     rungs = result["systems"]["hongbao"]["rungs"]
@@ -90,5 +127,24 @@ def test_the_report_gives_knees_ratios_and_notes() -> None:
     assert "the generator was the limit for hongbao at 80/s (generator lag p99 300 ms >= 100 ms" in notes
     assert "the generator also fell behind for baseline at 40/s" in notes and "(open p99 2000 ms >= 500 ms)" in notes
     assert "hongbao-offline held every rate up to 80/s" in notes
-    dirty = summarize({"baseline": [judged(rung(20, audit_clean=False))]}, load_scenario("smoke"), [20.0], 2)
+    dirty = summarize({"baseline": [judged(rung(20, audit_clean=False))]}, load_scenario("smoke"), [20.0], 2, 0.125)
     assert dirty["audits_clean"] is False and dirty["knee_ratio"] == {"online": None, "offline": None}
+    assert dirty["knee_ratio_bounds"] == {"online": None, "offline": None}
+    refined = {"baseline": [judged(rung(20)), judged(rung(40, timeouts=1)), judged(rung(30))]}
+    rates = [
+        r["rate"]
+        for r in summarize(refined, load_scenario("smoke"), [20.0, 40.0], 2, 0.125)["systems"]["baseline"]["rungs"]
+    ]
+    assert rates == [20, 30, 40]  # rungs by rate, the refining ones among the ladder's
+
+
+@pytest.mark.parametrize(
+    "flags", [["--resolution", "0"], ["--resolution", "-1"], ["--resolution", "x"], ["--rates", "0"]]
+)
+def test_bad_ladder_flags_are_refused_before_any_rung(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A resolution or a rate that is not positive stops the command at once (usage error, status 2)."""
+    with pytest.raises(SystemExit) as stopped:
+        main(flags)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "must be positive" in err or "positive share" in err
