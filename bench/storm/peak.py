@@ -172,8 +172,8 @@ def summarize(
     ceilings = {system: knee.failed_at(rungs) for system, rungs in ladders.items()}
     notes = []
     for system, rungs in ladders.items():
-        if rungs and rungs[-1].holds:
-            notes.append(f"{system} held every rate up to {rungs[-1].rate:g}/s: its knee is at least that (add rates)")
+        if rungs and ceilings[system] is None:
+            notes.append(f"{system} held every rate up to {knees[system]:g}/s: its knee is at least that (add rates)")
         for rung in rungs:
             limits = knee.generator_limits(rung)
             if not limits:

@@ -136,6 +136,8 @@ def test_the_report_gives_knees_ratios_and_notes() -> None:
         for r in summarize(refined, load_scenario("smoke"), [20.0, 40.0], 2, 0.125)["systems"]["baseline"]["rungs"]
     ]
     assert rates == [20, 30, 40]  # rungs by rate, the refining ones among the ladder's
+    # the last rung played held, but 40 failed: the knee is bounded, no "held every rate" note
+    assert summarize(refined, load_scenario("smoke"), [20.0, 40.0], 2, 0.125)["notes"] == []
 
 
 @pytest.mark.parametrize(
