@@ -35,7 +35,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -414,9 +414,12 @@ class PushHub:
             await self.fanout.queue_group(event.group_id, event.name, event.data)
         except Exception as exc:
             self.metrics.events["push_failures"] += 1
-            self._lost += 1
             if not isinstance(exc, BreakerOpen):  # Redis down: its breaker logged that once
                 log.warning("push of event %s failed: %s", event.name, exc)
+            try:  # the group's members missed it: their streams start new epochs, not every stream
+                self._name_lost(await self.fanout.groups.members(event.group_id))
+            except Exception:  # nobody to name: every stream
+                self._lost += 1
 
     def delivered_after(self, sent: Sequence[bool], since: Sequence[float | None], now: float) -> None:
         """Count the push latency (``now`` - ``since``, seconds, on one clock) of each message
@@ -436,12 +439,17 @@ class PushHub:
 
     def _posts_failed(self, uids: list[str], exc: Exception) -> None:
         self.metrics.events["push_failures"] += len(uids)
+        self._name_lost(uids)
+        if not isinstance(exc, BreakerOpen):
+            log.warning("appending %d event push(es) failed: %s", len(uids), exc)
+
+    def _name_lost(self, uids: Iterable[str]) -> None:
+        """The streams of ``uids`` missed an event: they start new epochs at the next flush
+        (``_tell_gaps``); past LOST_UIDS_MAX users named, every stream does instead."""
         self._lost_uids.update(uids)
         if len(self._lost_uids) > LOST_UIDS_MAX:  # a long outage: every stream, rather than a list without end
             self._lost += len(self._lost_uids)
             self._lost_uids.clear()
-        if not isinstance(exc, BreakerOpen):
-            log.warning("appending %d event push(es) failed: %s", len(uids), exc)
 
     async def _send_logged(self, items: list[tuple[str, Stored]], since: Sequence[float | None]) -> None:
         try:
@@ -528,10 +536,11 @@ class PushHub:
         """Write this tick's liveness refreshes and acks (one round trip each); a session the store
         lost while its connection lives here is written back (a third, only then), one logged
         out meanwhile is not. Then the gaps: when events could not be logged since the last tick
-        that reached the store, every stream starts a new epoch (``MessageLog.lost``: clients are
-        told), and what other nodes decided so is picked up (``MessageLog.sync``); either way the
-        sessions held here look at their streams at once, and when the store's process changed
-        (a restart, a failover) they are written back to it first (their routes may be gone)."""
+        that reached the store, their users' streams start new epochs (every stream when they could
+        not be named; ``MessageLog.lost``: clients are told), and what other nodes decided so is
+        picked up (``MessageLog.sync``); either way the sessions held here look at their streams at
+        once, and when the store's process changed (a restart, a failover) they are written back to
+        it first (their routes may be gone)."""
         await self._tell_gaps()
         touched, self._touched = self._touched, set()
         acks, self._acks = self._acks, {}
