@@ -116,22 +116,24 @@ def climb(rates: Iterable[float], systems: Sequence[str], play: Callable[[str, f
         if not climbing:
             break
         for system in climbing:
-            rung = play(system, rate)
-            rung.reasons = verdict(rung)
-            ladders[system].append(rung)
+            _step(ladders, play, system, rate)
     return ladders
 
 
-def knee(rungs: Sequence[Rung]) -> float | None:
-    """The highest rate that held below the lowest rate that did not (None: no rate held below it)."""
-    ceiling = failed_at(rungs)
+def _step(ladders: dict[str, list[Rung]], play: Callable[[str, float], Rung], system: str, rate: float) -> None:
+    """Play ``system`` at ``rate``, judge the rung and add it to the system's ladder."""
+    rung = play(system, rate)
+    rung.reasons = verdict(rung)
+    ladders[system].append(rung)
+
+
+def bracket(rungs: Sequence[Rung]) -> tuple[float | None, float | None]:
+    """(knee, failed_at) of ``rungs``, in sends/s: the knee is the highest rate that held below
+    the lowest rate that did not (None: no rate held below it); ``failed_at`` is that lowest
+    failing rate, the knee's upper bound (None: every rung held)."""
+    ceiling = min((r.rate for r in rungs if not r.holds), default=None)
     held = [r.rate for r in rungs if r.holds and (ceiling is None or r.rate < ceiling)]
-    return max(held, default=None)
-
-
-def failed_at(rungs: Sequence[Rung]) -> float | None:
-    """The lowest rate that did not hold: the knee's upper bound (None: every rung held)."""
-    return min((r.rate for r in rungs if not r.holds), default=None)
+    return max(held, default=None), ceiling
 
 
 def refine(ladders: dict[str, list[Rung]], play: Callable[[str, float], Rung], resolution: float = RESOLUTION) -> None:
@@ -145,12 +147,10 @@ def refine(ladders: dict[str, list[Rung]], play: Callable[[str, float], Rung], r
     while True:
         probes = {}
         for system, rungs in ladders.items():
-            low, high = knee(rungs), failed_at(rungs)
+            low, high = bracket(rungs)
             if low is not None and high is not None and high - low > resolution * low:
                 probes[system] = (low + high) / 2
         if not probes:
             return
         for system, rate in probes.items():
-            rung = play(system, rate)
-            rung.reasons = verdict(rung)
-            ladders[system].append(rung)
+            _step(ladders, play, system, rate)

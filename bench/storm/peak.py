@@ -168,8 +168,9 @@ def summarize(
     ladders: dict[str, list[knee.Rung]], scenario: Scenario, rates: list[float], workers: int, resolution: float
 ) -> dict[str, Any]:
     """``peak.json``'s content from the rungs played (see the module's docstring)."""
-    knees = {system: knee.knee(rungs) for system, rungs in ladders.items()}
-    ceilings = {system: knee.failed_at(rungs) for system, rungs in ladders.items()}
+    brackets = {system: knee.bracket(rungs) for system, rungs in ladders.items()}
+    knees = {system: low for system, (low, _) in brackets.items()}
+    ceilings = {system: high for system, (_, high) in brackets.items()}
     notes = []
     for system, rungs in ladders.items():
         if rungs and ceilings[system] is None:

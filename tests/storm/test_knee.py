@@ -65,8 +65,8 @@ def test_the_ladder_stops_after_the_first_failing_rung() -> None:
     ladders = knee.climb([150.0, 20.0, 40.0, 80.0], ["a", "b", "c"], play)
     assert played == [("a", 20), ("b", 20), ("c", 20), ("a", 40), ("b", 40), ("b", 80), ("b", 150)]
     assert [r.rate for r in ladders["a"]] == [20, 40] and [r.holds for r in ladders["a"]] == [True, False]
-    assert {system: knee.knee(rungs) for system, rungs in ladders.items()} == {"a": 20, "b": 80, "c": None}
-    assert knee.knee([judged(rung(20)), judged(rung(40, audit_clean=False)), judged(rung(80))]) == 20
+    assert {system: knee.bracket(rungs)[0] for system, rungs in ladders.items()} == {"a": 20, "b": 80, "c": None}
+    assert knee.bracket([judged(rung(20)), judged(rung(40, audit_clean=False)), judged(rung(80))]) == (20, 40)
 
 
 def test_refining_narrows_each_knee_by_bisection() -> None:
@@ -84,7 +84,7 @@ def test_refining_narrows_each_knee_by_bisection() -> None:
     knee.refine(ladders, play, 0.125)
     # a: 20 | 40 -> 30 fails -> 25 holds -> 27.5 fails (2.5 <= 0.125 x 25); b: 40 | 80 -> 60, 50 fail -> 45 holds
     assert played == [("a", 30), ("b", 60), ("a", 25), ("b", 50), ("a", 27.5), ("b", 45)]
-    assert {s: (knee.knee(r), knee.failed_at(r)) for s, r in ladders.items()} == {
+    assert {s: knee.bracket(r) for s, r in ladders.items()} == {
         "a": (25, 27.5),
         "b": (45, 50),
         "none": (None, 20),
@@ -93,6 +93,7 @@ def test_refining_narrows_each_knee_by_bisection() -> None:
     played.clear()
     knee.refine(ladders, play, 0.5)  # already narrower than asked: nothing more to play
     assert played == []
+    assert knee.bracket(ladders["a"]) == (25, 27.5)
     with pytest.raises(ValueError, match="resolution"):
         knee.refine(ladders, play, 0.0)
 
@@ -131,22 +132,28 @@ def test_the_report_gives_knees_ratios_and_notes() -> None:
     assert dirty["audits_clean"] is False and dirty["knee_ratio"] == {"online": None, "offline": None}
     assert dirty["knee_ratio_bounds"] == {"online": None, "offline": None}
     refined = {"baseline": [judged(rung(20)), judged(rung(40, timeouts=1)), judged(rung(30))]}
-    rates = [
-        r["rate"]
-        for r in summarize(refined, load_scenario("smoke"), [20.0, 40.0], 2, 0.125)["systems"]["baseline"]["rungs"]
-    ]
+    narrowed = summarize(refined, load_scenario("smoke"), [20.0, 40.0], 2, 0.125)
+    rates = [r["rate"] for r in narrowed["systems"]["baseline"]["rungs"]]
     assert rates == [20, 30, 40]  # rungs by rate, the refining ones among the ladder's
+    assert (narrowed["systems"]["baseline"]["knee"], narrowed["systems"]["baseline"]["failed_at"]) == (30, 40)
     # the last rung played held, but 40 failed: the knee is bounded, no "held every rate" note
-    assert summarize(refined, load_scenario("smoke"), [20.0, 40.0], 2, 0.125)["notes"] == []
+    assert narrowed["notes"] == []
 
 
 @pytest.mark.parametrize(
-    "flags", [["--resolution", "0"], ["--resolution", "-1"], ["--resolution", "x"], ["--rates", "0"]]
+    ("flags", "said"),
+    [
+        (["--resolution", "0"], "resolution must be a positive share of the knee: '0'"),
+        (["--resolution", "-1"], "resolution must be a positive share of the knee: '-1'"),
+        (["--resolution", "x"], "resolution must be a positive share of the knee: 'x'"),
+        (["--rates", "0"], "rates must be positive sends/s: '0'"),
+    ],
 )
-def test_bad_ladder_flags_are_refused_before_any_rung(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_ladder_flags_are_refused_before_any_rung(
+    flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A resolution or a rate that is not positive stops the command at once (usage error, status 2)."""
     with pytest.raises(SystemExit) as stopped:
         main(flags)
     assert stopped.value.code == 2
-    err = capsys.readouterr().err
-    assert "must be positive" in err or "positive share" in err
+    assert said in capsys.readouterr().err
