@@ -7,6 +7,8 @@ about a second. Faults: the redis-server process frozen (SIGSTOP), and a fault-i
 from __future__ import annotations
 
 import asyncio
+import itertools
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -208,13 +210,16 @@ def test_cut_mysql_links_during_pays_and_opens_lose_no_money(
     members = [f"m{i}" for i in range(8)]
     try:
         gid = group(server, "S", members)
-        topup(server, "S", 100_000)
+        topup(server, "S", 1_000_000)
         statuses: list[int] = []
         paid: list[str] = []
+        cut_over = threading.Event()
 
         def storm(user: str) -> None:
             with server.client(user) as client:
-                for i in range(15):
+                i = 0
+                while not cut_over.is_set():
+                    i += 1
                     if user == "S":
                         sent = client.post("/v1/packets", json={"count": 4, "total_fen": 400, "group_id": gid})
                         statuses.append(sent.status_code)
@@ -224,6 +229,7 @@ def test_cut_mysql_links_during_pays_and_opens_lose_no_money(
                             statuses.append(payment.status_code)
                             if payment.status_code == 200:
                                 paid.append(order_id)
+                        time.sleep(0.01)
                     elif paid:
                         opened = client.post(f"/v1/packets/{paid[i % len(paid)]}/open")
                         statuses.append(opened.status_code)
@@ -231,9 +237,17 @@ def test_cut_mysql_links_during_pays_and_opens_lose_no_money(
                         time.sleep(0.02)
 
         def cutter() -> None:
-            for _ in range(10):
-                time.sleep(0.15)
-                mysql_proxy.drop()
+            # At least ten cuts while everyone keeps sending and opening (a fixed number of requests
+            # could all finish before the first cut), then on until a cut was answered 503, up to 20 s.
+            deadline = time.monotonic() + 20
+            try:
+                for cuts in itertools.count(1):
+                    time.sleep(0.15)
+                    mysql_proxy.drop()
+                    if cuts >= 10 and (503 in statuses or time.monotonic() > deadline):
+                        return
+            finally:
+                cut_over.set()
 
         with ThreadPoolExecutor(len(members) + 2) as pool:
             futures: list[Any] = [pool.submit(storm, u) for u in ["S", *members]]
