@@ -85,6 +85,14 @@ FLEET_RELAY_LATENCY = MetricSpec(
 WS_CONNECTIONS = MetricSpec(
     "ws_connections", "gauge", "Open WebSocket connections of this node (every worker)", ("node",), "sum"
 )
+GC_COLLECTIONS = MetricSpec(
+    "gc_collections",
+    "gauge",
+    "Garbage collections each generation ran in the live workers since they began to serve (generation 2: "
+    "full collections, which stop a worker's loop for up to a few hundred ms; server/gc_policy.py)",
+    ("generation",),
+    "sum",
+)
 ONLINE_USERS = MetricSpec(
     "online_users",
     "gauge",
@@ -224,6 +232,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     PUSH_LATENCY,
     FLEET_RELAY_LATENCY,
     WS_CONNECTIONS,
+    GC_COLLECTIONS,
     ONLINE_USERS,
     OPENS_IN_FLIGHT,
     FLEET_NODES,

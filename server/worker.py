@@ -5,7 +5,6 @@ reopened on SIGHUP."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -20,9 +19,10 @@ from hongbao.server.app import App
 from hongbao.server.auth import TokenVerifier, embedded_secret
 from hongbao.server.composition import open_backend
 from hongbao.server.config import Settings
+from hongbao.server.gc_policy import settle
 from hongbao.server.http_protocol import Connections, HttpProtocol
 from hongbao.server.logs import reopen
-from hongbao.server.metric_catalog import WS_CONNECTIONS
+from hongbao.server.metric_catalog import GC_COLLECTIONS, WS_CONNECTIONS
 from hongbao.server.metrics import WorkerMetrics
 from hongbao.server.node import host_name
 from hongbao.server.ws_connection import WsRegistry
@@ -74,7 +74,7 @@ async def _serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reopen)  # the master passes its SIGHUP on: the log file
-    gc.freeze()  # what start-up built lives as long as the worker: full collections skip it from now on
+    metrics.sample(GC_COLLECTIONS.name, settle())
     log.info("worker listening on %s:%d", settings.host, settings.port)
     os.write(ready_fd, LISTENING)
     await stop.wait()
