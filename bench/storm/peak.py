@@ -13,7 +13,8 @@ from empty databases and cold caches, so its audit covers exactly what it paid. 
 storm's report (``OUT/<system>/rate-<R>/report.json`` and ``.png``) and the server's log
 (``server.log`` there: what the workers said during the rung), the audit (hongbao's shards;
 the baseline's ``baselines.audit``), and the CPU of the server, MariaDB and Redis over the load
-(``meter.py``, with how it is attributed per request and per open).
+(``meter.py``, with how it is attributed per request and per open). ``OUT/<system>`` is emptied
+when the ladder starts: it holds this ladder's rungs only.
 
 ``OUT/peak.json``: the rule, each system's rungs by rate (p50/p99 per operation, timeouts, audit,
 generator lag and CPU, CPU per request and per open, push delivery), its knee and ``failed_at`` (the
@@ -150,9 +151,13 @@ def play(system: str, rate: float, base_scenario: Scenario, args: argparse.Names
 
 
 def peak(args: argparse.Namespace, console: Console) -> dict[str, Any]:
-    """Climb the ladder for every system of ``args.systems``; write ``OUT/peak.json``, return it."""
+    """Climb the ladder for every system of ``args.systems``; write ``OUT/peak.json``, return it.
+    Each of those systems' directories (``OUT/<system>``) is emptied first: the rungs it then holds
+    are the ones ``peak.json`` lists, none of an earlier ladder."""
     scenario = scenario_from(args)
     args.out.mkdir(parents=True, exist_ok=True)
+    for system in args.systems:
+        shutil.rmtree(args.out / system, ignore_errors=True)
 
     def rung(system: str, rate: float) -> knee.Rung:
         return play(system, rate, scenario, args, console)

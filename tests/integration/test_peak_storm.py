@@ -26,7 +26,9 @@ def shrunk_without_rate() -> list[str]:
 def test_a_two_rung_ladder_reports_knees_latency_and_cpu(tmp_path: Path) -> None:
     """Every system climbs until a rung fails, the knee is its last holding rung, and each rung has
     p50/p99 per operation, a clean audit, the CPU of the server, MariaDB and Redis per open, and the
-    server's log next to its report."""
+    server's log next to its report; a rung of an earlier ladder in the output directory is gone."""
+    stale = tmp_path / "baseline" / "rate-999"
+    stale.mkdir(parents=True)
     done = subprocess.run(
         [
             sys.executable,
@@ -72,6 +74,10 @@ def test_a_two_rung_ladder_reports_knees_latency_and_cpu(tmp_path: Path) -> None
             rung = tmp_path / system / f"rate-{r['rate']:g}"
             assert (rung / "report.json").is_file()
             assert (rung / "server.log").read_text().strip(), "the rung's server log is kept, not empty"
+    assert not stale.exists()
+    assert sorted(p.name for p in (tmp_path / "baseline").iterdir()) == sorted(
+        f"rate-{r['rate']:g}" for r in result["systems"]["baseline"]["rungs"]
+    )
     knees = {system: entry["knee"] for system, entry in result["systems"].items()}
     expected = round(knees["hongbao"] / knees["baseline"], 2) if knees["hongbao"] and knees["baseline"] else None
     assert result["knee_ratio"] == {"online": expected, "offline": None}
