@@ -157,7 +157,8 @@ def peak(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     scenario = scenario_from(args)
     args.out.mkdir(parents=True, exist_ok=True)
     for system in args.systems:
-        shutil.rmtree(args.out / system, ignore_errors=True)
+        if (args.out / system).exists():
+            shutil.rmtree(args.out / system)
 
     def rung(system: str, rate: float) -> knee.Rung:
         return play(system, rate, scenario, args, console)

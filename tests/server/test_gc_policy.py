@@ -15,12 +15,9 @@ GROW = """
 import gc, json, sys
 from hongbao.server.gc_policy import settle
 
-if sys.argv[1] == "settled":
-    sample = settle()
-else:  # what a worker did before the policy: freeze, CPython's thresholds
-    gc.freeze()
-    before = [stats["collections"] for stats in gc.get_stats()]
-    sample = lambda: {(str(g),): float(s["collections"] - before[g]) for g, s in enumerate(gc.get_stats())}
+sample = settle()
+if sys.argv[1] == "default":  # what a worker did before the policy: freeze, CPython's thresholds
+    gc.set_threshold(700, 10, 10)
 kept = [[] for _ in range(300_000)]  # long-lived containers: 300k more allocated than freed
 print(json.dumps({"threshold": gc.get_threshold(), "collections": [sample()[(str(g),)] for g in range(3)]}))
 """

@@ -99,7 +99,8 @@ def test_gauges_and_histograms_say_what_the_node_holds(server: Server) -> None:
     """Two members online over WebSocket: ws_connections (summed over both workers) and
     online_users read 2, then 0 once they close; a packet opened and one cancelled: GET and DELETE
     of /v1/packets/{order_id} are apart, push latency counts each delivered push, nothing is in
-    flight, the crediting mode is realtime_large, no breaker exists, and /v1/admin/metrics agrees."""
+    flight, the crediting mode is realtime_large, no breaker exists, no worker ran a full garbage
+    collection, and /v1/admin/metrics agrees."""
     sender = "live-s"
     topup(server, sender, 100_000)
     gid = group(server, sender, MEMBERS)
@@ -146,6 +147,8 @@ def test_gauges_and_histograms_say_what_the_node_holds(server: Server) -> None:
         ("realtime_large", 1),
     ]
     assert families["hongbao_breaker_open"].samples == []  # embedded, no Redis: nothing to trip
+    collections = {s.labels["generation"]: s.value for s in families["hongbao_gc_collections"].samples}
+    assert sorted(collections) == ["0", "1", "2"] and collections["2"] == 0  # no full collection (gc_policy)
 
     def offline() -> None:
         families = _families(server)
