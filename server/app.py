@@ -261,11 +261,15 @@ class App:
 
     def _failed(self, exc: Exception, request: Request, route: Route | None) -> Response:
         """The answer for an exception a handler raised: its own status for a HongbaoError, else
-        a logged 500 (the worker goes on)."""
+        a logged 500 (the worker goes on). A HongbaoError is an answer, not a fault: its traceback
+        is dropped once answered, as it would otherwise keep the frames it passed through (which
+        hold the error, or the Soon holding it) in a reference cycle until the next collection."""
         if isinstance(exc, errors.HongbaoError):
             if isinstance(exc, errors.Busy):
                 self.metrics.events[exc.counter] += 1
-            return from_error(exc)
+            response = from_error(exc)
+            exc.__traceback__ = None
+            return response
         log.error("unhandled error on %s %s", request.method, route.template if route else "unmatched", exc_info=exc)
         return error_response(500, "internal", "internal error")
 
