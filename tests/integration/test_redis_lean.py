@@ -16,7 +16,7 @@ import redis.crc
 from hongbao.bench.services import redis_servers
 from hongbao.bench.services.redis_servers import RedisTarget
 from hongbao.core.adapters.redis.client import LuaScript, Pipelines, redis_client
-from hongbao.core.adapters.redis.lean import LeanRedis, encode, key_slot, lean_for
+from hongbao.core.adapters.redis.lean import LeanRedis, bulk, encode, key_slot, lean_for
 from hypothesis import given
 from hypothesis import strategies as st
 from redis.asyncio import Redis
@@ -33,6 +33,14 @@ def test_encoder_matches_redis_py(name: str, args: list[bytes | str | int]) -> N
         6000, redis.connection.Encoder("utf-8", "strict", False).encode
     ).pack(name, *args)
     assert encode([name, *args]) == b"".join(packed)
+
+
+@given(st.text(max_size=100), st.text(max_size=100))
+def test_bulk_pieces_make_the_packed_request(key: str, field: str) -> None:
+    """The grab's HMGET assembled from bulk() pieces (its fixed part encoded once) is the request
+    encode() packs for the whole command."""
+    pieces = b"*4\r\n" + bulk("HMGET") + bulk(key) + bulk("k") + bulk(field)
+    assert pieces == encode(("HMGET", key, "k", field))
 
 
 @given(st.binary(max_size=40) | st.text(alphabet="ab{}", max_size=12).map(str.encode))

@@ -36,7 +36,7 @@ from typing import Any
 
 from hongbao.core import errors
 from hongbao.core.adapters.redis.client import LuaScript, Pipelines, text
-from hongbao.core.adapters.redis.lean import encode
+from hongbao.core.adapters.redis.lean import bulk
 from hongbao.core.breaker import Breaker, BreakerOpen, tally
 from hongbao.core.grab_state import Lookup, PacketState
 from hongbao.core.packet import Kind, Packet, Status
@@ -52,6 +52,11 @@ _FIXED = ("k", "c", "n", "s", "g", "r", "e", "o", "t", "a", "b")  # fixed()'s HM
 STATES_MAX = 1024  # packets whose last parsed state is kept (a hot packet is parsed once per change of its fields)
 _KINDS = {kind.value.encode(): kind for kind in Kind}  # a dict lookup instead of Enum.__call__ per read
 _STATUSES = {status.value.encode(): status for status in Status}
+_HMGET = b"*%d\r\n%b" % (
+    len(_FIELDS) + 3,
+    bulk("HMGET"),
+)  # lookup's request: this, the key, _FIELDS_BULK, the user's field
+_FIELDS_BULK = b"".join(map(bulk, _FIELDS))
 
 # ARGV: k c n s g r e rebuilt ttl_ms o t a b. Returns 1 when stored, 0 when the key already existed.
 _PUT = LuaScript(
@@ -145,7 +150,7 @@ class RedisGrabState:
         if self._stale or not self._breaker.is_clean:
             return None
         name = key(order_id)
-        future = self._pipes.lean_request(name, encode(("HMGET", name, *_FIELDS, f"u:{user_id}")))
+        future = self._pipes.lean_request(name, b"".join((_HMGET, bulk(name), _FIELDS_BULK, bulk(f"u:{user_id}"))))
         if future is None:
             return None
         return Soon(future).outcome(lambda reply, error: self._parse(order_id, reply, error))
