@@ -20,6 +20,7 @@ from hongbao.core.adapters.mysql.db import Committed, MysqlShards, commit_with, 
 from hongbao.core.adapters.mysql.ledger import MysqlLedgerStore
 from hongbao.core.adapters.mysql.lists import MysqlUserListStore
 from hongbao.core.adapters.mysql.packets import MysqlPacketStore
+from hongbao.core.errors import InsufficientBalance
 from hongbao.core.packet import Kind, Packet, Status
 from hongbao.core.ports import LedgerEntry, ListRow
 from hongbao.core.sharding import parse_dsn
@@ -135,6 +136,43 @@ def test_packets_of_one_database_open_in_one_transaction_of_two_round_trips(mari
                 with pytest.raises(ValueError, match="one database"):
                     await store.open_batches([(same[1], ["F"]), (other, ["F"])], now, _even)
                 assert {r.user_id for r in await store.receipts(same[1])} == {"E"}
+            finally:
+                await shards.close()
+
+        asyncio.run(run())
+
+
+def test_a_credit_takes_one_round_trip_and_a_debit_two(mariadb: MariaDb) -> None:
+    """On a warm connection: a credit sends its ledger row, the account's upsert and the COMMIT
+    in one request to the server (entry by entry it took two); a debit its ledger row and the
+    account's conditional UPDATE in one, then the COMMIT (three before). An overdraft, a debit of
+    a user with no account and a repeat of either movement change nothing."""
+    migrated(mariadb, SERVICE_LAYOUT)
+    with ThreadProxy(mariadb.port) as proxy:
+        port = proxy.start()
+
+        async def run() -> None:
+            shards = MysqlShards(mariadb.dsn.rsplit(":", 1)[0] + f":{port}", SERVICE_LAYOUT, pool_size=1, timeout_s=10)
+            ledger = MysqlLedgerStore(shards)
+            warm, payer, nobody = _users_on_one_table(3, "rt")  # one database: one warm connection
+            try:
+                assert await ledger.post(LedgerEntry(warm, EntryKind.CREDIT, f"w:{warm}", 1, 1))
+                credit = LedgerEntry(payer, EntryKind.CREDIT, f"o1:{payer}", 500, 1)
+                debit = LedgerEntry(payer, EntryKind.SEND, "o2", -200, 2)
+                for entry, round_trips in ((credit, 1), (debit, 2)):
+                    before = proxy.proxy.requests
+                    assert await ledger.post(entry)
+                    assert proxy.proxy.requests - before == round_trips, entry
+                assert await ledger.balance(payer) == 300
+                for entry in (
+                    LedgerEntry(payer, EntryKind.SEND, "o3", -301, 3),
+                    LedgerEntry(nobody, EntryKind.SEND, "o4", -1, 3),
+                ):
+                    with pytest.raises(InsufficientBalance):
+                        await ledger.post(entry)
+                    assert await ledger.amount(entry.user_id, entry.kind, entry.ref) is None
+                assert not await ledger.post(credit) and not await ledger.post(debit)
+                assert await ledger.balance(payer) == 300 and await ledger.balance(nobody) == 0
             finally:
                 await shards.close()
 

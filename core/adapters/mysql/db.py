@@ -21,7 +21,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import asyncmy
 from asyncmy.connection import Connection
@@ -94,6 +94,16 @@ async def commit_with(cur: Cursor, sql: str, args: Sequence[object]) -> list[Row
     # (autocommit off, no transaction): its pool would close the connection as one left mid-transaction.
     cur.connection.server_status &= ~SERVER_STATUS_IN_TRANS
     return rows
+
+
+async def affected_rows(cur: Cursor, sql: str, args: Sequence[object]) -> list[int]:
+    """Send ``sql`` (one or more statements joined by ``;``, ``%s`` placeholders for ``args``) in
+    one round trip (the text protocol, as ``commit_with``) and return the rows each statement
+    changed, in order. The server stops at the first statement that fails, which raises here."""
+    counts = [await run_statement(cur, sql, args, once=True)]
+    while await cur.nextset():
+        counts.append(cast(int, cur.rowcount))  # the stub types it object; _do_get_result sets an int
+    return counts
 
 
 async def result_sets(cur: Cursor) -> list[list[Row]]:

@@ -7,9 +7,11 @@ to its receiver, a top-up key is prefixed with its user), so a key unique per sh
 A debit is one conditional UPDATE of its account row (it locks the row, tests the balance and
 changes it), and the ``balance_fen >= 0`` CHECK backs the overdraft test; credits go to their
 accounts in one upsert per table at the end of the transaction (a balance only grows there, so
-nothing needs checking). A batch of credits only (the credit queue's) inserts its ledger rows in
-one statement per table; when that meets a row already there (a redelivered message), the
-transaction is rolled back and the batch replayed entry by entry, which tells which were new.
+nothing needs checking). A batch's transaction is one multi-statement: its ledger rows (one
+INSERT per table), its debits, its credits, and with credits only the COMMIT too (one round trip;
+with a debit, the COMMIT follows once every debit changed its row). When it meets a ledger row
+already there (a retried pay, a redelivered credit message), the transaction is rolled back and
+the batch replayed entry by entry, which tells which were new.
 """
 
 from __future__ import annotations
@@ -19,8 +21,17 @@ import heapq
 from collections import defaultdict
 from collections.abc import Sequence
 
+from asyncmy.constants.ER import DUP_ENTRY
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql.db import SCAN_TIMEOUT_S, Committed, MysqlShards, commit_with, run_statement
+from asyncmy.errors import IntegrityError
+from hongbao.core.adapters.mysql.db import (
+    SCAN_TIMEOUT_S,
+    Committed,
+    MysqlShards,
+    affected_rows,
+    commit_with,
+    run_statement,
+)
 from hongbao.core.errors import InsufficientBalance
 from hongbao.core.ports import LedgerEntry
 from hongbao.core.vocabulary import EntryKind
@@ -30,17 +41,15 @@ class _SeenBefore(Exception):
     """A multi-row ledger insert met an entry already applied (its transaction rolls back)."""
 
 
-async def _insert_rows(cur: Cursor, table: int, entries: Sequence[LedgerEntry]) -> int:
-    """Insert the ledger rows of ``entries`` (all on ledger table ``table``) in one statement, a
-    (kind, ref) already there left as it is; returns how many rows are new. One row is a prepared
-    statement, several a statement of their own (``run_statement``'s ``once``)."""
-    marks = ", ".join(["(%s, %s, %s, %s, %s)"] * len(entries))
-    sql = (
-        f"INSERT INTO t_ledger_{table:02} (user_id, kind, ref, amount_fen, created_at) VALUES {marks} "
-        "ON DUPLICATE KEY UPDATE id = id"
-    )
-    args = [v for e in entries for v in (e.user_id, e.kind, e.ref, e.amount_fen, e.created_at_ms)]
-    return await run_statement(cur, sql, args, once=len(entries) > 1)
+#: A ledger table's INSERT, before its rows' VALUES (``_ROW`` each).
+_INSERT = "INSERT INTO t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) VALUES "
+_ROW = "(%s, %s, %s, %s, %s)"
+#: A debit (its amount negative): one statement locks the account row, tests the balance and changes it.
+_DEBIT = "UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s WHERE user_id = %s AND balance_fen + %s >= 0"
+
+
+def _row(entry: LedgerEntry) -> tuple[object, ...]:
+    return (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms)
 
 
 class MysqlLedgerStore:
@@ -70,30 +79,65 @@ class MysqlLedgerStore:
             # its keys table by table, and a deadlock with one going entry by entry is retried.
             mine = sorted(indices, key=lambda i: (entries[i].kind, entries[i].ref))
             batch = [entries[i] for i in mine]
-            at_once = len(batch) > 1 and all(e.amount_fen >= 0 for e in batch)  # several credits, no debit
-            try:  # (the body commits with its last statement when it credits: one round trip less)
-                done = await self._shards.transaction(db, lambda cur: self._apply(cur, batch, at_once=at_once))
+            try:
+                done = await self._shards.transaction(db, lambda cur: self._apply_at_once(cur, batch))
             except _SeenBefore:
-                done = await self._shards.transaction(db, lambda cur: self._apply(cur, batch, at_once=False))
+                done = await self._shards.transaction(db, lambda cur: self._apply_each(cur, batch))
             for i, ok in zip(mine, done, strict=True):
                 applied[i] = ok
 
         await asyncio.gather(*(one_db(db, indices) for db, indices in by_db.items()))
         return applied
 
-    async def _apply(
-        self, cur: Cursor, entries: list[LedgerEntry], *, at_once: bool
-    ) -> list[bool] | Committed[list[bool]]:
-        """In the caller's transaction: insert each ledger row (a (kind, ref) already there is
-        skipped), check and apply each debit under its account's row lock, then add the credits
-        to their accounts in one multi-row upsert per account table, sent with the COMMIT in one
-        round trip (then Committed); per entry, True if applied. ``at_once`` (credits only): one
-        insert per ledger table, raising _SeenBefore when any row was there already."""
-        if at_once:
-            await self._insert_all(cur, entries)
-            applied = [True] * len(entries)
-        else:
-            applied = await self._insert_each(cur, entries)
+    async def _apply_at_once(self, cur: Cursor, entries: list[LedgerEntry]) -> list[bool] | Committed[list[bool]]:
+        """In the caller's transaction, as one multi-statement: every ledger row (one plain INSERT
+        per table: a (kind, ref) already there fails it, raising _SeenBefore), each debit (one
+        conditional UPDATE of its account: the row lock, the balance test and the change), the
+        credits (``_credit_upserts``). Credits only: the COMMIT goes with them (one round trip,
+        then Committed). With a debit: the caller's COMMIT follows once every debit changed its
+        row (two round trips), else InsufficientBalance (the transaction rolls back)."""
+        statements: list[str] = []
+        args: list[object] = []
+        by_table: dict[int, list[LedgerEntry]] = defaultdict(list)
+        for entry in entries:
+            by_table[self._shards.layout.key_shard(entry.user_id)[1]].append(entry)
+        for t, rows in sorted(by_table.items()):
+            statements.append(_INSERT.format(t=t) + ", ".join([_ROW] * len(rows)))
+            args += [v for e in rows for v in _row(e)]
+        debits = [entry for entry in entries if entry.amount_fen < 0]
+        for entry in debits:
+            statements.append(_DEBIT.format(t=self._shards.layout.key_shard(entry.user_id)[1]))
+            args += [entry.amount_fen, entry.user_id, entry.amount_fen]
+        upserts, values = self._credit_upserts(entries, [True] * len(entries))
+        try:
+            if not debits:
+                await commit_with(cur, "; ".join(statements + upserts), args + values)
+                return Committed([True] * len(entries))
+            changed = await affected_rows(cur, "; ".join(statements + upserts), args + values)
+        except IntegrityError as exc:
+            if exc.args[0] != DUP_ENTRY:
+                raise
+            raise _SeenBefore(str(exc)) from None
+        for entry, debited in zip(debits, changed[len(by_table) : len(by_table) + len(debits)], strict=True):
+            if debited != 1:  # no account, or too little in it (credits of this batch are not counted yet)
+                raise InsufficientBalance(f"balance of {entry.user_id} is below {-entry.amount_fen} fen")
+        return [True] * len(entries)
+
+    async def _apply_each(self, cur: Cursor, entries: list[LedgerEntry]) -> list[bool] | Committed[list[bool]]:
+        """In the caller's transaction: each entry on its own (``_insert_each``: which are new,
+        each new debit applied), then the new credits with the COMMIT (one round trip, then
+        Committed); per entry, True if applied now. Raises InsufficientBalance on an overdraft."""
+        applied = await self._insert_each(cur, entries)
+        upserts, values = self._credit_upserts(entries, applied)
+        if not upserts:
+            return applied
+        await commit_with(cur, "; ".join(upserts), values)
+        return Committed(applied)
+
+    def _credit_upserts(self, entries: list[LedgerEntry], applied: list[bool]) -> tuple[list[str], list[object]]:
+        """The statements adding the applied credits of ``entries`` to their accounts, one
+        multi-row upsert per account table (tables in order, users in order within; a first
+        credit of a user inserts the account row), and their values; ([], []) when none."""
         gains: dict[str, int] = defaultdict(int)
         for entry, new in zip(entries, applied, strict=True):
             if new and entry.amount_fen >= 0:
@@ -101,44 +145,27 @@ class MysqlLedgerStore:
         by_table: dict[int, list[tuple[str, int]]] = defaultdict(list)
         for user_id in sorted(gains):
             by_table[self._shards.layout.key_shard(user_id)[1]].append((user_id, gains[user_id]))
-        if not by_table:
-            return applied
         tables = sorted(by_table.items())
-        upserts = [  # a first credit of a user inserts the account row
+        upserts = [
             f"INSERT INTO t_account_{t:02} (user_id, balance_fen) VALUES {', '.join(['(%s, %s)'] * len(rows))} "
             "ON DUPLICATE KEY UPDATE balance_fen = balance_fen + VALUES(balance_fen)"
             for t, rows in tables
         ]
-        values = [v for _, rows in tables for row in rows for v in row]
-        await commit_with(cur, "; ".join(upserts), values)
-        return Committed(applied)
-
-    async def _insert_all(self, cur: Cursor, entries: list[LedgerEntry]) -> None:
-        """Insert every entry's ledger row, one statement per table (tables in order, each in the
-        entries' order); _SeenBefore when a (kind, ref) was there already."""
-        by_table: dict[int, list[LedgerEntry]] = defaultdict(list)
-        for entry in entries:
-            by_table[self._shards.layout.key_shard(entry.user_id)[1]].append(entry)
-        for t, rows in sorted(by_table.items()):
-            inserted = await _insert_rows(cur, t, rows)
-            if inserted != len(rows):
-                raise _SeenBefore(f"{len(rows) - inserted} of {len(rows)} entries were applied before")
+        return upserts, [v for _, rows in tables for row in rows for v in row]
 
     async def _insert_each(self, cur: Cursor, entries: list[LedgerEntry]) -> list[bool]:
         """Insert each entry's ledger row and apply each new debit under its account's row lock;
         per entry, True if its row is new. Raises InsufficientBalance on an overdraft."""
         applied: list[bool] = []
         for entry in entries:
-            _, t = self._shards.layout.key_shard(entry.user_id)
-            inserted = await _insert_rows(cur, t, [entry])
+            _, t = self._shards.layout.key_shard(entry.user_id)  # a (kind, ref) already there stays as it is
+            inserted = await run_statement(
+                cur, _INSERT.format(t=t) + _ROW + " ON DUPLICATE KEY UPDATE id = id", _row(entry)
+            )
             applied.append(inserted == 1)
             if inserted != 1 or entry.amount_fen >= 0:
                 continue
-            debited = await cur.execute(  # one statement: the row lock, the test and the change
-                f"UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s "
-                "WHERE user_id = %s AND balance_fen + %s >= 0",
-                (entry.amount_fen, entry.user_id, entry.amount_fen),
-            )
+            debited = await run_statement(cur, _DEBIT.format(t=t), (entry.amount_fen, entry.user_id, entry.amount_fen))
             if debited != 1:  # no account, or too little in it (credits of this batch are not counted yet)
                 raise InsufficientBalance(f"balance of {entry.user_id} is below {-entry.amount_fen} fen")
         return applied
