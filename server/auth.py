@@ -22,6 +22,7 @@ from hongbao.core.rules import valid_user_id
 
 KEY_FILE = "jwt.key"
 CACHE_SIZE = 65536
+NOT_A_JWT = "not a JWT (RFC 7519: three base64url parts, JSON header and claims)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ class TokenVerifier:
         return identity
 
     def verify(self, token: str) -> Identity:
-        """The token's identity; raises Unauthorized (bad signature, expired, no exp, bad sub)."""
+        """The token's identity; raises Unauthorized (not a JWT, bad signature, expired, no exp, bad sub)."""
         cached = self._cache.get(token)
         if cached is not None:
             if cached.exp + self._leeway_s > time.time():
@@ -104,8 +105,8 @@ class TokenVerifier:
                 leeway=self._leeway_s,
                 options={"require": ["exp", "sub"]},
             )
-        except jwt.PyJWTError as exc:
-            raise Unauthorized(f"invalid token: {exc}") from None
+        except jwt.PyJWTError as exc:  # a plain DecodeError's text is the decoder's own (codec, padding)
+            raise Unauthorized(f"invalid token: {NOT_A_JWT if type(exc) is jwt.DecodeError else exc}") from None
         if type(claims["exp"]) not in (int, float):
             raise Unauthorized("invalid token: exp must be a NumericDate (RFC 7519 section 2)")
         user_id = claims.get("sub")

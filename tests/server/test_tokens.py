@@ -1,0 +1,37 @@
+"""The 401 messages of TokenVerifier: each names what is wrong with the token in the terms of
+RFC 7519, never the JSON or base64 decoder's own text."""
+
+from __future__ import annotations
+
+import time
+
+import jwt
+import pytest
+from hongbao.core.errors import Unauthorized
+from hongbao.server.auth import NOT_A_JWT, TokenVerifier
+
+KEY = "k" * 64
+NOT_JWT = f"invalid token: {NOT_A_JWT}"
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("abc.def.ghi", NOT_JWT),  # the header decodes to bytes that are not UTF-8
+        ("not.a.token", NOT_JWT),
+        ("e30.e30", NOT_JWT),  # two parts
+        ("e30.e30.", "invalid token: Algorithm not specified"),  # {} as the header
+        ("", NOT_JWT),
+        (
+            jwt.encode({"sub": "bob", "exp": time.time() + 60}, "another-key-of-at-least-32-bytes!", "HS256"),
+            "invalid token: Signature verification failed",
+        ),
+        (jwt.encode({"sub": "bob", "exp": time.time() - 60}, KEY, "HS256"), "invalid token: Signature has expired"),
+    ],
+    ids=["not-utf8", "not-base64-json", "two-parts", "no-alg", "empty", "wrong-key", "expired"],
+)
+def test_a_bad_token_is_refused_with_a_plain_message(token: str, message: str) -> None:
+    """401 with the message given: no codec, padding or JSON decoder text."""
+    with pytest.raises(Unauthorized) as refused:
+        TokenVerifier(KEY, ["HS256"]).verify(token)
+    assert str(refused.value) == message
