@@ -22,6 +22,7 @@ from hongbao.core.rules import valid_user_id
 
 KEY_FILE = "jwt.key"
 CACHE_SIZE = 65536
+#: A 401's text for a token PyJWT cannot parse (its DecodeError text quotes the decoder: codec, padding).
 NOT_A_JWT = "not a JWT (RFC 7519: three base64url parts, JSON header and claims)"
 
 
@@ -105,7 +106,7 @@ class TokenVerifier:
                 leeway=self._leeway_s,
                 options={"require": ["exp", "sub"]},
             )
-        except jwt.PyJWTError as exc:  # a plain DecodeError's text is the decoder's own (codec, padding)
+        except jwt.PyJWTError as exc:
             raise Unauthorized(f"invalid token: {NOT_A_JWT if type(exc) is jwt.DecodeError else exc}") from None
         if type(claims["exp"]) not in (int, float):
             raise Unauthorized("invalid token: exp must be a NumericDate (RFC 7519 section 2)")

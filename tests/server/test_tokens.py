@@ -8,10 +8,10 @@ import time
 import jwt
 import pytest
 from hongbao.core.errors import Unauthorized
-from hongbao.server.auth import NOT_A_JWT, TokenVerifier
+from hongbao.server.auth import TokenVerifier
 
 KEY = "k" * 64
-NOT_JWT = f"invalid token: {NOT_A_JWT}"
+NOT_JWT = "invalid token: not a JWT (RFC 7519: three base64url parts, JSON header and claims)"
 
 
 @pytest.mark.parametrize(
@@ -34,4 +34,5 @@ def test_a_bad_token_is_refused_with_a_plain_message(token: str, message: str) -
     """401 with the message given: no codec, padding or JSON decoder text."""
     with pytest.raises(Unauthorized) as refused:
         TokenVerifier(KEY, ["HS256"]).verify(token)
+    assert (refused.value.status, refused.value.code) == (401, "unauthorized")
     assert str(refused.value) == message
