@@ -4,6 +4,12 @@ A node is one worker process (with SO_REUSEPORT a client lands on any worker). E
 refreshes its liveness (``push_node_ttl_s``, 5 s by default) with the address of its internal
 listener, then sweeps: every live node removes the sessions of nodes whose liveness lapsed, so a
 crashed node's users read as offline within the TTL, not after the 10-minute session TTL.
+
+A node judges the others only from a steady view of the store: after a heartbeat that failed or
+took more than half the TTL (the store was away or frozen, and so were the other nodes'
+heartbeats: their keys may have lapsed while they were alive), and after joining, it waits one
+TTL of prompt heartbeats before it sweeps, so every live node has beaten again by then and only
+a node that is really gone is swept.
 """
 
 from __future__ import annotations
@@ -35,11 +41,12 @@ class Node:
     """Liveness of node ``id`` in ``nodes`` for ``ttl_s`` seconds a beat; ``report(ok)`` hears
     whether each heartbeat reached the store (the hub counts consecutive failures)."""
 
-    __slots__ = ("id", "address", "_nodes", "_ttl_s", "_report")
+    __slots__ = ("id", "address", "_nodes", "_ttl_s", "_report", "_steady_since")
 
     def __init__(self, node: str, nodes: NodeDirectory, ttl_s: float, report: Callable[[bool], None]) -> None:
         self.id, self.address = node, ""
         self._nodes, self._ttl_s, self._report = nodes, ttl_s, report
+        self._steady_since: float | None = None  # loop time since which every heartbeat was prompt
 
     async def join(self, address: str) -> bool:
         """First heartbeat, at ``address`` (host:port of the internal listener), before any
@@ -56,17 +63,26 @@ class Node:
         return True
 
     async def beat_forever(self) -> None:
-        """Heartbeat and sweep every ``HEARTBEAT_S`` until cancelled."""
+        """Heartbeat every ``HEARTBEAT_S`` until cancelled, and sweep once the view of the store
+        has been steady for a TTL (module docstring)."""
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(HEARTBEAT_S)
+            started = loop.time()
             try:
                 await self._nodes.heartbeat(self.id, self.address, self._ttl_s)
             except Exception as exc:  # BreakerOpen: Redis down, its breaker logged that once
                 if not isinstance(exc, BreakerOpen):
                     log.warning("push node %s: heartbeat failed: %s", self.id, exc)
+                self._steady_since = None
                 self._report(False)
                 continue
             self._report(True)
+            now = loop.time()
+            if self._steady_since is None or now - started > self._ttl_s / 2:
+                self._steady_since = now
+            if now - self._steady_since < self._ttl_s:
+                continue  # the others' heartbeats may have been held up too: give them a TTL
             try:
                 removed = await self._nodes.sweep(self.id)
             except Exception as exc:
