@@ -357,6 +357,7 @@ class App:
             return step
 
         async def credits() -> None:
+            await svc.outbox.redrive()
             await svc.settlement.drain_credits()
             await svc.lists.drain()
 

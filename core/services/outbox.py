@@ -1,11 +1,21 @@
 """What follows a write that the write does not wait on: the events for the notifier (push), the
 messages for the queues (credits, list rows) and the read caches' invalidations. None of them
-ever fails a money flow: each step is logged and dropped when its target is down, and the
-reconciler (hongbao.core.services.settlement) repairs what the queues would have carried."""
+ever fails a money flow: each step is logged and dropped when its target is down (queue messages
+are held for another try first), and the reconciler (hongbao.core.services.settlement) repairs
+what the queues would have carried.
+
+Queue messages a failed write did not deliver are held in memory (at most ``HELD_MAX``, the newest
+kept) and queued again by ``redrive`` (``REDRIVE_BATCH`` a call, oldest first), which the credits
+job calls every ``credit_interval_s``: so credits and list rows follow within that interval once
+the queue is back, not after the reconciler's window. What a worker held when it died, or what
+the bound let go, is the reconciler's. The queue's consumers take a message twice without effect
+(a credit is posted once per receipt, a list row kept once), so a write that failed after
+reaching the queue may be queued again."""
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Sequence
 
 from hongbao.core.breaker import BreakerOpen
@@ -15,6 +25,8 @@ from hongbao.core.ports import ProfileStore, Queue
 from hongbao.core.view_cache import ViewCache
 
 log = logging.getLogger("hongbao.service")
+HELD_MAX = 100_000  # queue messages held for redrive (~100 bytes each); older ones are the reconciler's
+REDRIVE_BATCH = 5_000  # messages queued again in one write
 
 
 class Outbox:
@@ -22,11 +34,12 @@ class Outbox:
     (the read caches; None: none to tell) and ``profiles`` (the greetings); ``notifier`` hears the
     red-packet events (hongbao.core.events; nobody by default: the app sets the push hub)."""
 
-    __slots__ = ("queue", "views", "profiles", "notifier")
+    __slots__ = ("queue", "views", "profiles", "notifier", "_held")
 
     def __init__(self, queue: Queue, views: ViewCache | None, profiles: ProfileStore) -> None:
         self.queue, self.views, self.profiles = queue, views, profiles
         self.notifier: Notifier = NullNotifier()
+        self._held: deque[Outgoing] = deque(maxlen=HELD_MAX)
 
     def notify(self, event: Event) -> None:
         """Hand ``event`` to the notifier; never raises (push is never a reason for a money flow to fail)."""
@@ -36,19 +49,33 @@ class Outbox:
             log.exception("the notifier failed on event %s", event.name)
 
     async def publish(self, messages: Sequence[Outgoing]) -> None:
-        """Queue ``messages`` in one write; never raises. Lost when the queue is down: money is
-        safe (the reconciler credits pending receipts from the database and rewrites the list rows)."""
+        """Queue ``messages`` in one write; never raises. When the queue is down they are held
+        for ``redrive`` (module docstring); money is safe either way (the reconciler credits
+        pending receipts from the database and rewrites the list rows)."""
         if not messages:
             return
         try:
             await self.queue.publish(list(messages))
         except BreakerOpen:  # the queue is down: its breaker logged it and counts what is skipped
-            pass
+            self._held.extend(messages)
         except Exception:
-            log.exception(
-                "could not queue %d follow-up message(s); credits and list rows fall to the reconciler",
-                len(messages),
-            )
+            log.exception("could not queue %d follow-up message(s); held to queue again", len(messages))
+            self._held.extend(messages)
+
+    async def redrive(self) -> int:
+        """Queue again, in one write, the oldest ``REDRIVE_BATCH`` messages ``publish`` could not
+        queue: returns how many went (0 when none were held, or the queue is still down: they
+        stay held). Never raises."""
+        if not self._held:
+            return 0
+        held = [self._held.popleft() for _ in range(min(REDRIVE_BATCH, len(self._held)))]
+        try:
+            await self.queue.publish(held)
+        except Exception:  # BreakerOpen or a failed write: still down (publish logged the first failure)
+            self._held = deque([*held, *self._held], maxlen=HELD_MAX)
+            return 0
+        log.info("queued %d follow-up message(s) held while the queue was down", len(held))
+        return len(held)
 
     async def changed(self, entries: list[str]) -> None:
         """Tell the read caches that ``entries`` changed in the database (never raises)."""
