@@ -72,6 +72,12 @@ SNDBUF = 64 * 1024  # the socket's kernel send buffer (Linux doubles it), fixed 
 HELD_MAX = 64  # messages held while the hub attaches the connection
 PONG_FRAME = encode_frame(OP_TEXT, b'{"type":"pong"}')
 NOT_AN_OBJECT_FRAME = encode_frame(OP_TEXT, push_messages.error("a message must be a JSON object"))
+NOT_JSON_FRAME = encode_frame(
+    OP_TEXT,
+    push_messages.error(
+        "a message must be a JSON object: this one does not parse (RFC 8259, numbers in a double's range)"
+    ),
+)
 MAX_REASON_BYTES = 123  # a close reason fits a 125-byte control frame with its code (section 5.5.1)
 
 
@@ -238,7 +244,8 @@ class WsConnection(asyncio.Protocol):
         try:
             message = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            message = None
+            self.send_frame(NOT_JSON_FRAME)
+            return
         if not isinstance(message, dict):
             self.send_frame(NOT_AN_OBJECT_FRAME)
         elif message.get("type") == "ping":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from hongbao.core import errors
 from hongbao.core.breaker import BreakerOpen
@@ -39,7 +40,9 @@ class Profiles:
         self._memory: TtlCache[str, Names] = TtlCache(PROFILE_MEMORY_TTL_MS)
 
     async def set(self, user_id: str, nickname: object, avatar_url: object) -> dict[str, str]:
-        """Keep ``user_id``'s nickname (at most 64 characters) and avatar URL (at most 512);
+        """Keep ``user_id``'s nickname (at most 64 characters) and avatar URL (at most 512, an
+        absolute ``http`` or ``https`` URL or "": a client puts it in an image's ``src``, where
+        ``javascript:`` or ``data:`` would be a page's script or content of the user's choosing);
         returns the profile as it now shows (``get``'s shape). Raises InvalidRequest for anything
         else, Degraded while the store is down."""
         if (
@@ -49,6 +52,8 @@ class Profiles:
             or len(avatar_url) > AVATAR_URL_MAX_CHARS
         ):
             raise errors.InvalidRequest("nickname (<= 64 chars) and avatar_url (<= 512 chars) must be strings")
+        if avatar_url and not _web_url(avatar_url):
+            raise errors.InvalidRequest('avatar_url must be an absolute http or https URL, or ""')
         try:
             await self.store.set_profile(user_id, nickname, avatar_url)
         except BreakerOpen:
@@ -96,3 +101,12 @@ class Profiles:
             if not isinstance(exc, BreakerOpen):
                 log.exception("greeting read of %s failed; none shown", order_id)
             return None
+
+
+def _web_url(url: str) -> bool:
+    """Whether ``url`` is an absolute ``http``/``https`` URL with a host (RFC 3986 section 4.3)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a malformed host, e.g. an unclosed IPv6 bracket
+        return False
+    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)

@@ -340,6 +340,29 @@ ROWS = [
     Row("ledger-page-huge", "GET", "/v1/me/ledger?page=99999999999999999999", 400, "invalid_request"),
     Row("profile-nickname-too-long", "PUT", "/v1/me/profile", 400, "invalid_request", body={"nickname": "n" * 65}),
     Row("profile-avatar-not-text", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": ["x"]}),
+    Row(
+        "profile-avatar-script",
+        "PUT",
+        "/v1/me/profile",
+        400,
+        "invalid_request",
+        body={"avatar_url": "javascript:alert(1)"},
+    ),
+    Row(
+        "profile-avatar-data",
+        "PUT",
+        "/v1/me/profile",
+        400,
+        "invalid_request",
+        body={"avatar_url": "data:image/svg+xml,<svg/>"},
+    ),
+    Row("profile-avatar-relative", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": "/a.png"}),
+    Row(
+        "profile-avatar-no-host", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": "https:///a.png"}
+    ),
+    Row(
+        "profile-avatar-bad-host", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": "http://[::1/a"}
+    ),
     Row("profile-read-no-token", "GET", "/v1/me/profile", 401, "unauthorized", user=""),
     Row("groups-page-zero", "GET", "/v1/groups?page=0", 400, "invalid_request"),
     Row("groups-page-text", "GET", "/v1/groups?page=two", 400, "invalid_request"),

@@ -29,6 +29,11 @@ LIMIT = 65536
 NO_STATUS = 1005  # an empty close frame reads as 1005 (RFC 6455 section 7.1.5)
 APP_PONG = (T, PONG_MESSAGE)
 NOT_AN_OBJECT = (T, b'{"type":"error","code":"invalid_request","message":"a message must be a JSON object"}')
+NOT_JSON = (
+    T,
+    b'{"type":"error","code":"invalid_request","message":"a message must be a JSON object: '
+    b"this one does not parse (RFC 8259, numbers in a double's range)\"}",
+)
 MASK = b"\x00\x00\x00\x00"  # an all-zero mask key: the payload goes as it is
 
 
@@ -152,8 +157,9 @@ CASES: list[Case] = [
     fail("P22-unmasked-Hi", [bytes([0x81, 0x02, 0x48, 0x69])], 1002),
     fail("P22-unmasked-app-ping", [hn.encode_frame(T, PING_MESSAGE)], 1002),
     # the app layer
-    ok("app-empty-text", [m(T)], NOT_AN_OBJECT),
-    ok("app-not-json", [m(T, b"hello")], NOT_AN_OBJECT),
+    ok("app-empty-text", [m(T)], NOT_JSON),
+    ok("app-not-json", [m(T, b"hello")], NOT_JSON),
+    ok("app-number-past-a-double", [m(T, b'{"type":"ack","offset":1e400}')], NOT_JSON),
     ok("app-json-array", [m(T, b'[{"type":"ping"}]')], NOT_AN_OBJECT),
     ok("app-not-json-then-ping", [m(T, b"null"), m(T, PING_MESSAGE)], NOT_AN_OBJECT, APP_PONG),
     fail("app-binary-after-ping", [m(T, PING_MESSAGE), m(B, b"\x00")], 1003, APP_PONG),
