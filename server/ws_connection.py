@@ -75,7 +75,7 @@ NOT_AN_OBJECT_FRAME = encode_frame(OP_TEXT, push_messages.error("a message must 
 NOT_JSON_FRAME = encode_frame(
     OP_TEXT,
     push_messages.error(
-        "a message must be a JSON object: this one does not parse (RFC 8259, numbers in a double's range)"
+        "a message must be a JSON object: this one does not parse (RFC 8259: valid UTF-8, numbers in a double's range)"
     ),
 )
 MAX_REASON_BYTES = 123  # a close reason fits a 125-byte control frame with its code (section 5.5.1)

@@ -13,6 +13,7 @@ come back with the store.
 from __future__ import annotations
 
 import logging
+import unicodedata
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
@@ -45,15 +46,17 @@ class Profiles:
         ``javascript:`` or ``data:`` would be a page's script or content of the user's choosing);
         returns the profile as it now shows (``get``'s shape). Raises InvalidRequest for anything
         else, Degraded while the store is down."""
-        if (
-            not isinstance(nickname, str)
-            or not isinstance(avatar_url, str)
-            or len(nickname) > NICKNAME_MAX_CHARS
-            or len(avatar_url) > AVATAR_URL_MAX_CHARS
-        ):
-            raise errors.InvalidRequest("nickname (<= 64 chars) and avatar_url (<= 512 chars) must be strings")
+        if not isinstance(nickname, str) or not isinstance(avatar_url, str):
+            raise errors.InvalidRequest("nickname and avatar_url must be strings")
+        if len(nickname) > NICKNAME_MAX_CHARS:
+            raise errors.InvalidRequest(f"nickname is longer than {NICKNAME_MAX_CHARS} characters")
+        if len(avatar_url) > AVATAR_URL_MAX_CHARS:
+            raise errors.InvalidRequest(f"avatar_url is longer than {AVATAR_URL_MAX_CHARS} characters")
         if avatar_url and not _web_url(avatar_url):
-            raise errors.InvalidRequest('avatar_url must be an absolute http or https URL, or ""')
+            raise errors.InvalidRequest(
+                "avatar_url must be an absolute http or https URL with a host and no credentials,"
+                ' spaces or control characters, or ""'
+            )
         try:
             await self.store.set_profile(user_id, nickname, avatar_url)
         except BreakerOpen:
@@ -104,9 +107,20 @@ class Profiles:
 
 
 def _web_url(url: str) -> bool:
-    """Whether ``url`` is an absolute ``http``/``https`` URL with a host (RFC 3986 section 4.3)."""
+    """Whether ``url`` is an absolute ``http``/``https`` URL (RFC 3986 section 4.3) with a host of
+    non-empty labels, a valid port if any, no user information, and no whitespace, control or
+    format character (Unicode categories Z*, Cc, Cf: a CR LF, NUL or a right-to-left override)."""
+    if any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp") for c in url):
+        return False
     try:
         parts = urlsplit(url)
-    except ValueError:  # a malformed host, e.g. an unclosed IPv6 bracket
+        parts.port  # noqa: B018  (raises ValueError for a port out of range or not a number)
+    except ValueError:  # a malformed host (an unclosed IPv6 bracket) or port
         return False
-    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+    host = parts.hostname or ""
+    return (
+        parts.scheme.lower() in ("http", "https")
+        and bool(host)
+        and "@" not in parts.netloc
+        and (":" in host or all(host.split(".")))
+    )

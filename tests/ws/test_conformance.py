@@ -32,7 +32,7 @@ NOT_AN_OBJECT = (T, b'{"type":"error","code":"invalid_request","message":"a mess
 NOT_JSON = (
     T,
     b'{"type":"error","code":"invalid_request","message":"a message must be a JSON object: '
-    b"this one does not parse (RFC 8259, numbers in a double's range)\"}",
+    b"this one does not parse (RFC 8259: valid UTF-8, numbers in a double's range)\"}",
 )
 MASK = b"\x00\x00\x00\x00"  # an all-zero mask key: the payload goes as it is
 
@@ -160,6 +160,7 @@ CASES: list[Case] = [
     ok("app-empty-text", [m(T)], NOT_JSON),
     ok("app-not-json", [m(T, b"hello")], NOT_JSON),
     ok("app-number-past-a-double", [m(T, b'{"type":"ack","offset":1e400}')], NOT_JSON),
+    ok("app-lone-surrogate", [m(T, b'{"type":"\\ud800"}')], NOT_JSON),
     ok("app-json-array", [m(T, b'[{"type":"ping"}]')], NOT_AN_OBJECT),
     ok("app-not-json-then-ping", [m(T, b"null"), m(T, PING_MESSAGE)], NOT_AN_OBJECT, APP_PONG),
     fail("app-binary-after-ping", [m(T, PING_MESSAGE), m(B, b"\x00")], 1003, APP_PONG),
