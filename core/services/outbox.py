@@ -25,7 +25,7 @@ from hongbao.core.ports import ProfileStore, Queue
 from hongbao.core.view_cache import ViewCache
 
 log = logging.getLogger("hongbao.service")
-HELD_MAX = 100_000  # queue messages held for redrive (~100 bytes each); older ones are the reconciler's
+HELD_MAX = 100_000  # queue messages held for redrive (~200 bytes each in memory); older ones are the reconciler's
 REDRIVE_BATCH = 5_000  # messages queued again in one write
 
 

@@ -27,6 +27,7 @@ log = logging.getLogger("hongbao.service")
 NICKNAME_MAX_CHARS, AVATAR_URL_MAX_CHARS = 64, 512
 DEFAULT_AVATAR_URL = ""
 PROFILE_MEMORY_TTL_MS = 5_000
+_NOT_IN_A_URL = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf"})  # separators, controls, format characters
 #: (nickname, avatar_url)
 Names = tuple[str, str]
 
@@ -108,9 +109,9 @@ class Profiles:
 
 def _web_url(url: str) -> bool:
     """Whether ``url`` is an absolute ``http``/``https`` URL (RFC 3986 section 4.3) with a host of
-    non-empty labels, a valid port if any, no user information, and no whitespace, control or
-    format character (Unicode categories Z*, Cc, Cf: a CR LF, NUL or a right-to-left override)."""
-    if any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp") for c in url):
+    non-empty labels, a valid port if any, no user information, and no separator, control or
+    format character (Unicode categories Z*, Cc, Cf: a space, CR LF, NUL or a right-to-left override)."""
+    if any(unicodedata.category(c) in _NOT_IN_A_URL for c in url):
         return False
     try:
         parts = urlsplit(url)

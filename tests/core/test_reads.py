@@ -55,8 +55,30 @@ async def test_details_name_the_sender_and_openers(make_backend: Callable[..., B
     assert await _names(w2, "S", order_id) == expected  # w2 keeps what it read for its memory TTL
     clock.advance_ms(PROFILE_MEMORY_TTL_MS)
     assert await _names(w2, "S", order_id) == changed
-    with pytest.raises(errors.InvalidRequest):
+    with pytest.raises(errors.InvalidRequest, match=r"^nickname is longer than 64 characters$"):
         await w1.profiles.set("A", "n" * 65, "")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://x.test/a.png",
+        "HTTPS://X.TEST/A.PNG",
+        "https://例え.jp/a.png",
+        "https://xn--r8jz45g.jp/a.png",
+        "http://[::1]:8080/a",
+        "http://127.0.0.1:80/a?size=64#top",
+        "https://x.test/" + "a" * 497,  # 512 characters
+    ],
+)
+async def test_avatar_urls_an_image_may_load_are_kept(backend: Backend, url: str) -> None:
+    """Absolute http(s) URLs, whatever the scheme's case, with a Unicode or IPv6 host, a port, a
+    query, up to 512 characters, are kept and shown as given; one character more is refused by length."""
+    profiles = backend.services.profiles
+    assert await profiles.set("A", "Ann", url) == {"user_id": "A", "nickname": "Ann", "avatar_url": url}
+    assert await profiles.get("A") == {"user_id": "A", "nickname": "Ann", "avatar_url": url}
+    with pytest.raises(errors.InvalidRequest, match=r"^avatar_url is longer than 512 characters$"):
+        await profiles.set("A", "Ann", url + "a" * (513 - len(url)))
 
 
 async def test_details_say_expired_from_the_moment_of_expiry(backend: Backend, clock: ManualClock) -> None:

@@ -125,6 +125,26 @@ def amount_row(name: str, status: int = 400, code: str = "invalid_amount", **cha
     return Row(f"send-{name}", "POST", "/v1/packets", status, code, body=send(**changes))
 
 
+#: avatar URLs that are not an absolute http(s) URL an image may load (core/services/profiles.py)
+BAD_AVATAR_URLS = {
+    "script": "javascript:alert(1)",
+    "data": "data:image/svg+xml,<svg/>",
+    "relative": "/a.png",
+    "no-host": "https:///a.png",
+    "bad-host": "http://[::1/a",
+    "space-host": "http:// /",
+    "space-in-host": "https://exa mple.com/",
+    "dots-host": "https://.../",
+    "port-too-big": "https://example.com:99999/a",
+    "port-text": "https://example.com:abc/a",
+    "crlf": "https://example.com\r\n/x",
+    "nul": "https://example.com/\x00",
+    "rtl-override": "https://\u202eexample.com/",
+    "leading-space": " https://example.com/a.png",
+    "credentials": "https://user:pw@example.com/",
+    "too-long": "https://example.com/" + "a" * 493,
+}
+
 ROWS = [
     # amounts in fen: only positive JSON integers
     amount_row("fen-float", total_fen=300.0),
@@ -340,106 +360,9 @@ ROWS = [
     Row("ledger-page-huge", "GET", "/v1/me/ledger?page=99999999999999999999", 400, "invalid_request"),
     Row("profile-nickname-too-long", "PUT", "/v1/me/profile", 400, "invalid_request", body={"nickname": "n" * 65}),
     Row("profile-avatar-not-text", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": ["x"]}),
-    Row(
-        "profile-avatar-script",
-        "PUT",
-        "/v1/me/profile",
-        400,
-        "invalid_request",
-        body={"avatar_url": "javascript:alert(1)"},
-    ),
-    Row(
-        "profile-avatar-data",
-        "PUT",
-        "/v1/me/profile",
-        400,
-        "invalid_request",
-        body={"avatar_url": "data:image/svg+xml,<svg/>"},
-    ),
-    Row("profile-avatar-relative", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": "/a.png"}),
-    Row(
-        "profile-avatar-no-host", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": "https:///a.png"}
-    ),
-    Row(
-        "profile-avatar-bad-host", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": "http://[::1/a"}
-    ),
-    Row("profile-avatar-space-host", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": "http:// /"}),
-    Row(
-        "profile-avatar-space-in-host",
-        "PUT",
-        "/v1/me/profile",
-        400,
-        "invalid_request",
-        body={"avatar_url": "https://exa mple.com/"},
-    ),
-    Row(
-        "profile-avatar-dots-host", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": "https://.../"}
-    ),
-    Row(
-        "profile-avatar-port-too-big",
-        "PUT",
-        "/v1/me/profile",
-        400,
-        "invalid_request",
-        body={"avatar_url": "https://example.com:99999/a"},
-    ),
-    Row(
-        "profile-avatar-port-text",
-        "PUT",
-        "/v1/me/profile",
-        400,
-        "invalid_request",
-        body={"avatar_url": "https://example.com:abc/a"},
-    ),
-    Row(
-        "profile-avatar-crlf",
-        "PUT",
-        "/v1/me/profile",
-        400,
-        "invalid_request",
-        body={"avatar_url": "https://example.com\r\n/x"},
-    ),
-    Row(
-        "profile-avatar-nul",
-        "PUT",
-        "/v1/me/profile",
-        400,
-        "invalid_request",
-        body={"avatar_url": "https://example.com/\x00"},
-    ),
-    Row(
-        "profile-avatar-rtl-override",
-        "PUT",
-        "/v1/me/profile",
-        400,
-        "invalid_request",
-        body={"avatar_url": "https://\u202eexample.com/"},
-    ),
-    Row(
-        "profile-avatar-leading-space",
-        "PUT",
-        "/v1/me/profile",
-        400,
-        "invalid_request",
-        body={"avatar_url": " https://example.com/a.png"},
-    ),
-    Row(
-        "profile-avatar-credentials",
-        "PUT",
-        "/v1/me/profile",
-        400,
-        "invalid_request",
-        body={"avatar_url": "https://user:pw@example.com/"},
-    ),
-    Row(
-        "profile-avatar-too-long",
-        "PUT",
-        "/v1/me/profile",
-        400,
-        "invalid_request",
-        body={
-            "avatar_url": "https://example.com/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-        },
+    *(
+        Row(f"profile-avatar-{name}", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": url})
+        for name, url in BAD_AVATAR_URLS.items()
     ),
     Row("profile-read-no-token", "GET", "/v1/me/profile", 401, "unauthorized", user=""),
     Row("groups-page-zero", "GET", "/v1/groups?page=0", 400, "invalid_request"),
