@@ -9,12 +9,17 @@ receipts). While the database is quick, a flusher is free when an opener arrives
 transaction holds that opener alone; under load, everything that queued while the flushers were
 busy goes in the next transaction, so the transactions per open fall as the load rises. A packet
 whose batch is full refuses new openers with Busy (429) instead of queueing without bound.
+
+Once a transaction committed, its packets' slots go back (the next transaction of the same
+packet may start) while its follow-ups (``follow_up``: the cache writes the openers' answers
+wait for) run beside it; the openers are answered when their batch's follow-ups are done.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from typing import cast
 
 import hongbao_native
 from hongbao.core.errors import Busy
@@ -22,6 +27,9 @@ from hongbao.core.ports import OpenResult
 
 #: run([(order_id, user_ids), ...]) -> per packet, one OpenResult per user id, from one transaction.
 RunBatches = Callable[[Sequence[tuple[str, Sequence[str]]]], Awaitable[list[list[OpenResult]]]]
+#: follow_up(batches, results): what a committed transaction's openers wait for besides it.
+FollowUp = Callable[[Sequence[tuple[str, Sequence[str]]], list[list[OpenResult]]], Awaitable[None]]
+_Taken = list[tuple[str, list[tuple[str, asyncio.Future[OpenResult]]]]]
 
 
 class _Batch:
@@ -35,16 +43,19 @@ class _Batch:
 class OpenBatcher:
     """Queue openers per packet and flush them, per database, in batched transactions.
 
-    ``run``: the transaction of several packets of one database; ``database``: order id -> its
-    database; ``admission``: the shared AdmissionTable; ``max_in_db``: K, transactions per packet in
-    the DB at once; ``max_batch``: openers of one packet in one transaction; ``max_packets``:
-    packets in one transaction; ``flushers``: transactions per database this worker runs at once;
-    ``max_waiting``: openers queued per packet per worker before Busy; ``admission_wait_s``: pause
-    when no waiting packet is admitted, seconds.
+    ``run``: the transaction of several packets of one database; ``follow_up``: what its openers
+    wait for once it committed (their packets' slots are free by then; None: nothing);
+    ``database``: order id -> its database; ``admission``: the shared AdmissionTable;
+    ``max_in_db``: K, transactions per packet in the DB at once; ``max_batch``: openers of one
+    packet in one transaction; ``max_packets``: packets in one transaction; ``flushers``:
+    transactions per database this worker runs at once; ``max_waiting``: openers queued per
+    packet per worker before Busy; ``admission_wait_s``: pause when no waiting packet is
+    admitted, seconds.
     """
 
     __slots__ = (
         "_run",
+        "_follow_up",
         "_database",
         "_admission",
         "_max_in_db",
@@ -56,6 +67,7 @@ class OpenBatcher:
         "_batches",
         "_queued",
         "_running",
+        "_answering",
     )
 
     def __init__(
@@ -70,13 +82,15 @@ class OpenBatcher:
         flushers: int = 2,
         max_waiting: int = 1000,
         admission_wait_s: float = 0.001,
+        follow_up: FollowUp | None = None,
     ) -> None:
-        self._run, self._database, self._admission = run, database, admission
+        self._run, self._follow_up, self._database, self._admission = run, follow_up, database, admission
         self._max_in_db, self._max_batch, self._max_packets = max_in_db, max_batch, max_packets
         self._flushers, self._max_waiting, self._wait_s = flushers, max_waiting, admission_wait_s
         self._batches: dict[str, _Batch] = {}
         self._queued: dict[int, dict[str, None]] = {}  # database -> packets with openers waiting, oldest first
         self._running: dict[int, set[asyncio.Task[None]]] = {}  # database -> its flushers
+        self._answering: dict[asyncio.Task[None], int] = {}  # follow-ups under way -> openers they hold
 
     async def open(self, order_id: str, user_id: str) -> OpenResult:
         """Queue one opener and wait for its result. Raises Busy when the packet's queue is full."""
@@ -96,15 +110,17 @@ class OpenBatcher:
         return await future
 
     def in_flight(self) -> int:
-        """Openers of this worker not answered yet: waiting in a packet's batch or inside its transaction."""
-        return sum(len(batch.waiting) + batch.running for batch in self._batches.values())
+        """Openers of this worker not answered yet: waiting in a packet's batch, inside its
+        transaction or waiting for its follow-ups."""
+        queued = sum(len(batch.waiting) + batch.running for batch in self._batches.values())
+        return queued + sum(self._answering.values())
 
-    def _take(self, database: int) -> tuple[list[tuple[str, list[tuple[str, asyncio.Future[OpenResult]]]]], bool]:
+    def _take(self, database: int) -> tuple[_Taken, bool]:
         """The next transaction's packets and openers: each waiting packet of ``database`` with no
         transaction of this worker under way that gets an admission slot, oldest first, up to
         ``max_packets``; and whether a packet was refused a slot (the other workers hold them)."""
         queued = self._queued.get(database, {})
-        taken: list[tuple[str, list[tuple[str, asyncio.Future[OpenResult]]]]] = []
+        taken: _Taken = []
         refused = False
         for order_id in list(queued):
             if len(taken) == self._max_packets:
@@ -132,17 +148,11 @@ class OpenBatcher:
                         break
                     await asyncio.sleep(self._wait_s)
                     continue
+                batches = [(order_id, [user for user, _ in openers]) for order_id, openers in taken]
                 try:
-                    results = await self._run(
-                        [(order_id, [user for user, _ in openers]) for order_id, openers in taken]
-                    )
+                    results = await self._run(batches)
                 except BaseException as exc:
-                    for _, openers in taken:
-                        for _, future in openers:
-                            if not future.done():
-                                future.set_exception(
-                                    exc if isinstance(exc, Exception) else RuntimeError("open cancelled")
-                                )
+                    _fail(taken, exc)
                     if not isinstance(exc, Exception):
                         raise
                     continue
@@ -150,15 +160,36 @@ class OpenBatcher:
                     for order_id, openers in taken:
                         self._admission.leave(order_id)
                         self._settle(order_id, len(openers))
-                for (_, openers), outcomes in zip(taken, results, strict=True):
-                    for (_, future), result in zip(openers, outcomes, strict=True):
-                        if not future.done():
-                            future.set_result(result)
+                if self._follow_up is None:
+                    _resolve(taken, results)
+                    continue
+                answer = asyncio.get_running_loop().create_task(self._answer(self._follow_up, taken, batches, results))
+                self._answering[answer] = sum(len(openers) for _, openers in taken)
         finally:
             flushers = self._running[database]
             flushers.discard(me)
             if not flushers:  # openers still queued now were left by a cancelled flusher: nobody would run them
                 self._abandon(database)
+
+    async def _answer(
+        self,
+        follow_up: FollowUp,
+        taken: _Taken,
+        batches: Sequence[tuple[str, Sequence[str]]],
+        results: list[list[OpenResult]],
+    ) -> None:
+        """Run the committed transaction's ``follow_up``, then answer its openers (with the
+        follow-up's error, if it raises: the receipts stand, a retried open finds them)."""
+        try:
+            await follow_up(batches, results)
+        except BaseException as exc:
+            _fail(taken, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        finally:
+            self._answering.pop(cast("asyncio.Task[None]", asyncio.current_task()), None)
+        _resolve(taken, results)
 
     def _settle(self, order_id: str, done: int) -> None:
         """``done`` openers of ``order_id`` left their transaction; forget a batch with nobody left."""
@@ -174,3 +205,19 @@ class OpenBatcher:
             for _, future in batch.waiting if batch is not None else ():
                 if not future.done():
                     future.set_exception(RuntimeError("open cancelled: the worker is shutting down"))
+
+
+def _resolve(taken: _Taken, results: list[list[OpenResult]]) -> None:
+    """Answer every opener of ``taken`` not answered yet with its result (``results``: per packet, per opener)."""
+    for (_, openers), outcomes in zip(taken, results, strict=True):
+        for (_, future), result in zip(openers, outcomes, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+
+def _fail(taken: _Taken, exc: BaseException) -> None:
+    """Fail every opener of ``taken`` not answered yet with ``exc`` (a cancellation: RuntimeError)."""
+    for _, openers in taken:
+        for _, future in openers:
+            if not future.done():
+                future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("open cancelled"))

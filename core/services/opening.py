@@ -82,7 +82,9 @@ class Opening:
         self.audience, self.grabbing = audience, grabbing
         self.crediting, self.outbox, self.shared = crediting, outbox, grabbing.shared
         self.draw, self.faults = draw, faults
-        self.batcher = OpenBatcher(self.open_batches, self._database, admission, max_in_db=max_in_db)
+        self.batcher = OpenBatcher(
+            self.open_batches, self._database, admission, max_in_db=max_in_db, follow_up=self.follow_up
+        )
         self._finished: TtlCache[str, bool] = TtlCache(FINISHED_TTL_MS, FINISHED_MAX_ENTRIES)
         self._receipts: TtlCache[str, asyncio.Future[Mapping[str, Receipt]]] = TtlCache(
             FINISHED_RECEIPTS_TTL_MS, FINISHED_RECEIPTS_MAX_ENTRIES
@@ -150,19 +152,26 @@ class Opening:
 
     async def open_batches(self, batches: Sequence[tuple[str, Sequence[str]]]) -> list[list[OpenResult]]:
         """The batcher's transaction: open for each (order id, user ids) of ``batches`` (packets of
-        one database) at the clock's current time, then, in one tick, queue the follow-ups (list
-        rows, best luck, queued credits) in one queue write and update the caches; drop the
-        packets whose last share went from the expiry index and announce them finished."""
+        one database) at the clock's current time; the packets it finished or found finished are
+        remembered here at once (``follow_up`` does the rest)."""
         outcomes = await self.packets.open_batches(batches, self.clock.now_ms(), self.draw)
         self.faults.point("open_committed")
         now_ms = self.clock.now_ms()
+        for (order_id, _), results in zip(batches, outcomes, strict=True):
+            if any(r.last or r.refusal is Refusal.FINISHED for r in results):
+                self._finished.put(order_id, True, now_ms)
+        return outcomes
+
+    async def follow_up(self, batches: Sequence[tuple[str, Sequence[str]]], outcomes: list[list[OpenResult]]) -> None:
+        """What the openers of a committed transaction (``batches``, its ``outcomes``) wait for: in
+        one tick, the follow-ups (list rows, best luck, queued credits) in one queue write and the
+        caches' updates; then the packets whose last share went leave the expiry index and are
+        announced finished."""
         messages: list[Outgoing] = []
         updates: list[Awaitable[None]] = []
         changed: list[str] = []
         finished: list[tuple[str, Receipt]] = []
         for (order_id, _), results in zip(batches, outcomes, strict=True):
-            if any(r.last or r.refusal is Refusal.FINISHED for r in results):
-                self._finished.put(order_id, True, now_ms)
             for result in results:
                 receipt = result.receipt
                 if receipt is None or result.repeat:
@@ -191,7 +200,6 @@ class Opening:
         await asyncio.gather(self.outbox.publish(messages), *updates)
         for order_id, best in finished:
             await self._announce_finished(order_id, best)
-        return outcomes
 
     async def _announce_finished(self, order_id: str, best: Receipt) -> None:
         """Notify ``finished`` with best luck (``best``, the transaction's) for a packet whose last

@@ -9,7 +9,7 @@ import secrets
 from collections.abc import Sequence
 
 import hongbao_native
-from hongbao.core.batching import OpenBatcher
+from hongbao.core.batching import FollowUp, OpenBatcher
 from hongbao.core.packet import Receipt
 from hongbao.core.ports import OpenResult
 
@@ -29,11 +29,18 @@ class SlowDatabase:
         return [[OpenResult(Receipt(order_id, user, 1, 0)) for user in users] for order_id, users in batches]
 
 
-def batcher(database: SlowDatabase, flushers: int) -> OpenBatcher:
+def batcher(
+    database: SlowDatabase, flushers: int, max_in_db: int = 2, follow_up: FollowUp | None = None
+) -> OpenBatcher:
     """An OpenBatcher over ``database``: packets "x..." on database 1, the others on 0."""
     admission = hongbao_native.AdmissionTable.create(f"batching-{os.getpid()}-{secrets.token_hex(4)}", 64)
     return OpenBatcher(
-        database.run, lambda order_id: int(order_id.startswith("x")), admission, flushers=flushers, max_in_db=2
+        database.run,
+        lambda order_id: int(order_id.startswith("x")),
+        admission,
+        flushers=flushers,
+        max_in_db=max_in_db,
+        follow_up=follow_up,
     )
 
 
@@ -94,3 +101,37 @@ async def test_a_failed_transaction_fails_its_openers_only() -> None:
     assert isinstance(outcomes[0], RuntimeError)
     assert isinstance(outcomes[1], OpenResult) and outcomes[1].receipt is not None
     assert (await opens.open("bad-not", "w")).receipt is not None and opens.in_flight() == 0
+
+
+async def test_a_packet_next_transaction_runs_while_the_last_ones_follow_ups_do() -> None:
+    db = SlowDatabase()
+    db.release.set()
+    following = asyncio.Event()
+    followed: list[list[tuple[str, list[str]]]] = []
+
+    async def follow_up(batches: Sequence[tuple[str, Sequence[str]]], _results: list[list[OpenResult]]) -> None:
+        followed.append([(order_id, list(users)) for order_id, users in batches])
+        await following.wait()
+
+    opens = batcher(db, flushers=1, max_in_db=1, follow_up=follow_up)
+    first = asyncio.ensure_future(opens.open("A", "a1"))
+    await settle()
+    second = asyncio.ensure_future(opens.open("A", "a2"))  # A's slot is free: its follow-ups hold no slot
+    await settle()
+    assert db.calls == [[("A", ["a1"])], [("A", ["a2"])]] and followed == db.calls
+    assert not first.done() and not second.done() and opens.in_flight() == 2  # answered after the follow-ups
+    following.set()
+    assert [r.receipt.user_id for r in await asyncio.gather(first, second) if r.receipt] == ["a1", "a2"]
+    assert opens.in_flight() == 0
+
+
+async def test_follow_ups_that_fail_fail_their_openers() -> None:
+    db = SlowDatabase()
+    db.release.set()
+
+    async def follow_up(batches: Sequence[tuple[str, Sequence[str]]], _results: list[list[OpenResult]]) -> None:
+        raise RuntimeError("the cache went away")
+
+    opens = batcher(db, flushers=1, follow_up=follow_up)
+    outcome = await asyncio.gather(opens.open("A", "a1"), return_exceptions=True)
+    assert isinstance(outcome[0], RuntimeError) and opens.in_flight() == 0
