@@ -168,6 +168,7 @@ def test_audit_exits_1_on_a_violation(tmp_path: Path) -> None:
     result = run_cli(tmp_path, ["audit"])
     assert result.returncode == 1, result.stdout + result.stderr
     assert "money made or lost" in result.stdout and result.stdout.splitlines()[-1] != "audit: 0 violations"
+    assert "--not-drained" not in result.stderr  # not a credit waiting for the reconciler
 
 
 def test_serve_whose_workers_cannot_start_exits_2(tmp_path: Path) -> None:
