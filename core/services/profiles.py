@@ -28,6 +28,10 @@ NICKNAME_MAX_CHARS, AVATAR_URL_MAX_CHARS = 64, 512
 DEFAULT_AVATAR_URL = ""
 PROFILE_MEMORY_TTL_MS = 5_000
 _NOT_IN_A_URL = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf"})  # separators, controls, format characters
+_NOT_IN_A_NAME = frozenset({"Zl", "Zp", "Cc"})  # line and paragraph separators, controls (NUL, CR, LF, tab)
+#: Unicode's Bidi_Control characters (UAX #9): marks, embeddings, overrides and isolates, which
+#: reorder the text shown after a name (U+202E turns "gnp.exe" around); zero-width joiners stay (emoji).
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 #: (nickname, avatar_url)
 Names = tuple[str, str]
 
@@ -42,17 +46,23 @@ class Profiles:
         self._memory: TtlCache[str, Names] = TtlCache(PROFILE_MEMORY_TTL_MS)
 
     async def set(self, user_id: str, nickname: object, avatar_url: object) -> dict[str, str]:
-        """Keep ``user_id``'s nickname (at most 64 characters) and avatar URL (at most 512, an
-        absolute ``http`` or ``https`` URL or "": a client puts it in an image's ``src``, where
-        ``javascript:`` or ``data:`` would be a page's script or content of the user's choosing);
-        returns the profile as it now shows (``get``'s shape). Raises InvalidRequest for anything
-        else, Degraded while the store is down."""
+        """Keep ``user_id``'s nickname (at most 64 characters, none of them a control, a line break
+        or a bidirectional control, not only spaces: ``_shown_name``; "" shows the user id) and
+        avatar URL (at most 512, an absolute ``http`` or ``https`` URL or "": a client puts it in an
+        image's ``src``, where ``javascript:`` or ``data:`` would be a page's script or content of
+        the user's choosing); returns the profile as it now shows (``get``'s shape). Raises
+        InvalidRequest for anything else, Degraded while the store is down."""
         if not isinstance(nickname, str) or not isinstance(avatar_url, str):
             raise errors.InvalidRequest("nickname and avatar_url must be strings")
         if len(nickname) > NICKNAME_MAX_CHARS:
             raise errors.InvalidRequest(f"nickname is longer than {NICKNAME_MAX_CHARS} characters")
         if len(avatar_url) > AVATAR_URL_MAX_CHARS:
             raise errors.InvalidRequest(f"avatar_url is longer than {AVATAR_URL_MAX_CHARS} characters")
+        if not _shown_name(nickname):
+            raise errors.InvalidRequest(
+                "nickname must have a visible character and no control character, line break or"
+                ' bidirectional control (U+202E), or be "" (shown as the user id)'
+            )
         if avatar_url and not _web_url(avatar_url):
             raise errors.InvalidRequest(
                 "avatar_url must be an absolute http or https URL with a host and no credentials,"
@@ -105,6 +115,17 @@ class Profiles:
             if not isinstance(exc, BreakerOpen):
                 log.exception("greeting read of %s failed; none shown", order_id)
             return None
+
+
+def _shown_name(nickname: str) -> bool:
+    """Whether ``nickname`` shows as itself beside other text: "" (the user id is shown), or some
+    character that is not whitespace, and no control character (Cc), line or paragraph separator
+    (Zl, Zp) or Unicode Bidi_Control character (UAX #9, ``_BIDI_CONTROLS``)."""
+    if not nickname:
+        return True
+    return not nickname.isspace() and not any(
+        c in _BIDI_CONTROLS or unicodedata.category(c) in _NOT_IN_A_NAME for c in nickname
+    )
 
 
 def _web_url(url: str) -> bool:

@@ -59,6 +59,17 @@ async def test_details_name_the_sender_and_openers(make_backend: Callable[..., B
         await w1.profiles.set("A", "n" * 65, "")
 
 
+@pytest.mark.parametrize("nickname", ["", "Ann", "安妮", "👨\u200d👩\u200d👧 family", "a" * 64, "Ann Lee", "مريم"])
+async def test_nicknames_that_show_as_themselves_are_kept(backend: Backend, nickname: str) -> None:
+    """Names in any script, emoji joined by zero-width joiners, inner spaces, 64 characters: kept
+    and shown as given ("" shows the user id); the same name with a right-to-left override refused."""
+    profiles = backend.services.profiles
+    shown = {"user_id": "A", "nickname": nickname or "A", "avatar_url": ""}
+    assert await profiles.set("A", nickname, "") == shown and await profiles.get("A") == shown
+    with pytest.raises(errors.InvalidRequest, match=r"^nickname must have a visible character and no control"):
+        await profiles.set("A", nickname[:63] + "\u202e", "")
+
+
 @pytest.mark.parametrize(
     "url",
     [

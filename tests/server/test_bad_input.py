@@ -144,6 +144,16 @@ BAD_AVATAR_URLS = {
     "credentials": "https://user:pw@example.com/",
     "too-long": "https://example.com/" + "a" * 493,
 }
+#: nicknames that would not show as themselves beside other text (core/services/profiles.py)
+BAD_NICKNAMES = {
+    "too-long": "n" * 65,
+    "spaces-only": "   ",
+    "nul": "Ann\x00",
+    "newline": "Ann\nBob",
+    "rtl-override": "Ann\u202egnp.exe",
+    "rtl-isolate": "\u2067Ann",
+    "line-separator": "Ann\u2028",
+}
 
 ROWS = [
     # amounts in fen: only positive JSON integers
@@ -358,7 +368,10 @@ ROWS = [
     Row("list-page-negative", "GET", "/v1/me/sent?page=-1", 400, "invalid_request"),
     Row("list-year-text", "GET", "/v1/me/received?year=last", 400, "invalid_request"),
     Row("ledger-page-huge", "GET", "/v1/me/ledger?page=99999999999999999999", 400, "invalid_request"),
-    Row("profile-nickname-too-long", "PUT", "/v1/me/profile", 400, "invalid_request", body={"nickname": "n" * 65}),
+    *(
+        Row(f"profile-nickname-{name}", "PUT", "/v1/me/profile", 400, "invalid_request", body={"nickname": nickname})
+        for name, nickname in BAD_NICKNAMES.items()
+    ),
     Row("profile-avatar-not-text", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": ["x"]}),
     *(
         Row(f"profile-avatar-{name}", "PUT", "/v1/me/profile", 400, "invalid_request", body={"avatar_url": url})
