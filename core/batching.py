@@ -10,16 +10,16 @@ transaction holds that opener alone; under load, everything that queued while th
 busy goes in the next transaction, so the transactions per open fall as the load rises. A packet
 whose batch is full refuses new openers with Busy (429) instead of queueing without bound.
 
-Once a transaction committed, its packets' slots go back (the next transaction of the same
-packet may start) while its follow-ups (``follow_up``: the cache writes the openers' answers
-wait for) run beside it; the openers are answered when their batch's follow-ups are done.
+Once a transaction committed, its packets' slots go back: another flusher may run the packet's
+next transaction while this one runs the follow-ups (``follow_up``: the cache writes the
+openers' answers wait for) and then answers the openers. The flusher itself waits for them, so
+under load (every flusher busy) the openers that queue meanwhile share its next transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import cast
 
 import hongbao_native
 from hongbao.core.errors import Busy
@@ -90,7 +90,7 @@ class OpenBatcher:
         self._batches: dict[str, _Batch] = {}
         self._queued: dict[int, dict[str, None]] = {}  # database -> packets with openers waiting, oldest first
         self._running: dict[int, set[asyncio.Task[None]]] = {}  # database -> its flushers
-        self._answering: dict[asyncio.Task[None], int] = {}  # follow-ups under way -> openers they hold
+        self._answering = 0  # openers whose transaction committed, waiting for its follow-ups
 
     async def open(self, order_id: str, user_id: str) -> OpenResult:
         """Queue one opener and wait for its result. Raises Busy when the packet's queue is full."""
@@ -113,7 +113,7 @@ class OpenBatcher:
         """Openers of this worker not answered yet: waiting in a packet's batch, inside its
         transaction or waiting for its follow-ups."""
         queued = sum(len(batch.waiting) + batch.running for batch in self._batches.values())
-        return queued + sum(self._answering.values())
+        return queued + self._answering
 
     def _take(self, database: int) -> tuple[_Taken, bool]:
         """The next transaction's packets and openers: each waiting packet of ``database`` with no
@@ -162,9 +162,8 @@ class OpenBatcher:
                         self._settle(order_id, len(openers))
                 if self._follow_up is None:
                     _resolve(taken, results)
-                    continue
-                answer = asyncio.get_running_loop().create_task(self._answer(self._follow_up, taken, batches, results))
-                self._answering[answer] = sum(len(openers) for _, openers in taken)
+                else:  # this flusher waits for them: under load its next transaction takes more openers
+                    await self._answer(self._follow_up, taken, batches, results)
         finally:
             flushers = self._running[database]
             flushers.discard(me)
@@ -180,6 +179,8 @@ class OpenBatcher:
     ) -> None:
         """Run the committed transaction's ``follow_up``, then answer its openers (with the
         follow-up's error, if it raises: the receipts stand, a retried open finds them)."""
+        waiting = sum(len(openers) for _, openers in taken)
+        self._answering += waiting
         try:
             await follow_up(batches, results)
         except BaseException as exc:
@@ -188,7 +189,7 @@ class OpenBatcher:
                 raise
             return
         finally:
-            self._answering.pop(cast("asyncio.Task[None]", asyncio.current_task()), None)
+            self._answering -= waiting
         _resolve(taken, results)
 
     def _settle(self, order_id: str, done: int) -> None:

@@ -104,25 +104,30 @@ async def test_a_failed_transaction_fails_its_openers_only() -> None:
 
 
 async def test_a_packet_next_transaction_runs_while_the_last_ones_follow_ups_do() -> None:
-    db = SlowDatabase()
-    db.release.set()
-    following = asyncio.Event()
-    followed: list[list[tuple[str, list[str]]]] = []
+    """A committed transaction's slot is free during its follow-ups: a second flusher runs the
+    packet's next transaction meanwhile (two flushers); with every flusher in follow-ups (one), the
+    openers queued meanwhile wait for the next transaction. Openers are answered after their follow-ups."""
+    for flushers in (2, 1):
+        db = SlowDatabase()
+        db.release.set()
+        following = asyncio.Event()
+        followed: list[list[tuple[str, list[str]]]] = []
 
-    async def follow_up(batches: Sequence[tuple[str, Sequence[str]]], _results: list[list[OpenResult]]) -> None:
-        followed.append([(order_id, list(users)) for order_id, users in batches])
-        await following.wait()
+        async def follow_up(batches: Sequence[tuple[str, Sequence[str]]], _results: list[list[OpenResult]]) -> None:
+            followed.append([(order_id, list(users)) for order_id, users in batches])  # noqa: B023
+            await following.wait()  # noqa: B023
 
-    opens = batcher(db, flushers=1, max_in_db=1, follow_up=follow_up)
-    first = asyncio.ensure_future(opens.open("A", "a1"))
-    await settle()
-    second = asyncio.ensure_future(opens.open("A", "a2"))  # A's slot is free: its follow-ups hold no slot
-    await settle()
-    assert db.calls == [[("A", ["a1"])], [("A", ["a2"])]] and followed == db.calls
-    assert not first.done() and not second.done() and opens.in_flight() == 2  # answered after the follow-ups
-    following.set()
-    assert [r.receipt.user_id for r in await asyncio.gather(first, second) if r.receipt] == ["a1", "a2"]
-    assert opens.in_flight() == 0
+        opens = batcher(db, flushers=flushers, max_in_db=1, follow_up=follow_up)
+        first = asyncio.ensure_future(opens.open("A", "a1"))
+        await settle()
+        later = [asyncio.ensure_future(opens.open("A", user)) for user in ("a2", "a3")]
+        await settle()
+        assert len(db.calls) == flushers  # each flusher ran one transaction and waits in its follow-ups
+        assert not any(task.done() for task in (first, *later)) and opens.in_flight() == 3
+        following.set()
+        results = await asyncio.gather(first, *later)
+        assert [users for [(_, users)] in db.calls] == [["a1"], ["a2", "a3"]] and followed == db.calls
+        assert [r.receipt.user_id for r in results if r.receipt] == ["a1", "a2", "a3"] and opens.in_flight() == 0
 
 
 async def test_follow_ups_that_fail_fail_their_openers() -> None:
