@@ -149,48 +149,31 @@ class OpenBatcher:
                     await asyncio.sleep(self._wait_s)
                     continue
                 batches = [(order_id, [user for user, _ in openers]) for order_id, openers in taken]
+                waiting = sum(len(openers) for _, openers in taken)
                 try:
-                    results = await self._run(batches)
-                except BaseException as exc:
+                    try:
+                        results = await self._run(batches)
+                    finally:
+                        for order_id, openers in taken:
+                            self._admission.leave(order_id)
+                            self._settle(order_id, len(openers))
+                    if self._follow_up is not None:  # the flusher waits: under load its next transaction takes more
+                        self._answering += waiting
+                        try:
+                            await self._follow_up(batches, results)
+                        finally:
+                            self._answering -= waiting
+                except BaseException as exc:  # a follow-up's error too: the receipts stand, a retried open finds them
                     _fail(taken, exc)
                     if not isinstance(exc, Exception):
                         raise
                     continue
-                finally:
-                    for order_id, openers in taken:
-                        self._admission.leave(order_id)
-                        self._settle(order_id, len(openers))
-                if self._follow_up is None:
-                    _resolve(taken, results)
-                else:  # this flusher waits for them: under load its next transaction takes more openers
-                    await self._answer(self._follow_up, taken, batches, results)
+                _resolve(taken, results)
         finally:
             flushers = self._running[database]
             flushers.discard(me)
             if not flushers:  # openers still queued now were left by a cancelled flusher: nobody would run them
                 self._abandon(database)
-
-    async def _answer(
-        self,
-        follow_up: FollowUp,
-        taken: _Taken,
-        batches: Sequence[tuple[str, Sequence[str]]],
-        results: list[list[OpenResult]],
-    ) -> None:
-        """Run the committed transaction's ``follow_up``, then answer its openers (with the
-        follow-up's error, if it raises: the receipts stand, a retried open finds them)."""
-        waiting = sum(len(openers) for _, openers in taken)
-        self._answering += waiting
-        try:
-            await follow_up(batches, results)
-        except BaseException as exc:
-            _fail(taken, exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        finally:
-            self._answering -= waiting
-        _resolve(taken, results)
 
     def _settle(self, order_id: str, done: int) -> None:
         """``done`` openers of ``order_id`` left their transaction; forget a batch with nobody left."""
