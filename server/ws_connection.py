@@ -3,7 +3,8 @@ over, and the registry whose one sweep enforces every connection's deadlines.
 
 Receive: the native ``FrameDecoder`` (masking required, sizes checked before allocating, UTF-8
 checked across fragments); a ``ProtocolError`` fails the connection with its close code (1002,
-1007, 1009) and the TCP connection is closed at once (section 7.1.7). Messages:
+1007, 1009): the close frame, a half-close, then the client's input is dropped until it closes
+(section 7.1.7; at most ``ws_close_timeout_s``). Messages:
 
 - a text message that is not a JSON object (valid UTF-8: the decoder closed 1007 on anything
   else) is answered ``{"type": "error", "code": "invalid_request", "message"}`` and the
@@ -214,8 +215,7 @@ class WsConnection(asyncio.Protocol):
         try:
             frames = self.decoder.feed(data)
         except ProtocolError as exc:
-            self.close(exc.close_code, str(exc))
-            self.transport.close()  # fail the connection (RFC 6455 section 7.1.7)
+            self._fail(exc.close_code, str(exc))
             return
         if not frames:
             return
@@ -336,6 +336,20 @@ class WsConnection(asyncio.Protocol):
         reason = reason.encode()[:MAX_REASON_BYTES].decode(errors="ignore")
         log.debug("ws closing sid=%s code=%d", self.sid, code)
         self._start_close(encode_close(code, reason))
+
+    def _fail(self, code: int, reason: str) -> None:
+        """Fail the connection (RFC 6455 section 7.1.7) with ``code``: the close frame, then a
+        half-close, and what the client still sends (the rest of a message over the limit, say) is
+        read and dropped until it closes or ``ws_close_timeout_s`` pass (the sweep then drops TCP).
+        Closing with unread input at once would send a reset, which can destroy the close frame
+        before the client reads it."""
+        self.close(code, reason)
+        if self.transport.is_closing():
+            return
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        else:
+            self.transport.close()
 
     def _start_close(self, frame: bytes) -> None:
         self.close_sent = True

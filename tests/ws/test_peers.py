@@ -1,12 +1,13 @@
 """Independent client implementations against a live server: the `websockets` library, the
 `websocket-client` library and aiohttp each connect with the token as the `bearer` subprotocol,
 get `bearer` back, exchange a WebSocket ping/pong and an app-level ping/pong, receive a pushed
-event, and close cleanly with 1000."""
+event, and close cleanly with 1000; a client that sends a message over the limit reads the 1009."""
 
 from __future__ import annotations
 
 import aiohttp
 import orjson
+import pytest
 import websocket
 import websockets.asyncio.client
 
@@ -63,6 +64,20 @@ def test_websocket_client_library(ws_server: Server) -> None:
         ws.send_close(websocket.STATUS_NORMAL)
         opcode, frame = ws.recv_data_frame(control_frame=True)
         assert opcode == websocket.ABNF.OPCODE_CLOSE and frame.data[:2] == (1000).to_bytes(2, "big")
+    finally:
+        ws.shutdown()
+
+
+@pytest.mark.parametrize("size", [70_000, 8 << 20])
+def test_websocket_client_library_reads_1009_of_a_message_over_the_limit(ws_server: Server, size: int) -> None:
+    """`websocket-client` sends a message past the 64 KiB limit in one write: the server fails the
+    connection while bytes of it are still unread, and the client still reads the close frame
+    with 1009 (a reset would have destroyed it)."""
+    ws = websocket.create_connection(ws_url(ws_server), subprotocols=["bearer", ws_server.token("peer-big")], timeout=5)
+    try:
+        ws.send("x" * size)
+        opcode, frame = ws.recv_data_frame(control_frame=True)
+        assert opcode == websocket.ABNF.OPCODE_CLOSE and frame.data[:2] == (1009).to_bytes(2, "big")
     finally:
         ws.shutdown()
 
