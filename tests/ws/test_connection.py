@@ -227,6 +227,27 @@ async def test_sweep_closes_idle_then_expired_then_drops_after_the_close_wait() 
             assert hub.calls.count(("detach",)) == 1
 
 
+async def test_a_protocol_error_half_closes_and_drops_the_rest_until_the_close_wait() -> None:
+    """A frame the decoder refuses (unmasked: 1002): the close frame, then EOF to the peer, while
+    the server still reads (and drops) what the peer sends; the sweep ends TCP at the close wait,
+    and detach follows once."""
+    hub = RecordingHub()
+    hub.release.set()
+    async with connected(hub) as (conn, peer, registry):
+        await settle()
+        peer.writer.write(hn.encode_frame(hn.OP_TEXT, b'{"type":"ping"}'))  # no mask
+        frame = await peer.recv()
+        assert frame is not None and frame.close_code == 1002
+        assert await peer.recv() is None  # the server half-closed after its close frame
+        peer.send(hn.OP_TEXT, b'{"type":"late"}')  # still read, and dropped
+        await settle()
+        assert ("detach",) not in hub.calls and not conn.lost
+        assert not any(call[0] == "message" for call in hub.calls)
+        registry.sweep(conn.close_deadline, time.time())
+        await settle()
+        assert conn.lost and hub.calls.count(("detach",)) == 1
+
+
 async def test_close_all_sends_1001() -> None:
     """Shutdown: close_all starts the close handshake with 1001 on every connection."""
     hub = RecordingHub()

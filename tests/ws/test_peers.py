@@ -70,7 +70,7 @@ def test_websocket_client_library(ws_server: Server) -> None:
 
 @pytest.mark.parametrize("size", [70_000, 8 << 20])
 def test_websocket_client_library_reads_1009_of_a_message_over_the_limit(ws_server: Server, size: int) -> None:
-    """`websocket-client` sends a message past the 64 KiB limit in one write: the server fails the
+    """`websocket-client` sends a message past the 64 KiB limit in one send: the server fails the
     connection while bytes of it are still unread, and the client still reads the close frame
     with 1009 (a reset would have destroyed it)."""
     ws = websocket.create_connection(ws_url(ws_server), subprotocols=["bearer", ws_server.token("peer-big")], timeout=5)
