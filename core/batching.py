@@ -11,9 +11,10 @@ busy goes in the next transaction, so the transactions per open fall as the load
 whose batch is full refuses new openers with Busy (429) instead of queueing without bound.
 
 Once a transaction committed, its packets' slots go back: another flusher (another worker's, or
-this worker's when ``flushers`` > 1) may run the packet's next transaction while this one runs the follow-ups (``follow_up``: the cache writes the
-openers' answers wait for) and then answers the openers. The flusher itself waits for them, so
-under load (every flusher busy) the openers that queue meanwhile share its next transaction.
+this worker's when ``flushers`` > 1) may run the packet's next transaction while this one runs the
+follow-ups (``follow_up``: the cache writes the openers' answers wait for) and then answers the
+openers. The flusher itself waits for them, so under load (every flusher busy) the openers that
+queue meanwhile share its next transaction.
 """
 
 from __future__ import annotations
