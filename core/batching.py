@@ -1,7 +1,7 @@
 """Open batching within one worker (docs/architecture.md section 6).
 
 Concurrent opens wait in their packet's batch. Each database has at most ``flushers`` flushers in
-this worker (one by default); a flusher takes, for every packet of its database with openers waiting (up to
+this worker; a flusher takes, for every packet of its database with openers waiting (up to
 ``max_packets`` of them), an admission slot from the host-wide native table (at most
 ``max_in_db`` transactions per packet in the database at once, across every worker) and the
 packet's openers, then runs ONE transaction for all of them (one row lock per packet, many
@@ -10,11 +10,10 @@ transaction holds that opener alone; under load, everything that queued while th
 busy goes in the next transaction, so the transactions per open fall as the load rises. A packet
 whose batch is full refuses new openers with Busy (429) instead of queueing without bound.
 
-Once a transaction committed, its packets' slots go back: another flusher (another worker's, or
-this worker's when ``flushers`` > 1) may run the packet's next transaction while this one runs the
-follow-ups (``follow_up``: the cache writes the openers' answers wait for) and then answers the
-openers. The flusher itself waits for them, so under load (every flusher busy) the openers that
-queue meanwhile share its next transaction.
+Once a transaction committed, its packets' slots go back: another flusher may run the packet's
+next transaction while this one runs the follow-ups (``follow_up``: the cache writes the
+openers' answers wait for) and then answers the openers. The flusher itself waits for them, so
+under load (every flusher busy) the openers that queue meanwhile share its next transaction.
 """
 
 from __future__ import annotations
@@ -80,7 +79,7 @@ class OpenBatcher:
         max_in_db: int = 2,
         max_batch: int = 100,
         max_packets: int = 32,
-        flushers: int = 1,
+        flushers: int = 2,
         max_waiting: int = 1000,
         admission_wait_s: float = 0.001,
         follow_up: FollowUp | None = None,
