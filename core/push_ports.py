@@ -158,9 +158,11 @@ class MessageLog(Protocol):
         its messages take consecutive offsets in that order)."""
         ...
 
-    async def ack(self, acks: Sequence[tuple[str, int]]) -> None:
-        """For each (uid, offset): the client holds everything up to ``offset``, so those messages
-        may be dropped; one round trip. An offset past the stream's last one counts as its last."""
+    async def ack(self, acks: Sequence[tuple[str, int, str]]) -> None:
+        """For each (uid, offset, epoch): the client holds everything up to ``offset`` of epoch
+        ``epoch``, so those messages may be dropped; one round trip. An offset past the stream's
+        last one counts as its last; an ack of another epoch than the stream's (renewed since)
+        is ignored: its offsets name messages of another stream."""
         ...
 
     async def replay(self, uid: str, after: int | None, epoch: str | None, now_ms: int) -> Replay:

@@ -118,7 +118,7 @@ class PushHub:
         self.sessions: dict[str, _Session] = {}
         self.topics: dict[str, set[Conn]] = {}
         self._touched: set[tuple[str, str]] = set()
-        self._acks: dict[str, int] = {}
+        self._acks: dict[str, tuple[str, int]] = {}  # uid -> (epoch, offset) acked, written at the tick
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listener: asyncio.AbstractServer | None = None
         self._lost = 0  # events for streams it cannot name not logged since the store last took ``lost``
@@ -132,12 +132,30 @@ class PushHub:
         then: the store's breaker is open), and broadcasts are read from the log's end from then on.
         ``after_crash``: this worker replaces one that died (its events in flight died with it, and
         so did its knowledge of them), so every stream starts a new epoch (``MessageLog.lost``) and
-        each client is told; so does a start while the store is down (the log's first ``sync``,
-        which starts this worker's reading of the renewals, fails too)."""
+        each client is told; the renewal is done here, before this worker logs an event or holds a
+        session (``_renew``), or, with the store down, at the first flush that reaches it, as for a
+        start while the store is down (the log's first ``sync``, which starts this worker's reading
+        of the renewals, fails too)."""
         self._listener, address = await listen(self, self.settings)
-        if not await self.node.join(address) or not await self._first_sync() or after_crash:
+        joined = await self.node.join(address) and await self._first_sync()
+        if not joined or (after_crash and not await self._renew()):
             self._lost += 1
         await self.fanout.start()
+
+    async def _renew(self) -> bool:
+        """Renew every stream (``MessageLog.lost``) and take this renewal in (``MessageLog.sync``:
+        the sessions of later ticks need no recheck for it), so what this worker logs from now on is
+        of the new epochs; False when the store failed (the first flush that reaches it renews every
+        stream then)."""
+        try:
+            await self.stores.log.lost()
+            await self.stores.log.sync()  # this worker's own renewal: nothing to recheck at the next tick
+        except Exception as exc:
+            if not isinstance(exc, BreakerOpen):
+                log.warning("push streams could not be renewed at start: %s", exc)
+            return False
+        log.warning("a worker died: every push stream starts a new epoch (clients reload)")
+        return True
 
     async def _first_sync(self) -> bool:
         """Take the log's place in the renewals (MessageLog.sync) before any session is held, so a
@@ -196,7 +214,7 @@ class PushHub:
                 conn.send_text(push_messages.error("ack needs an offset: a non-negative integer"))
             elif session is not None and session.conn is conn:
                 offset = min(offset, session.sent)  # never past what was sent: an ack trims the log
-                self._acks[conn.uid] = max(offset, self._acks.get(conn.uid, -1))
+                self._ack_later(conn.uid, session.epoch, offset)
         elif kind in ("subscribe", "unsubscribe"):
             if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
                 conn.send_text(push_messages.error("topic must be 1..64 of [A-Za-z0-9_.:-]"))
@@ -237,14 +255,21 @@ class PushHub:
             if not subscribers:
                 del self.topics[topic]
 
-    async def _logout(self, uid: str, sid: str, ack: int | None) -> None:
+    def _ack_later(self, uid: str, epoch: str, offset: int) -> None:
+        """Write ``uid``'s ack of ``offset`` in ``epoch`` at the next tick (an ack of a newer epoch
+        replaces one of an older: the log ignores an ack whose epoch is not the stream's)."""
+        pending = self._acks.get(uid)
+        if pending is None or pending[0] != epoch or pending[1] < offset:
+            self._acks[uid] = (epoch, offset)
+
+    async def _logout(self, uid: str, sid: str, ack: tuple[str, int] | None) -> None:
         if ack is not None:
             try:
-                await self.stores.log.ack([(uid, ack)])
+                await self.stores.log.ack([(uid, ack[1], ack[0])])
             except Exception as exc:  # written at the next tick instead
                 if not isinstance(exc, BreakerOpen):
                     log.warning("push ack of a closed session failed: %s", exc)
-                self._acks[uid] = max(ack, self._acks.get(uid, -1))
+                self._ack_later(uid, *ack)
         try:
             await self.stores.sessions.logout(uid, sid, self.node.id)
         except Exception as exc:  # the session reads offline after its TTL; the sweep removes it
@@ -558,12 +583,13 @@ class PushHub:
                     await self.stores.sessions.restore(live, self.node.id, now_ms())
                     self._recheck_sessions([uid for uid, _, _ in live])  # what it missed meanwhile
             if acks:
-                await self.stores.log.ack(sorted(acks.items()))
+                await self.stores.log.ack(sorted((uid, offset, epoch) for uid, (epoch, offset) in acks.items()))
         except Exception as exc:
             if not isinstance(exc, BreakerOpen):
                 log.warning("push store refresh failed: %s", exc)
-            for uid, offset in acks.items():
-                self._acks[uid] = max(offset, self._acks.get(uid, -1))
+            for uid, (epoch, offset) in acks.items():
+                if uid not in self._acks:  # (one taken since is newer)
+                    self._ack_later(uid, epoch, offset)
             self.store_result(False)
             return
         self.store_result(True)

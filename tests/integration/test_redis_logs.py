@@ -101,7 +101,7 @@ async def test_replay_after_an_offset_in_order(redis_target: RedisTarget) -> Non
         assert [(m.offset, decoded(m.body)["event"]) for m in replay.messages] == [(3, "e3"), (4, "e4"), (5, "e5")]
         everything = await logs.replay("u1", None, None, T0)
         assert [m.offset for m in everything.messages] == [1, 2, 3, 4, 5] and everything.complete
-        await logs.ack([("u1", 3)])
+        await logs.ack([("u1", 3, epoch)])
         assert [m.offset for m in (await logs.replay("u1", 3, epoch, T0)).messages] == [4, 5]
         assert [m.offset for m in (await logs.replay("u1", None, None, T0)).messages] == [4, 5]
         assert await client.xlen(mstream_key("u1")) == 2
@@ -219,15 +219,19 @@ async def test_replay_of_a_new_stream_and_past_the_end(redis_target: RedisTarget
 
 
 async def test_ack_moves_the_replay_base(redis_target: RedisTarget) -> None:
-    """After an ack (one past the end counts as the last) a replay without cursor starts after it."""
+    """After an ack (one past the end counts as the last) a replay without cursor starts after it;
+    an ack of another epoch than the stream's changes nothing."""
     async with redis_target.connect() as client:
         logs = RedisMessageLog(Pipelines(client), 100, 3600)
-        for event in "abc":
+        epoch = (await one(logs, "u1", "a")).epoch
+        for event in "bc":
             await one(logs, "u1", event)
-        await logs.ack([("u1", 2), ("u2", 7)])
+        await logs.ack([("u1", 2, epoch), ("u2", 7, epoch)])
         after_ack = await logs.replay("u1", None, None, T0)
         assert [m.offset for m in after_ack.messages] == [3] and after_ack.complete
-        await logs.ack([("u1", 99)])
+        await logs.ack([("u1", 3, "another-epoch")])  # an ack of an older epoch trims nothing
+        assert [m.offset for m in (await logs.replay("u1", None, None, T0)).messages] == [3]
+        await logs.ack([("u1", 99, epoch)])
         await one(logs, "u1", "d")
         last = await logs.replay("u1", None, None, T0)
         assert [m.offset for m in last.messages] == [4] and last.complete
@@ -281,7 +285,7 @@ async def test_an_append_within_the_bounds_reads_no_entry(redis_target: RedisTar
         calls = command_calls(redis_target)
         assert calls.get("xrange", 0) == calls.get("hget", 0) == calls.get("pexpire", 0) == 0
         assert calls["hmget"] == 10 and calls["info"] == scripts_run(redis_target)
-        await logs.ack([("u0", 1)])
+        await logs.ack([("u0", 1, epoch)])
         reset_stats(redis_target)
         await one(logs, "u0", "late", T0 + 104_000)
         assert command_calls(redis_target)["pexpire"] == 2

@@ -143,11 +143,13 @@ async def test_ack_trims_and_no_cursor_replays_what_is_held(dbs: tuple[SqliteDb,
     """Acked messages are dropped; a replay with no offset gets everything after the acked offset."""
     a, _ = dbs
     log = SqliteMessageLog(a, 100, 60)
-    await log.append([("u1", body(f"m{i}")) for i in range(1, 5)], T0)
-    await log.ack([("u1", 2), ("nobody", 7)])
+    [first, *_] = await log.append([("u1", body(f"m{i}")) for i in range(1, 5)], T0)
+    await log.ack([("u1", 2, first.epoch), ("nobody", 7, first.epoch)])
     replay = await log.replay("u1", None, None, T0)
     assert (texts(replay.messages), replay.complete) == (["m3", "m4"], True)
-    await log.ack([("u1", 99)])
+    await log.ack([("u1", 4, "another-epoch")])  # an ack of an older epoch trims nothing
+    assert texts((await log.replay("u1", None, None, T0)).messages) == ["m3", "m4"]
+    await log.ack([("u1", 99, first.epoch)])
     replay = await log.replay("u1", None, None, T0)
     assert (replay.messages, replay.complete, replay.last) == ([], True, 4)
     assert (await log.replay("u1", 4, replay.epoch, T0)).complete is True

@@ -147,7 +147,7 @@ class GuardedMessageLog(_Guarded):
             tally(self._counts, COUNTER, len(entries))
             raise
 
-    async def ack(self, acks: Sequence[tuple[str, int]]) -> None:
+    async def ack(self, acks: Sequence[tuple[str, int, str]]) -> None:
         """MessageLog.ack (background: may be the trial call)."""
         await self._breaker.call(lambda: self._log.ack(acks))
 

@@ -180,12 +180,15 @@ class RedisMessageLog:
         may have raised (or a Redis restart) and the uids named in LOST_KEY."""
         return await self._generation.sync(self._pipes)
 
-    async def ack(self, acks: Sequence[tuple[str, int]]) -> None:
-        """For each (uid, offset): drop the user's messages up to ``offset`` (past the last: the
-        last), and remember it as the acked offset; one script each, in one tick."""
+    async def ack(self, acks: Sequence[tuple[str, int, str]]) -> None:
+        """For each (uid, offset, epoch): drop the user's messages up to ``offset`` (past the last:
+        the last), and remember it as the acked offset, while the stream is of ``epoch``; one
+        script each, in one tick."""
 
         if acks:
-            await asyncio.gather(*(self._pipes.script(USER_ACK, _keys(uid), [offset]) for uid, offset in acks))
+            await asyncio.gather(
+                *(self._pipes.script(USER_ACK, _keys(uid), [offset, epoch]) for uid, offset, epoch in acks)
+            )
 
     async def replay(self, uid: str, after: int | None, epoch: str | None, now_ms: int) -> Replay:
         """The held messages after ``after`` (None: after the acked offset) in order, or every

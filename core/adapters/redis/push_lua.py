@@ -133,11 +133,14 @@ end
 return placed
 """
 )
-#: KEYS mlog, mstream. ARGV offset: acked = max(acked, min(offset, seq)); drop what it covers.
+#: KEYS mlog, mstream. ARGV offset, epoch: while the stream is of that epoch, acked = max(acked,
+#: min(offset, seq)) and drop what it covers; an ack of another epoch (the stream renewed since) names
+#: offsets of messages that are gone, and changes nothing.
 USER_ACK = LuaScript("""
-local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '')
-if not seq then return 0 end
-local acked = math.max(tonumber(redis.call('HGET', KEYS[1], 'acked') or '0') or 0, math.min(tonumber(ARGV[1]), seq))
+local v = redis.call('HMGET', KEYS[1], 'seq', 'epoch', 'acked')
+local seq = tonumber(v[1] or '')
+if not seq or v[2] ~= ARGV[2] then return 0 end
+local acked = math.max(tonumber(v[3] or '0') or 0, math.min(tonumber(ARGV[1]), seq))
 redis.call('HSET', KEYS[1], 'acked', acked)
 redis.call('XTRIM', KEYS[2], 'MINID', (acked + 1) .. '-0')
 return 1

@@ -280,14 +280,22 @@ class SqliteMessageLog:
             "(SELECT MAX(id) + 1 FROM t_push_head))"
         )
 
-    async def ack(self, acks: Sequence[tuple[str, int]]) -> None:
-        """Drop each user's messages up to the acked offset (capped at the stream's last)."""
-        rows = [(offset, uid) for uid, offset in acks]
+    async def ack(self, acks: Sequence[tuple[str, int, str]]) -> None:
+        """Drop each user's messages up to the acked offset (capped at the stream's last), when
+        the stream is still of the ack's epoch."""
+        rows = [(offset, uid, epoch) for uid, offset, epoch in acks]
 
         def ack() -> None:
             with self._db.immediate() as conn:
-                conn.executemany("UPDATE t_push_stream SET acked = MAX(acked, MIN(?, last_offset)) WHERE uid = ?", rows)
-                conn.executemany("DELETE FROM t_push_message WHERE uid = ?2 AND offset <= ?1", rows)
+                conn.executemany(
+                    "DELETE FROM t_push_message WHERE uid = ?2 AND offset <= ?1 AND EXISTS "
+                    "(SELECT 1 FROM t_push_stream WHERE uid = ?2 AND epoch = ?3)",
+                    rows,
+                )
+                conn.executemany(
+                    "UPDATE t_push_stream SET acked = MAX(acked, MIN(?1, last_offset)) WHERE uid = ?2 AND epoch = ?3",
+                    rows,
+                )
 
         await self._db.run(ack)
 
