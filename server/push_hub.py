@@ -118,7 +118,7 @@ class PushHub:
         self.sessions: dict[str, _Session] = {}
         self.topics: dict[str, set[Conn]] = {}
         self._touched: set[tuple[str, str]] = set()
-        self._acks: dict[str, tuple[str, int]] = {}  # uid -> (epoch, offset) acked, written at the tick
+        self._acks: dict[str, tuple[int, str]] = {}  # uid -> (offset, epoch) acked, written at the tick
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listener: asyncio.AbstractServer | None = None
         self._lost = 0  # events for streams it cannot name not logged since the store last took ``lost``
@@ -214,7 +214,9 @@ class PushHub:
                 conn.send_text(push_messages.error("ack needs an offset: a non-negative integer"))
             elif session is not None and session.conn is conn:
                 offset = min(offset, session.sent)  # never past what was sent: an ack trims the log
-                self._ack_later(conn.uid, session.epoch, offset)
+                pending = self._acks.get(conn.uid)  # one of an older epoch is replaced: the log would ignore it
+                if pending is None or pending[1] != session.epoch or pending[0] < offset:
+                    self._acks[conn.uid] = (offset, session.epoch)
         elif kind in ("subscribe", "unsubscribe"):
             if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
                 conn.send_text(push_messages.error("topic must be 1..64 of [A-Za-z0-9_.:-]"))
@@ -255,21 +257,14 @@ class PushHub:
             if not subscribers:
                 del self.topics[topic]
 
-    def _ack_later(self, uid: str, epoch: str, offset: int) -> None:
-        """Write ``uid``'s ack of ``offset`` in ``epoch`` at the next tick (an ack of a newer epoch
-        replaces one of an older: the log ignores an ack whose epoch is not the stream's)."""
-        pending = self._acks.get(uid)
-        if pending is None or pending[0] != epoch or pending[1] < offset:
-            self._acks[uid] = (epoch, offset)
-
-    async def _logout(self, uid: str, sid: str, ack: tuple[str, int] | None) -> None:
+    async def _logout(self, uid: str, sid: str, ack: tuple[int, str] | None) -> None:
         if ack is not None:
             try:
-                await self.stores.log.ack([(uid, ack[1], ack[0])])
-            except Exception as exc:  # written at the next tick instead
+                await self.stores.log.ack([(uid, *ack)])
+            except Exception as exc:  # written at the next tick instead, unless a newer one is pending
                 if not isinstance(exc, BreakerOpen):
                     log.warning("push ack of a closed session failed: %s", exc)
-                self._ack_later(uid, *ack)
+                self._acks.setdefault(uid, ack)
         try:
             await self.stores.sessions.logout(uid, sid, self.node.id)
         except Exception as exc:  # the session reads offline after its TTL; the sweep removes it
@@ -583,13 +578,12 @@ class PushHub:
                     await self.stores.sessions.restore(live, self.node.id, now_ms())
                     self._recheck_sessions([uid for uid, _, _ in live])  # what it missed meanwhile
             if acks:
-                await self.stores.log.ack(sorted((uid, offset, epoch) for uid, (epoch, offset) in acks.items()))
+                await self.stores.log.ack(sorted((uid, *ack) for uid, ack in acks.items()))
         except Exception as exc:
             if not isinstance(exc, BreakerOpen):
                 log.warning("push store refresh failed: %s", exc)
-            for uid, (epoch, offset) in acks.items():
-                if uid not in self._acks:  # (one taken since is newer)
-                    self._ack_later(uid, epoch, offset)
+            for uid, ack in acks.items():  # tried again at the next tick, unless a newer one is pending
+                self._acks.setdefault(uid, ack)
             self.store_result(False)
             return
         self.store_result(True)
