@@ -17,10 +17,15 @@ The ladder plays the rates in ascending order, for every system at each rate bef
 rate (so the systems share the machine's conditions), and a system stops climbing after its
 first rung that does not hold. Then each knee is narrowed (``refine``): a rung at the midpoint
 between the highest rate that held and the lowest that did not, the bound it moves, until the
-two are within ``RESOLUTION`` of the held rate (20 | 40 -> 30 -> 25 or 35 -> ...). A knee is the
-highest rate that held below the lowest rate that did not (None: not even the first held); the
-lowest failing rate is its upper bound. Without the narrowing a knee is known only to within
-a step of the ladder: a factor of 2 on the default doubling rates, and so is a ratio of knees.
+two are within ``RESOLUTION`` of the held rate (20 | 40 -> 30 -> 25 or 35 -> ...). Then the two
+rates that bracket each knee are played again (``settle``) until each has a settled verdict:
+``PLAYS`` plays agreeing and more than disagree (2 of 2, or 2 of 3 when the first two differ). A
+rate's verdict is the majority of its plays (a tie does not hold); when a second play moves a knee,
+narrowing and settling go on from the new bracket. A knee is the highest rate that holds below the
+lowest rate that does not (None: not even the first held); the lowest failing rate is its upper
+bound. Without the narrowing a knee is known only to within a step of the ladder (a factor of 2
+on the default doubling rates, and so is a ratio of knees); without the second plays one rung that
+tips either way near a knee moves it a step, and a ratio of knees with it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ LAG_P99_MS = 100.0
 GENERATOR_CORE = 0.9
 BUSY_SHARE = 0.01
 RESOLUTION = 0.125  # refine until the lowest failing rate is within this share of the knee
+PLAYS = 2  # plays agreeing on each rate that brackets a knee
 
 
 @dataclass
@@ -127,13 +133,31 @@ def _step(ladders: dict[str, list[Rung]], play: Callable[[str, float], Rung], sy
     ladders[system].append(rung)
 
 
+def tally(rungs: Sequence[Rung]) -> dict[float, tuple[int, int]]:
+    """Each rate of ``rungs`` (sends/s) with (plays that held, plays), in ascending rate order."""
+    counts: dict[float, tuple[int, int]] = {}
+    for r in sorted(rungs, key=lambda r: r.rate):
+        held, played = counts.get(r.rate, (0, 0))
+        counts[r.rate] = (held + r.holds, played + 1)
+    return counts
+
+
 def bracket(rungs: Sequence[Rung]) -> tuple[float | None, float | None]:
-    """(knee, failed_at) of ``rungs``, in sends/s: the knee is the highest rate that held below
-    the lowest rate that did not (None: no rate held below it); ``failed_at`` is that lowest
-    failing rate, the knee's upper bound (None: every rung held)."""
-    ceiling = min((r.rate for r in rungs if not r.holds), default=None)
-    held = [r.rate for r in rungs if r.holds and (ceiling is None or r.rate < ceiling)]
+    """(knee, failed_at) of ``rungs``, in sends/s: a rate holds when most of its plays held (a tie
+    does not); the knee is the highest rate that holds below the lowest rate that does not (None: no
+    rate holds below it); ``failed_at`` is that lowest failing rate, the knee's upper bound (None:
+    every rate holds)."""
+    holds = {rate: 2 * held > played for rate, (held, played) in tally(rungs).items()}
+    ceiling = min((rate for rate, ok in holds.items() if not ok), default=None)
+    held = [rate for rate, ok in holds.items() if ok and (ceiling is None or rate < ceiling)]
     return max(held, default=None), ceiling
+
+
+def settled(rungs: Sequence[Rung], rate: float, plays: int = PLAYS) -> bool:
+    """True when ``plays`` of ``rate``'s plays in ``rungs`` agree and outnumber those that differ."""
+    held, played = tally(rungs).get(rate, (0, 0))
+    most, fewest = max(held, played - held), min(held, played - held)
+    return most >= plays and most > fewest
 
 
 def refine(ladders: dict[str, list[Rung]], play: Callable[[str, float], Rung], resolution: float = RESOLUTION) -> None:
@@ -150,6 +174,36 @@ def refine(ladders: dict[str, list[Rung]], play: Callable[[str, float], Rung], r
             low, high = bracket(rungs)
             if low is not None and high is not None and high - low > resolution * low:
                 probes[system] = (low + high) / 2
+        if not probes:
+            return
+        for system, rate in probes.items():
+            _step(ladders, play, system, rate)
+
+
+def settle(
+    ladders: dict[str, list[Rung]],
+    play: Callable[[str, float], Rung],
+    rates: Iterable[float],
+    resolution: float = RESOLUTION,
+    plays: int = PLAYS,
+) -> None:
+    """After ``climb`` on ``rates``: narrow each knee (``refine``), then play again each rate that
+    brackets a knee (the knee, then its ``failed_at``) until it is ``settled``, one rung per system
+    in turn (they share the machine's conditions), narrowing again whenever a verdict moves a
+    bracket. A system whose highest failing rate turns out to hold climbs on to the next of
+    ``rates``. Each rate is played at most ``2 x plays - 1`` times, so this ends. Raises
+    ValueError when ``resolution`` <= 0 or ``plays`` < 1."""
+    if plays < 1:
+        raise ValueError(f"plays must be at least 1, got {plays!r}")
+    while True:
+        refine(ladders, play, resolution)
+        probes = {}
+        for system, rungs in ladders.items():
+            low, high = bracket(rungs)
+            unsettled = [rate for rate in (low, high) if rate is not None and not settled(rungs, rate, plays)]
+            above = [rate for rate in rates if low is not None and high is None and rate > low]
+            if unsettled or above:
+                probes[system] = unsettled[0] if unsettled else min(above)
         if not probes:
             return
         for system, rate in probes.items():

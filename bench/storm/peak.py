@@ -2,7 +2,8 @@
 
 For each rate of ``--rates`` (default 20, 40, 80, 150, 300 sends/s), lowest first, and for each
 system still climbing (``knee.py``: a system stops after its first rung that does not hold), then
-at the midpoints that narrow each knee to within ``--resolution`` (default 1/8) of it:
+at the midpoints that narrow each knee to within ``--resolution`` (default 1/8) of it, then again
+at the two rates that bracket each knee until ``--plays`` (default 2) plays of each agree:
 - ``hongbao``: ``hongbao serve --backend production --workers 2`` (``production.serve_production``,
   2 x 4 shards), its users online as the scenario says (new-year-eve: 20 %, over WebSocket);
 - ``hongbao-offline``: the same with nobody online (``online_p = 0``);
@@ -10,21 +11,23 @@ at the midpoints that narrow each knee to within ``--resolution`` (default 1/8) 
 the full scenario (default ``new-year-eve``: 120 s of sends, a 60 s tail) is played at that rate
 against a MariaDB and a redis-server started for the rung and stopped after it: every rung starts
 from empty databases and cold caches, so its audit covers exactly what it paid. Each rung: the
-storm's report (``OUT/<system>/rate-<R>/report.json`` and ``.png``) and the server's log
+storm's report (``OUT/<system>/rate-<R>/report.json`` and ``.png``; a rate's second play in
+``rate-<R>-play2``, and so on) and the server's log
 (``server.log`` there: what the workers said during the rung), the audit (hongbao's shards;
 the baseline's ``baselines.audit``), and the CPU of the server, MariaDB and Redis over the load
 (``meter.py``, with how it is attributed per request and per open). ``OUT/<system>`` is emptied
 when the ladder starts: it holds this ladder's rungs only.
 
 ``OUT/peak.json``: the rule, each system's rungs by rate (p50/p99 per operation, timeouts, audit,
-generator lag and CPU, CPU per request and per open, push delivery), its knee and ``failed_at`` (the
-lowest rate that did not hold), knee ratios hongbao / baseline (online and offline) and their
-bounds (``knee_ratio_bounds``: hongbao's knee over the baseline's ``failed_at``, hongbao's
-``failed_at`` over the baseline's knee; None where a ladder never failed), and notes (a knee that
-is only a lower bound, a generator that was the limit); the same as tables on stderr.
+generator lag and CPU, CPU per request and per open, push delivery), each rate's plays and how
+many held (``verdicts``), its knee and ``failed_at`` (the lowest rate that did not hold), knee
+ratios hongbao / baseline (online and offline) and their bounds (``knee_ratio_bounds``: hongbao's
+knee over the baseline's ``failed_at``, hongbao's ``failed_at`` over the baseline's knee; None
+where a ladder never failed), and notes (a knee that is only a lower bound, a generator that was
+the limit); the same as tables on stderr.
 
-Usage: ``python -m hongbao.bench.storm.peak [--rates 20,40,80,150,300] [--resolution 0.125] [--systems
-hongbao,hongbao-offline,baseline] [--scenario new-year-eve] [--duration S] [--tail S] [--set F=V]
+Usage: ``python -m hongbao.bench.storm.peak [--rates 20,40,80,150,300] [--resolution 0.125] [--plays 2]
+[--systems hongbao,hongbao-offline,baseline] [--scenario new-year-eve] [--duration S] [--tail S] [--set F=V]
 [--workers 2] [--out bench-results/storm-production]``. Exit status: 0 every audit that ran is
 clean, 1 one is not, 2 the benchmark could not run. ``make bench-storm STORM_RATE=R`` plays one rate
 instead (``production.py``).
@@ -36,6 +39,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import os
 import secrets
 import shutil
@@ -125,11 +129,19 @@ def rung_of(
     )
 
 
+def rung_dir(ladder: Path, rate: float) -> Path:
+    """Where the next play of ``rate`` keeps its report under ``ladder`` (``OUT/<system>``):
+    ``rate-<R>`` for the first, then ``rate-<R>-play2``, ``rate-<R>-play3``... (the first free one)."""
+    first = ladder / f"rate-{rate:g}"
+    later = (ladder / f"{first.name}-play{n}" for n in itertools.count(2))
+    return next(d for d in itertools.chain([first], later) if not d.exists())
+
+
 def play(system: str, rate: float, base_scenario: Scenario, args: argparse.Namespace, console: Console) -> knee.Rung:
     """One rung: ``system`` at ``rate`` sends/s on fresh services (see the module's docstring)."""
     online_p = base_scenario.online_p if system == "hongbao" else 0.0
     scenario = dataclasses.replace(base_scenario, send_rate=rate, online_p=online_p).checked()
-    out = args.out / system / f"rate-{rate:g}"
+    out = rung_dir(args.out / system, rate)
     loadavg = os.getloadavg()[0]
     console.rule(f"{system} at {rate:g} sends/s (load average {loadavg:.2f})")
     with tempfile.TemporaryDirectory(prefix=f"bench-peak-{system}-") as tmp, services(Path(tmp)) as (database, redis):
@@ -164,14 +176,19 @@ def peak(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         return play(system, rate, scenario, args, console)
 
     ladders = knee.climb(args.rates, args.systems, rung)
-    knee.refine(ladders, rung, args.resolution)
-    result = summarize(ladders, scenario, args.rates, args.workers, args.resolution)
+    knee.settle(ladders, rung, args.rates, args.resolution, args.plays)
+    result = summarize(ladders, scenario, args.rates, args.workers, args.resolution, args.plays)
     (args.out / "peak.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
     return result
 
 
 def summarize(
-    ladders: dict[str, list[knee.Rung]], scenario: Scenario, rates: list[float], workers: int, resolution: float
+    ladders: dict[str, list[knee.Rung]],
+    scenario: Scenario,
+    rates: list[float],
+    workers: int,
+    resolution: float,
+    plays: int,
 ) -> dict[str, Any]:
     """``peak.json``'s content from the rungs played (see the module's docstring)."""
     brackets = {system: knee.bracket(rungs) for system, rungs in ladders.items()}
@@ -223,6 +240,7 @@ def summarize(
             "generator_lag_p99_ms_below": knee.LAG_P99_MS,
             "generator_process_cores_below": knee.GENERATOR_CORE,
             "knee_resolution": resolution,
+            "plays_to_settle": plays,
         },
         "cpu_attribution": (
             "server_ms_per_request: the server's CPU (master + workers, /proc utime + stime from the load's start "
@@ -234,6 +252,9 @@ def summarize(
             system: {
                 "knee": knees[system],
                 "failed_at": ceilings[system],
+                "verdicts": [
+                    {"rate": rate, "held": held, "plays": played} for rate, (held, played) in knee.tally(rungs).items()
+                ],
                 "rungs": [rung.as_json() for rung in sorted(rungs, key=lambda r: r.rate)],
             }
             for system, rungs in ladders.items()
@@ -265,6 +286,16 @@ def _resolution(text: str) -> float:
     return share
 
 
+def _plays(text: str) -> int:
+    try:
+        plays = int(text)
+    except ValueError:
+        plays = 0
+    if plays < 1:
+        raise argparse.ArgumentTypeError(f"plays must be a whole number of at least 1: {text!r}")
+    return plays
+
+
 def _systems(text: str) -> list[str]:
     systems = [part.strip() for part in text.split(",") if part.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS))
@@ -282,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
         type=_resolution,
         default=knee.RESOLUTION,
         help="narrow each knee until its lowest failing rate is within this share of it (knee.py)",
+    )
+    parser.add_argument(
+        "--plays",
+        type=_plays,
+        default=knee.PLAYS,
+        help="play each rate that brackets a knee until this many plays agree (1: one play each)",
     )
     parser.add_argument("--systems", type=_systems, default=list(SYSTEMS), help=", ".join(SYSTEMS))
     add_scenario_flags(parser, rate=False)

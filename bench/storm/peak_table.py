@@ -93,6 +93,12 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:g}/s"
 
 
+def _held(entry: dict[str, Any], rate: float | None) -> str:
+    """' held H of N' for ``rate``'s plays in a system's ``verdicts`` ("" for no rate)."""
+    counts = next((v for v in entry["verdicts"] if v["rate"] == rate), None)
+    return "" if counts is None else f" held {counts['held']} of {counts['plays']}"
+
+
 def _bounds(bounds: list[float | None] | None) -> str:
     if bounds is None:
         return "no bounds"
@@ -106,9 +112,10 @@ def print_peak(result: dict[str, Any], console: Console) -> None:
     console.print(latency_table(result))
     console.print(cost_table(result))
     knees = ", ".join(
-        f"{system} {_rate(e['knee'])} (fails {_rate(e['failed_at'])})" for system, e in result["systems"].items()
+        f"{system} {_rate(e['knee'])}{_held(e, e['knee'])} (fails {_rate(e['failed_at'])}{_held(e, e['failed_at'])})"
+        for system, e in result["systems"].items()
     )
-    console.print(f"knee (highest rate that holds; lowest that fails): {knees}")
+    console.print(f"knee (highest rate that holds; lowest that fails; plays that held): {knees}")
     ratios = ", ".join(
         f"{mode} {value} ({_bounds(result['knee_ratio_bounds'][mode])})" for mode, value in result["knee_ratio"].items()
     )

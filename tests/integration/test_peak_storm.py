@@ -1,7 +1,8 @@
 """``make bench-storm``'s ladder (bench/storm/peak.py), shrunk to two tiny rungs: hongbao (users online)
 and the baseline, each rung on a MariaDB and a Redis of its own, judged and reported. The offline
 ladder is the same code with nobody online (tests/storm/test_knee.py covers the three-system report
-and the narrowing of knees, which ``--resolution 1`` leaves out here: 6 | 12 is narrow enough)."""
+and the narrowing and second plays of knees, which ``--resolution 1 --plays 1`` leave out here: 6 | 12
+is narrow enough)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def test_a_two_rung_ladder_reports_knees_latency_and_cpu(tmp_path: Path) -> None
             "hongbao,baseline",
             "--resolution",
             "1",
+            "--plays",
+            "1",
             "--out",
             str(tmp_path),
             *shrunk_without_rate(),
@@ -49,7 +52,7 @@ def test_a_two_rung_ladder_reports_knees_latency_and_cpu(tmp_path: Path) -> None
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-5000:]
-    assert "knee (highest rate that holds; lowest that fails)" in done.stderr
+    assert "knee (highest rate that holds; lowest that fails; plays that held)" in done.stderr
     result: dict[str, Any] = orjson.loads((tmp_path / "peak.json").read_bytes())
     assert list(result["systems"]) == ["hongbao", "baseline"]
     assert result["audits_clean"] is True and result["rates"] == list(RATES)
@@ -60,6 +63,7 @@ def test_a_two_rung_ladder_reports_knees_latency_and_cpu(tmp_path: Path) -> None
         assert entry["knee"] == (holding[-1] if holding else None)
         assert entry["failed_at"] == next((r["rate"] for r in rungs if not r["holds"]), None)
         assert all(r["holds"] == (not r["reasons"]) for r in rungs)
+        assert entry["verdicts"] == [{"rate": r["rate"], "held": int(r["holds"]), "plays": 1} for r in rungs]
         for r in rungs:
             assert not r["error"] and r["audit_clean"] and r["violations"] == []
             assert set(r["operations"]) == {"send", "pay", "grab", "open"}

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hongbao.bench.storm import knee
 from hongbao.bench.storm.knee import Rung
-from hongbao.bench.storm.peak import main, summarize
+from hongbao.bench.storm.peak import main, rung_dir, summarize
+from hongbao.bench.storm.peak_table import print_peak
 from hongbao.bench.storm.scenario import load_scenario
+from rich.console import Console
 
 
 def rung(rate: float, open_p99_ms: float = 120.0, **changes: Any) -> Rung:
@@ -98,6 +101,77 @@ def test_refining_narrows_each_knee_by_bisection() -> None:
         knee.refine(ladders, play, 0.0)
 
 
+def test_each_play_of_a_rate_keeps_its_own_directory(tmp_path: Path) -> None:
+    """The first play of a rate reports in ``rate-<R>``, later ones in ``rate-<R>-play<N>``."""
+    assert rung_dir(tmp_path, 97.5) == tmp_path / "rate-97.5"
+    (tmp_path / "rate-97.5").mkdir()
+    assert rung_dir(tmp_path, 97.5) == tmp_path / "rate-97.5-play2"
+    (tmp_path / "rate-97.5-play2").mkdir()
+    assert rung_dir(tmp_path, 97.5) == tmp_path / "rate-97.5-play3"
+    assert rung_dir(tmp_path, 40.0) == tmp_path / "rate-40"
+
+
+def test_a_rate_holds_by_the_majority_of_its_plays() -> None:
+    """With several plays of a rate, it holds when most held (a tie does not); a verdict is settled
+    once the plays asked for agree and outnumber the others."""
+    fails, holds = judged(rung(30, open_p99_ms=900.0)), judged(rung(30))
+    lower = judged(rung(20))
+    assert knee.bracket([lower, holds, fails]) == (20, 30)  # 1 of 2: a tie does not hold
+    assert knee.bracket([lower, holds, fails, judged(rung(30))]) == (30, None)
+    assert knee.tally([fails, lower, holds]) == {20: (1, 1), 30: (1, 2)}
+    assert knee.settled([holds], 30, 1) and not knee.settled([holds], 30, 2)
+    assert not knee.settled([holds, fails], 30, 2) and knee.settled([holds, fails, judged(rung(30))], 30, 2)
+    assert knee.settled([fails, judged(rung(30, timeouts=1))], 30, 2) and not knee.settled([], 30, 1)
+
+
+def test_settling_plays_each_bracketing_rate_again_until_its_plays_agree() -> None:
+    """After the narrowing, the knee and the rate above it are played again, every system in turn;
+    a tie takes a third play; a second play that overturns a knee moves it and the new bracket is
+    narrowed and settled in turn; a failing top rate that turns out to hold climbs on."""
+    verdicts = {  # each system's plays of a rate, in order: True holds
+        ("steady", 20): [True],
+        ("steady", 40): [False],
+        ("steady", 30): [True],
+        ("steady", 35): [False, False],
+        ("steady", 32.5): [True, True],
+        ("flaky", 20): [True],
+        ("flaky", 40): [False],
+        ("flaky", 30): [True, True],
+        ("flaky", 35): [False],
+        ("flaky", 32.5): [True, False, False],  # the knee: a tie, then a third play overturns it
+        ("late", 20): [True],
+        ("late", 40): [False, True, True],  # the climb's stop turns out to hold: on to 80
+        ("late", 30): [True],
+        ("late", 35): [True],
+        ("late", 37.5): [True, True],
+        ("late", 80): [False],
+        ("late", 60): [False],
+        ("late", 50): [True, True],
+        ("late", 55): [False, False],
+    }
+    played: list[tuple[str, float]] = []
+
+    def play(system: str, rate: float) -> Rung:
+        n = sum(1 for p in played if p == (system, rate))
+        played.append((system, rate))
+        return rung(rate) if verdicts[system, rate][n] else rung(rate, open_p99_ms=900.0)
+
+    rates = [20.0, 40.0, 80.0]
+    ladders = knee.climb(rates, ["steady", "flaky", "late"], play)
+    knee.settle(ladders, play, rates, 0.125, 2)
+    brackets = {s: knee.bracket(r) for s, r in ladders.items()}
+    assert brackets == {"steady": (32.5, 35), "flaky": (30, 32.5), "late": (50, 55)}
+    assert all(knee.settled(ladders[s], rate) for s, (low, high) in brackets.items() for rate in (low, high) if rate)
+    counts = {key: len(plays) for key, plays in verdicts.items()}
+    assert {key: played.count(key) for key in verdicts} == counts  # every scripted play, no more
+    assert played[:6] == [("steady", 20), ("flaky", 20), ("late", 20), ("steady", 40), ("flaky", 40), ("late", 40)]
+    with pytest.raises(ValueError, match="plays"):
+        knee.settle(ladders, play, rates, 0.125, 0)
+    before = len(played)
+    knee.settle(ladders, play, rates, 0.125, 1)  # one play each: already settled
+    assert len(played) == before
+
+
 def test_the_report_gives_knees_ratios_and_notes() -> None:
     """peak.json's summary: knees, hongbao / baseline ratios, a topped-out ladder and a lagging generator noted."""
     ladders = {
@@ -105,7 +179,7 @@ def test_the_report_gives_knees_ratios_and_notes() -> None:
         "hongbao-offline": [judged(rung(20)), judged(rung(40)), judged(rung(80))],
         "baseline": [judged(rung(20)), judged(rung(40, open_p99_ms=2000.0, lag_p99_ms=150.0))],
     }
-    result = summarize(ladders, load_scenario("smoke"), [20.0, 40.0, 80.0], 2, 0.125)
+    result = summarize(ladders, load_scenario("smoke"), [20.0, 40.0, 80.0], 2, 0.125, 2)
     assert {s: e["knee"] for s, e in result["systems"].items()} == {
         "hongbao": 40,
         "hongbao-offline": 80,
@@ -119,7 +193,11 @@ def test_the_report_gives_knees_ratios_and_notes() -> None:
     assert result["knee_ratio"] == {"online": 2.0, "offline": 4.0}
     # online: 40 / 40 (baseline's failing rate) to 80 / 20; offline never failed: no upper bound
     assert result["knee_ratio_bounds"] == {"online": [1.0, 4.0], "offline": [2.0, None]}
-    assert result["rule"]["knee_resolution"] == 0.125
+    assert result["rule"]["knee_resolution"] == 0.125 and result["rule"]["plays_to_settle"] == 2
+    assert result["systems"]["baseline"]["verdicts"] == [
+        {"rate": 20, "held": 1, "plays": 1},
+        {"rate": 40, "held": 0, "plays": 1},
+    ]
     assert result["audits_clean"] is True
     assert result["rule"]["open_p99_ms_below"] == 500.0 and result["rule"]["generator_lag_p99_ms_below"] == 100.0
     rungs = result["systems"]["hongbao"]["rungs"]
@@ -128,11 +206,14 @@ def test_the_report_gives_knees_ratios_and_notes() -> None:
     assert "the generator was the limit for hongbao at 80/s (generator lag p99 300 ms >= 100 ms" in notes
     assert "the generator also fell behind for baseline at 40/s" in notes and "(open p99 2000 ms >= 500 ms)" in notes
     assert "hongbao-offline held every rate up to 80/s" in notes
-    dirty = summarize({"baseline": [judged(rung(20, audit_clean=False))]}, load_scenario("smoke"), [20.0], 2, 0.125)
+    console = Console(record=True, width=400)
+    print_peak(result, console)
+    assert "baseline 20/s held 1 of 1 (fails 40/s held 0 of 1)" in console.export_text()
+    dirty = summarize({"baseline": [judged(rung(20, audit_clean=False))]}, load_scenario("smoke"), [20.0], 2, 0.125, 1)
     assert dirty["audits_clean"] is False and dirty["knee_ratio"] == {"online": None, "offline": None}
     assert dirty["knee_ratio_bounds"] == {"online": None, "offline": None}
     refined = {"baseline": [judged(rung(20)), judged(rung(40, timeouts=1)), judged(rung(30))]}
-    narrowed = summarize(refined, load_scenario("smoke"), [20.0, 40.0], 2, 0.125)
+    narrowed = summarize(refined, load_scenario("smoke"), [20.0, 40.0], 2, 0.125, 1)
     rates = [r["rate"] for r in narrowed["systems"]["baseline"]["rungs"]]
     assert rates == [20, 30, 40]  # rungs by rate, the refining ones among the ladder's
     assert (narrowed["systems"]["baseline"]["knee"], narrowed["systems"]["baseline"]["failed_at"]) == (30, 40)
@@ -147,6 +228,8 @@ def test_the_report_gives_knees_ratios_and_notes() -> None:
         (["--resolution", "-1"], "resolution must be a positive share of the knee: '-1'"),
         (["--resolution", "x"], "resolution must be a positive share of the knee: 'x'"),
         (["--rates", "0"], "rates must be positive sends/s: '0'"),
+        (["--plays", "0"], "plays must be a whole number of at least 1: '0'"),
+        (["--plays", "1.5"], "plays must be a whole number of at least 1: '1.5'"),
     ],
 )
 def test_bad_ladder_flags_are_refused_before_any_rung(
