@@ -183,6 +183,12 @@ class PreOrderStore(Protocol):
         Raises Degraded when the part of the store that may hold it is down."""
         ...
 
+    async def get_many(self, order_ids: Sequence[str], now_ms: int) -> list[bytes | None]:
+        """What ``get`` answers for each of ``order_ids``, in their order, read together (one round
+        trip per part of the store, not one per pre-order). Raises Degraded when the part of the
+        store that may hold one of them is down."""
+        ...
+
     async def claim_for_pay(self, order_id: str, now_ms: int) -> bytes | None:
         """Mark the pre-order paying (from pending before its expiry, or already paying: a
         retried pay) and return its body; None if it is unknown, lapsed or cancelled. Raises

@@ -168,13 +168,13 @@ class Settlement:
 
     async def _settle_pays(self, debits: list[LedgerEntry], now_ms: int) -> int:
         """Settle each of ``debits`` (reconcile_pays): their packets read together, their pre-orders
-        in one round of reads; returns how many were settled."""
+        read together (``get_many``); returns how many were settled."""
         if not debits:
             return 0
         order_ids = [d.ref for d in debits]
         packets, raws = await asyncio.gather(
             self.ports.packets.get_packets(order_ids),
-            asyncio.gather(*(self.ports.preorders.get(order_id, now_ms) for order_id in order_ids)),
+            self.ports.preorders.get_many(order_ids, now_ms),
         )
         settled = 0
         for debit, raw in zip(debits, raws, strict=True):

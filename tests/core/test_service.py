@@ -309,6 +309,24 @@ async def test_validation_moves_nothing(backend: Backend) -> None:
     assert await svc.ports.ledger.balance("A") == 91
 
 
+async def test_pre_orders_are_read_together_as_one_by_one(backend: Backend, clock: ManualClock) -> None:
+    """``get_many`` answers what ``get`` does for each pre-order, in the order asked (repeats
+    included): pending, paying past its pay_by, lapsed, paid (gone); nothing asked, nothing read."""
+    svc = backend.services
+    await _group(svc, "g", ["A", "B"])
+    await svc.accounts.topup("A", 100, "k")
+    sent = [await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}) for _ in range(4)]
+    (pending, _), (paying, _), (lapsed, pay_by), (paid, _) = sent
+    await svc.sending.pay("A", paid)
+    assert await svc.ports.preorders.claim_for_pay(paying, clock.now_ms()) is not None
+    asked = [lapsed, pending, paid, paying, pending]
+    for now in (clock.now_ms(), pay_by):
+        many = await svc.ports.preorders.get_many(asked, now)
+        assert many == [await svc.ports.preorders.get(order_id, now) for order_id in asked]
+    assert many == [None, None, None, many[3], None] and many[3] is not None  # at pay_by: only the paying one
+    assert await svc.ports.preorders.get_many([], pay_by) == []
+
+
 async def test_lapsed_pre_orders_are_dropped(backend: Backend, clock: ManualClock) -> None:
     """A pre-order past pay_by cannot be paid (404) and its row is gone after the next send."""
     svc = backend.services

@@ -30,6 +30,7 @@ from hongbao.server.composition import Backend, production
 
 from tests.core import test_service as suite
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
+from tests.core.counting import Counting
 from tests.integration.conftest import RedisTarget
 from tests.integration.mariadb import SERVICE_LAYOUT, TEST_MYSQL_TIMEOUT_S, TEST_REDIS_TIMEOUT_S, MariaDb, migrated
 from tests.integration.private_redis import PrivateRedis
@@ -290,6 +291,46 @@ async def test_a_cut_pay_waits_for_a_silent_redis_instead_of_being_undone(
     assert await svc.settlement.reconcile_pays(1_000) == 1
     packet = await svc.ports.packets.get_packet(order_id)
     assert packet is not None and packet.status is Status.ACTIVE and await svc.ports.ledger.balance("A") == 700
+
+
+async def test_pre_orders_are_read_together_from_redis_and_from_the_db(
+    open_on: Open, tmp_path: Path, clock: ManualClock, loop_cleanups: list[Callable[[], Awaitable[None]]]
+) -> None:
+    """``get_many`` answers what ``get`` does for each pre-order, in the order asked: with Redis
+    stopped, the DB's copy of one put meanwhile answers and one only Redis held is Degraded; Redis
+    restarted empty, the DB's copy still answers, the one Redis lost and a paid one (gone) are
+    None. The reconciler reads its pre-orders that way: a pay cut after its debit whose pre-order
+    is the DB's copy is activated from it, the page's pre-orders Redis lacks read in one DB query."""
+    process, port, backend, _ = await _funded(open_on, tmp_path, loop_cleanups)
+    svc, preorders = backend.services, backend.services.ports.preorders
+    cached, paid = [(await svc.sending.send("A", {"count": 1, "total_fen": 10, "group_id": "g"}))[0] for _ in "ab"]
+    await svc.sending.pay("A", paid)
+    await asyncio.to_thread(redis_servers.stop, process)
+    stored, _ = await svc.sending.send("A", {"count": 2, "total_fen": 300, "group_id": "g"})
+    now = clock.now_ms()
+    assert await preorders.get_many([stored], now) == [await preorders.get(stored, now)] != [None]
+    with pytest.raises(errors.Degraded):
+        await preorders.get_many([stored, cached], now)
+    process = redis_servers.start_on(tmp_path, port)
+    loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
+    await asyncio.sleep(1.1)  # the breaker's cooldown: the next call is the trial
+    await preorders.get(cached, now)  # the trial
+    asked = [stored, cached, paid, stored]
+    many = await preorders.get_many(asked, now)
+    assert many == [await preorders.get(order_id, now) for order_id in asked]
+    assert many[0] is not None and many[1:3] == [None, None]
+    svc.sending.faults = Faults({"pay_debited": (1.0, raising)})
+    with pytest.raises(FaultInjected):
+        await svc.sending.pay("A", stored)
+    svc.sending.faults = Faults()
+    clock.advance_ms(5_000)
+    fallback = preorders._fallback = Counting(preorders._fallback)  # type: ignore[attr-defined]
+    assert await svc.settlement.reconcile_pays(1_000) == 1  # ``stored`` (``paid`` has nothing left to do)
+    assert (
+        fallback.calls["get_many"] == 1 and not fallback.calls["get"]
+    )  # both debits' pre-orders (neither in Redis) in one DB read
+    packet = await svc.ports.packets.get_packet(stored)
+    assert packet is not None and packet.status is Status.ACTIVE and await svc.ports.ledger.balance("A") == 1000 - 310
 
 
 def _counter(metrics: str, name: str) -> float:

@@ -12,9 +12,10 @@ import asyncio
 from collections.abc import Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql.db import MysqlShards
+from hongbao.core.adapters.mysql.db import MysqlShards, Row
 from hongbao.core.adapters.sql import SEQUENCE_BLOCK, BlockSequence
 
+_LIVE = "(expires_at > %s OR state = 'paying')"  # a pre-order get answers: pending before pay_by (ms), or paying
 LAPSED_PER_PUT = 100  # lapsed pre-orders deleted per database on each put
 
 
@@ -52,10 +53,25 @@ class MysqlPreOrderStore:
         """The body of a live pending pre-order or of one being paid, or None."""
         row = await self._shards.fetchone(
             self._db(order_id),
-            "SELECT body FROM t_preorder WHERE order_id = %s AND (expires_at > %s OR state = 'paying')",
+            f"SELECT body FROM t_preorder WHERE order_id = %s AND {_LIVE}",
             (order_id, now_ms),
         )
         return None if row is None else bytes(row[0])
+
+    async def get_many(self, order_ids: Sequence[str], now_ms: int) -> list[bytes | None]:
+        """``get`` of each of ``order_ids``, in order: one query per database that holds any."""
+        by_db: dict[int, list[str]] = {}
+        for order_id in order_ids:
+            by_db.setdefault(self._db(order_id), []).append(order_id)
+
+        async def one_db(db: int, ids: list[str]) -> list[Row]:
+            marks = ", ".join(["%s"] * len(ids))
+            sql = f"SELECT order_id, body FROM t_preorder WHERE order_id IN ({marks}) AND {_LIVE}"
+            return await self._shards.fetchall(db, sql, (*ids, now_ms))
+
+        found = await asyncio.gather(*(one_db(db, ids) for db, ids in by_db.items()))
+        bodies = {str(row[0]): bytes(row[1]) for rows in found for row in rows}
+        return [bodies.get(order_id) for order_id in order_ids]
 
     async def claim_for_pay(self, order_id: str, now_ms: int) -> bytes | None:
         """pending (before expiry) or paying -> paying; the body, or None."""

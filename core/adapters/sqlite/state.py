@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from hongbao.core.adapters.sql import SEQUENCE_BLOCK, BlockSequence
 from hongbao.core.adapters.sqlite.db import SqliteDb
 
+_LIVE = "(expires_at > ? OR state = 'paying')"  # a pre-order get answers: pending before pay_by (ms), or paying
+MANY_PER_QUERY = 500  # ids in one query of SqlitePreOrderStore.get_many (SQLite's bound on parameters is 32766)
+
 
 class SqlitePreOrderStore:
     """PreOrderStore on the t_preorder table (state pending or paying). Lapsed pending rows read
@@ -39,12 +42,28 @@ class SqlitePreOrderStore:
 
         def get() -> bytes | None:
             row = self._db.reader.execute(
-                "SELECT body FROM t_preorder WHERE order_id = ? AND (expires_at > ? OR state = 'paying')",
+                f"SELECT body FROM t_preorder WHERE order_id = ? AND {_LIVE}",
                 (order_id, now_ms),
             ).fetchone()
             return None if row is None else str(row[0]).encode()
 
         return self._db.read(get)
+
+    async def get_many(self, order_ids: Sequence[str], now_ms: int) -> list[bytes | None]:
+        """``get`` of each of ``order_ids``, in order, read in one pass (queries of at most
+        ``MANY_PER_QUERY`` ids: SQLite bounds a statement's parameters)."""
+
+        def get_many() -> list[bytes | None]:
+            bodies: dict[str, bytes] = {}
+            for start in range(0, len(order_ids), MANY_PER_QUERY):
+                ids = list(order_ids[start : start + MANY_PER_QUERY])
+                marks = ", ".join("?" * len(ids))
+                sql = f"SELECT order_id, body FROM t_preorder WHERE order_id IN ({marks}) AND {_LIVE}"
+                for order_id, body in self._db.reader.execute(sql, (*ids, now_ms)):
+                    bodies[str(order_id)] = str(body).encode()
+            return [bodies.get(order_id) for order_id in order_ids]
+
+        return self._db.read(get_many)
 
     async def claim_for_pay(self, order_id: str, now_ms: int) -> bytes | None:
         """pending (before expiry) or paying -> paying; the body, or None."""
