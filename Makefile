@@ -84,7 +84,7 @@ bench-http: install
 # The peak: the new-year-eve storm (20k users, 4k groups, 120 s of sends + a 60 s tail) on the production backend
 # (2 workers) and on the baseline (bench/baselines), up a ladder of send rates (STORM_RATES, sends/s), each system
 # stopping after its first rate that does not hold (open p99 >= 500 ms, a timeout, a dirty audit, or a load
-# generator that fell behind), then each knee narrowed by bisection to within an eighth of it and the two rates
+# generator that fell behind; down by halves when its first rate fails), then each knee narrowed by bisection to within an eighth of it and the two rates
 # that bracket it played again until two plays agree; hongbao with its users online (20%) and offline, and the
 # baseline; every rung on a MariaDB and a Redis of its own. Knees, knee
 # ratios and their bounds, p50/p99 per operation and CPU per request and per open in

@@ -15,14 +15,17 @@ A rung whose storm could not run (``error``, e.g. the setup was refused) does no
 
 The ladder plays the rates in ascending order, for every system at each rate before the next
 rate (so the systems share the machine's conditions), and a system stops climbing after its
-first rung that does not hold. Then each knee is narrowed (``refine``): a rung at the midpoint
-between the highest rate that held and the lowest that did not, the bound it moves, until the
-two are within ``RESOLUTION`` of the held rate (20 | 40 -> 30 -> 25 or 35 -> ...). Then the two
+first rung that does not hold. A system whose first rate failed goes down instead, halving the
+rate until one holds (at least ``LOWEST_RATE``: 20 fails -> 10 -> 5 ...), so that a machine slower
+than the ladder was sized for still gives every system a knee. Then each knee is narrowed
+(``refine``): a rung at the midpoint between the highest rate that held and the lowest that did
+not, the bound it moves, until the two are within ``RESOLUTION`` of the held rate (20 | 40 -> 30
+-> 25 or 35 -> ...). Then the two
 rates that bracket each knee are played again (``settle``) until each has a settled verdict:
 ``PLAYS`` plays agreeing and more than disagree (2 of 2, or 2 of 3 when the first two differ). A
 rate's verdict is the majority of its plays (a tie does not hold); when a second play moves a knee,
 narrowing and settling go on from the new bracket. A knee is the highest rate that holds below the
-lowest rate that does not (None: not even the first held); the lowest failing rate is its upper
+lowest rate that does not (None: not even ``LOWEST_RATE`` held); the lowest failing rate is its upper
 bound. Without the narrowing a knee is known only to within a step of the ladder (a factor of 2
 on the default doubling rates, and so is a ratio of knees); without the second plays one rung that
 tips either way near a knee moves it a step, and a ratio of knees with it.
@@ -40,6 +43,7 @@ GENERATOR_CORE = 0.9
 BUSY_SHARE = 0.01
 RESOLUTION = 0.125  # refine until the lowest failing rate is within this share of the knee
 PLAYS = 2  # plays agreeing on each rate that brackets a knee
+LOWEST_RATE = 1.0  # sends/s: a system that fails its first rate goes down by halves, not below this
 
 
 @dataclass
@@ -163,16 +167,20 @@ def settled(rungs: Sequence[Rung], rate: float, plays: int = PLAYS) -> bool:
 def refine(ladders: dict[str, list[Rung]], play: Callable[[str, float], Rung], resolution: float = RESOLUTION) -> None:
     """Narrow each system's knee by bisection after ``climb``: while the lowest failing rate is
     more than ``resolution`` x the knee above it, ``play`` the midpoint, judge it and append it to
-    the system's rungs. Each step plays every system still narrowing, in turn (they share the
-    machine's conditions). A system with no knee (its first rung failed) or no failing rung (a
-    knee that is only a lower bound) is left as it is. Raises ValueError when ``resolution`` <= 0."""
+    the system's rungs; a system with no rate held yet plays half its lowest failing rate (not
+    below ``LOWEST_RATE``) until one holds. Each step plays every system still narrowing, in turn
+    (they share the machine's conditions). A system with no failing rung (a knee that is only a
+    lower bound), or whose failing rate is below twice ``LOWEST_RATE`` with none held, is left as
+    it is. Raises ValueError when ``resolution`` <= 0."""
     if not resolution > 0:
         raise ValueError(f"resolution must be a positive share of the knee, got {resolution!r}")
     while True:
         probes = {}
         for system, rungs in ladders.items():
             low, high = bracket(rungs)
-            if low is not None and high is not None and high - low > resolution * low:
+            if low is None and high is not None and high / 2 >= LOWEST_RATE:
+                probes[system] = high / 2
+            elif low is not None and high is not None and high - low > resolution * low:
                 probes[system] = (low + high) / 2
         if not probes:
             return

@@ -1,7 +1,8 @@
 """``make bench-storm``: the peak of hongbao and of the baseline, up a ladder of send rates.
 
 For each rate of ``--rates`` (default 20, 40, 80, 150, 300 sends/s), lowest first, and for each
-system still climbing (``knee.py``: a system stops after its first rung that does not hold), then
+system still climbing (``knee.py``: a system stops after its first rung that does not hold; one
+whose first rate fails goes down by halves until a rate holds), then
 at the midpoints that narrow each knee to within ``--resolution`` (default 1/8) of it, then again
 at the two rates that bracket each knee until ``--plays`` (default 2) plays of each agree:
 - ``hongbao``: ``hongbao serve --backend production --workers 2`` (``production.serve_production``,
@@ -198,6 +199,8 @@ def summarize(
     for system, rungs in ladders.items():
         if rungs and ceilings[system] is None:
             notes.append(f"{system} held every rate up to {knees[system]:g}/s: its knee is at least that (add rates)")
+        if rungs and knees[system] is None:
+            notes.append(f"{system} held no rate down to {ceilings[system]:g}/s: it has no knee, and no ratio")
         for rung in rungs:
             limits = knee.generator_limits(rung)
             if not limits:

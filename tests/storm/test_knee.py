@@ -74,8 +74,10 @@ def test_the_ladder_stops_after_the_first_failing_rung() -> None:
 
 def test_refining_narrows_each_knee_by_bisection() -> None:
     """After the climb each knee is narrowed at midpoints, every system in turn, until the lowest
-    failing rate is within the resolution of the knee; a ladder with no knee or no failure is left."""
-    breaks_at = {"a": 27.0, "b": 46.0, "none": 10.0, "top": 1000.0}
+    failing rate is within the resolution of the knee; a system whose first rate failed goes down
+    by halves until a rate holds, then narrows, or stops at LOWEST_RATE with no knee; a ladder with
+    no failure is left."""
+    breaks_at = {"a": 27.0, "b": 46.0, "low": 6.0, "none": 0.0, "top": 1000.0}
     played: list[tuple[str, float]] = []
 
     def play(system: str, rate: float) -> Rung:
@@ -86,11 +88,17 @@ def test_refining_narrows_each_knee_by_bisection() -> None:
     played.clear()
     knee.refine(ladders, play, 0.125)
     # a: 20 | 40 -> 30 fails -> 25 holds -> 27.5 fails (2.5 <= 0.125 x 25); b: 40 | 80 -> 60, 50 fail -> 45 holds
-    assert played == [("a", 30), ("b", 60), ("a", 25), ("b", 50), ("a", 27.5), ("b", 45)]
+    # low: 20 fails -> 10 fails -> 5 holds -> 7.5, 6.25 fail -> 5.625 holds; none: down to 1.25 (0.625 < LOWEST_RATE)
+    assert knee.LOWEST_RATE == 1.0
+    assert played == [
+        *[("a", 30), ("b", 60), ("low", 10), ("none", 10), ("a", 25), ("b", 50), ("low", 5), ("none", 5)],
+        *[("a", 27.5), ("b", 45), ("low", 7.5), ("none", 2.5), ("low", 6.25), ("none", 1.25), ("low", 5.625)],
+    ]
     assert {s: knee.bracket(r) for s, r in ladders.items()} == {
         "a": (25, 27.5),
         "b": (45, 50),
-        "none": (None, 20),
+        "low": (5.625, 6.25),
+        "none": (None, 1.25),
         "top": (80, None),
     }
     played.clear()
@@ -173,7 +181,8 @@ def test_settling_plays_each_bracketing_rate_again_until_its_plays_agree() -> No
 
 
 def test_the_report_gives_knees_ratios_and_notes() -> None:
-    """peak.json's summary: knees, hongbao / baseline ratios, a topped-out ladder and a lagging generator noted."""
+    """peak.json's summary: knees, hongbao / baseline ratios; a topped-out ladder, a ladder with no
+    knee and a lagging generator noted."""
     ladders = {
         "hongbao": [judged(rung(20)), judged(rung(40)), judged(rung(80, lag_p99_ms=300.0))],
         "hongbao-offline": [judged(rung(20)), judged(rung(40)), judged(rung(80))],
@@ -212,6 +221,7 @@ def test_the_report_gives_knees_ratios_and_notes() -> None:
     dirty = summarize({"baseline": [judged(rung(20, audit_clean=False))]}, load_scenario("smoke"), [20.0], 2, 0.125, 1)
     assert dirty["audits_clean"] is False and dirty["knee_ratio"] == {"online": None, "offline": None}
     assert dirty["knee_ratio_bounds"] == {"online": None, "offline": None}
+    assert dirty["notes"] == ["baseline held no rate down to 20/s: it has no knee, and no ratio"]
     refined = {"baseline": [judged(rung(20)), judged(rung(40, timeouts=1)), judged(rung(30))]}
     narrowed = summarize(refined, load_scenario("smoke"), [20.0, 40.0], 2, 0.125, 1)
     rates = [r["rate"] for r in narrowed["systems"]["baseline"]["rungs"]]
