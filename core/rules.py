@@ -15,6 +15,7 @@ from hongbao.core.money import parse_fen, parse_yuan
 from hongbao.core.packet import Kind, PacketSpec
 
 USER_ID_MAX = 64
+GROUP_ID_MAX = 255  # characters: the width of group_id in every table that holds one
 DAY_MS = 24 * 3600 * 1000
 
 # Allowed values of each limit, inclusive. The greeting column is VARCHAR(255) on the production
@@ -160,4 +161,6 @@ def validate_send(body: Mapping[str, object], sender_id: str, limits: Limits) ->
         return PacketSpec(kind, 1, total, None, receiver_id, greeting)
     if receiver_id is not None or not isinstance(group_id, str) or not group_id:
         raise InvalidRequest(f"a {kind} packet needs a group_id and no receiver_id")
+    if len(group_id) > GROUP_ID_MAX:  # no group has such an id; an error message never echoes it
+        raise InvalidRequest(f"group_id must be at most {GROUP_ID_MAX} characters")
     return PacketSpec(kind, count, total, group_id, None, greeting)

@@ -80,6 +80,7 @@ def test_exclusive_packet_errors_name_what_is_wrong(extra: dict[str, object], me
         ({"count": 1, "total_fen": 10}, InvalidRequest),
         ({"count": 1, "total_fen": 10, "group_id": "g", "receiver_id": "b"}, InvalidRequest),
         ({"count": 1, "total_fen": 10, "group_id": "g", "greeting": "x" * 65}, InvalidRequest),
+        ({"count": 1, "total_fen": 10, "group_id": "g" * 256}, InvalidRequest),
         ({"kind": "weird", "count": 1, "total_fen": 10, "group_id": "g"}, InvalidRequest),
         ({"kind": "exclusive", "count": 2, "total_fen": 10, "receiver_id": "b"}, InvalidCount),
         ({"kind": "exclusive", "total_fen": 10, "receiver_id": "u1"}, InvalidRequest),
@@ -92,6 +93,14 @@ def test_bad_send_requests(body: dict[str, object], error: type[Exception]) -> N
     with pytest.raises(error) as info:
         validate_send(body, "u1", LIMITS)
     assert info.value.status == 400  # type: ignore[attr-defined]
+
+
+def test_a_group_id_too_long_for_any_group_is_refused_without_an_echo() -> None:
+    """A group_id of GROUP_ID_MAX characters is taken; one longer is a 400 that does not repeat it."""
+    assert validate_send({"count": 1, "total_fen": 10, "group_id": "g" * 255}, "u1", LIMITS).group_id == "g" * 255
+    with pytest.raises(InvalidRequest) as info:
+        validate_send({"count": 1, "total_fen": 10, "group_id": "g" * 60_000}, "u1", LIMITS)
+    assert str(info.value) == "group_id must be at most 255 characters"
 
 
 def test_greeting_limit_counts_characters() -> None:
