@@ -15,7 +15,7 @@ from hongbao.core.money import parse_fen, parse_yuan
 from hongbao.core.packet import Kind, PacketSpec
 
 USER_ID_MAX = 64
-GROUP_ID_MAX = 255  # characters: the width of group_id in every table that holds one
+GROUP_ID_MAX = 255  # characters: the width of group_id in the tables (mysql/schema.py takes it from here)
 DAY_MS = 24 * 3600 * 1000
 
 # Allowed values of each limit, inclusive. The greeting column is VARCHAR(255) on the production

@@ -323,6 +323,8 @@ async def test_pre_orders_are_read_together_as_one_by_one(backend: Backend, cloc
     for now in (clock.now_ms(), pay_by):
         many = await svc.ports.preorders.get_many(asked, now)
         assert many == [await svc.ports.preorders.get(order_id, now) for order_id in asked]
+        if now < pay_by:  # before pay_by: every pre-order but the paid one, a body each
+            assert [body is None for body in many] == [False, False, True, False, False] and many[1] == many[4]
     assert many == [None, None, None, many[3], None] and many[3] is not None  # at pay_by: only the paying one
     assert await svc.ports.preorders.get_many([], pay_by) == []
 

@@ -20,6 +20,7 @@ from hongbao.core.adapters.mysql.db import Committed, MysqlShards, commit_with, 
 from hongbao.core.adapters.mysql.ledger import MysqlLedgerStore
 from hongbao.core.adapters.mysql.lists import MysqlUserListStore
 from hongbao.core.adapters.mysql.packets import MysqlPacketStore
+from hongbao.core.adapters.mysql.state import MysqlPreOrderStore
 from hongbao.core.errors import InsufficientBalance
 from hongbao.core.packet import Kind, Packet, Status
 from hongbao.core.ports import LedgerEntry, ListRow
@@ -248,6 +249,35 @@ def test_batches_of_every_size_are_never_prepared(mariadb: MariaDb) -> None:
             assert await _status(mariadb.dsn, "Com_stmt_prepare") == before
             five = _users_on_one_table(5, "p5u")
             assert [await ledger.balance(u) for u in five] == [10] * 5
+        finally:
+            await shards.close()
+
+    asyncio.run(run())
+
+
+def test_pre_orders_read_together_are_never_prepared(mariadb: MariaDb) -> None:
+    """Pre-orders read together, 2 to 5 at a time (an IN list each size): the bodies asked for, in
+    order (None for an unknown one), and no statement prepared for them."""
+    migrated(mariadb, SERVICE_LAYOUT)
+
+    async def run() -> None:
+        shards = MysqlShards(mariadb.dsn, SERVICE_LAYOUT, pool_size=2, timeout_s=5)
+        preorders = MysqlPreOrderStore(shards)
+        candidates = (hongbao_native.encode_order_id(1, 261201, 0, n) for n in count(900))
+        order_ids = list(
+            islice((o for o in candidates if SERVICE_LAYOUT.order_shard(o)[0] == 0), 5)
+        )  # one IN list each
+        try:
+            await shards.connect()
+            for i, order_id in enumerate(order_ids[:4]):
+                await preorders.put(order_id, f"body{i}".encode(), 2_000, 1_000)
+            before = await _status(mariadb.dsn, "Com_stmt_prepare")
+            for size in range(2, 6):
+                asked = order_ids[:size][::-1]
+                want = [f"body{order_ids.index(o)}".encode() if o != order_ids[4] else None for o in asked]
+                assert await preorders.get_many(asked, 1_500) == want
+            assert await _status(mariadb.dsn, "Com_stmt_prepare") == before
+            assert await preorders.get_many(order_ids[:2], 2_000) == [None, None]  # past pay_by
         finally:
             await shards.close()
 

@@ -15,7 +15,7 @@ import asyncio
 
 import asyncmy
 from asyncmy.connection import Connection
-from hongbao.core.adapters.mysql.db import connect_args
+from hongbao.core.adapters.mysql.db import connect_args, marks
 from hongbao.core.adapters.mysql.schema import day_tables
 from hongbao.core.sharding import Layout, parse_dsn
 from hongbao.core.times import business_yymmdd
@@ -78,10 +78,10 @@ async def _move_batch(conn: Connection, ptable: str, rtable: str, cold_p: str, c
             )
             ids = [str(row[0]) for row in await cur.fetchall()]
             if ids:
-                marks = ", ".join(["%s"] * len(ids))
+                where = f"order_id IN ({marks(ids)})"
                 for source, target in ((rtable, cold_r), (ptable, cold_p)):
-                    await cur.execute(f"INSERT INTO {target} SELECT * FROM {source} WHERE order_id IN ({marks})", ids)
-                    await cur.execute(f"DELETE FROM {source} WHERE order_id IN ({marks})", ids)
+                    await cur.execute(f"INSERT INTO {target} SELECT * FROM {source} WHERE {where}", ids)
+                    await cur.execute(f"DELETE FROM {source} WHERE {where}", ids)
         await conn.commit()
     except BaseException:
         await conn.rollback()

@@ -58,6 +58,11 @@ async def run_statement(cur: Cursor, sql: str, args: Sequence[object], *, once: 
     return int(await (cur.execute(cur.mogrify(sql, tuple(args))) if once else cur.execute(sql, tuple(args))))
 
 
+def marks(values: Sequence[object]) -> str:
+    """``%s, %s, ...``: one placeholder per value of ``values`` (an IN list, a VALUES row)."""
+    return ", ".join(["%s"] * len(values))
+
+
 def key_rows(columns: Sequence[str], count: int) -> str:
     """``(SELECT %s AS a, %s AS b UNION ALL SELECT %s, %s ...) AS k``: a derived table ``k`` of
     ``count`` >= 1 rows of ``columns`` (column names of the caller's own, never data; ``%s``
@@ -68,7 +73,7 @@ def key_rows(columns: Sequence[str], count: int) -> str:
     locks the rows in the derived table's order: callers give the keys in one order (sorted) for
     every writer."""
     first = ", ".join(f"%s AS {column}" for column in columns)
-    rest = ", ".join(["%s"] * len(columns))
+    rest = marks(columns)
     return f"(SELECT {first}{f' UNION ALL SELECT {rest}' * (count - 1)}) AS k"
 
 

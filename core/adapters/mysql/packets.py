@@ -27,6 +27,7 @@ from hongbao.core.adapters.mysql.db import (
     Row,
     commit_with,
     key_rows,
+    marks,
     result_sets,
     run_statement,
 )
@@ -158,10 +159,9 @@ class MysqlPacketStore:
         statements: list[str] = []
         args: list[object] = []
         for (ptable, rtable), order_id, user_ids in packets:
-            marks = ", ".join(["%s"] * len(user_ids))
             statements.append(
                 f"SELECT {_P_COLUMNS}, {_R_COLUMNS} FROM {ptable} p LEFT JOIN {rtable} r "
-                f"ON r.order_id = p.order_id AND r.user_id IN ({marks}) WHERE p.order_id = %s FOR UPDATE"
+                f"ON r.order_id = p.order_id AND r.user_id IN ({marks(user_ids)}) WHERE p.order_id = %s FOR UPDATE"
             )
             args += [*user_ids, order_id]
         if len(packets) == 1:  # one packet: one statement, prepared for a lone opener
@@ -193,7 +193,7 @@ class MysqlPacketStore:
             tables[db][ptable].add(order_id)
 
         def select(table: str, ids: list[str]) -> tuple[str, list[str]]:
-            return f"SELECT {columns} FROM {table} WHERE order_id IN ({_marks(ids)})", ids
+            return f"SELECT {columns} FROM {table} WHERE order_id IN ({marks(ids)})", ids
 
         return await self._union(tables, select, timeout_s)
 
@@ -209,7 +209,7 @@ class MysqlPacketStore:
 
         def select(table: str, ids: list[str]) -> tuple[str, list[str]]:
             them = sorted(users[table])
-            where = f"order_id IN ({_marks(ids)}) AND user_id IN ({_marks(them)})"
+            where = f"order_id IN ({marks(ids)}) AND user_id IN ({marks(them)})"
             return f"SELECT {RECEIPT_COLUMNS} FROM {table} WHERE {where}", [*ids, *them]
 
         rows = await self._union(tables, select)
@@ -380,8 +380,3 @@ class MysqlPacketStore:
             receipts=False,
         )
         return [packet_from_row(r[1:]) for r in rows]
-
-
-def _marks(values: Sequence[object]) -> str:
-    """``%s, %s, ...``: one placeholder per value."""
-    return ", ".join(["%s"] * len(values))

@@ -25,6 +25,7 @@ from asyncmy.cursors import Cursor
 from asyncmy.errors import MySQLError
 from hongbao.core.adapters.mysql.db import connect_args
 from hongbao.core.adapters.sql import DAYS, packet_table, receipt_table
+from hongbao.core.rules import GROUP_ID_MAX, USER_ID_MAX
 from hongbao.core.sharding import Layout, parse_dsn
 
 #: 2: t_ledger_{t}.by_kind, the reconciler's scan of the send debits; 3: t_group_member.by_user (a
@@ -37,10 +38,11 @@ ADDED_INDEXES = (
 )
 _TABLE = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
 _ORDER_ID = "order_id CHAR(20) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"
-_ID = "VARCHAR(64)"
+_ID = f"VARCHAR({USER_ID_MAX})"
+_GROUP_ID = f"VARCHAR({GROUP_ID_MAX})"
 
 PACKET = f"""CREATE TABLE IF NOT EXISTS {{name}} (
-    {_ORDER_ID} PRIMARY KEY, sender_id {_ID} NOT NULL, group_id VARCHAR(255) NULL, receiver_id {_ID} NULL,
+    {_ORDER_ID} PRIMARY KEY, sender_id {_ID} NOT NULL, group_id {_GROUP_ID} NULL, receiver_id {_ID} NULL,
     kind VARCHAR(16) NOT NULL, total_fen BIGINT NOT NULL CHECK (total_fen > 0), count INT NOT NULL CHECK (count > 0),
     remaining_fen BIGINT NOT NULL CHECK (remaining_fen >= 0), remaining_count INT NOT NULL CHECK (remaining_count >= 0),
     refunded_fen BIGINT NOT NULL DEFAULT 0 CHECK (refunded_fen >= 0), status VARCHAR(16) NOT NULL,
@@ -69,9 +71,9 @@ _PER_DB = (
     f"CREATE TABLE IF NOT EXISTS t_meta (name VARCHAR(64) NOT NULL PRIMARY KEY, value VARCHAR(255) NOT NULL){_TABLE}",
     f"""CREATE TABLE IF NOT EXISTS t_preorder ({_ORDER_ID} PRIMARY KEY, body BLOB NOT NULL, expires_at BIGINT NOT NULL,
         state VARCHAR(8) NOT NULL DEFAULT 'pending', KEY expiry (expires_at)){_TABLE}""",
-    f"""CREATE TABLE IF NOT EXISTS t_group (group_id VARCHAR(255) NOT NULL PRIMARY KEY, creator_id {_ID} NOT NULL,
+    f"""CREATE TABLE IF NOT EXISTS t_group (group_id {_GROUP_ID} NOT NULL PRIMARY KEY, creator_id {_ID} NOT NULL,
         created_at BIGINT NOT NULL){_TABLE}""",
-    f"""CREATE TABLE IF NOT EXISTS t_group_member (group_id VARCHAR(255) NOT NULL, user_id {_ID} NOT NULL,
+    f"""CREATE TABLE IF NOT EXISTS t_group_member (group_id {_GROUP_ID} NOT NULL, user_id {_ID} NOT NULL,
         PRIMARY KEY (group_id, user_id), KEY by_user (user_id, group_id)){_TABLE}""",
     f"""CREATE TABLE IF NOT EXISTS t_seq_block (region TINYINT NOT NULL, yymmdd INT NOT NULL, next_seq BIGINT NOT NULL,
         PRIMARY KEY (region, yymmdd)){_TABLE}""",

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Sequence
 
 from asyncmy.cursors import Cursor
-from hongbao.core.adapters.mysql.db import MysqlShards, Row
+from hongbao.core.adapters.mysql.db import MysqlShards, Row, marks
 from hongbao.core.adapters.sql import SEQUENCE_BLOCK, BlockSequence
 
 _LIVE = "(expires_at > %s OR state = 'paying')"  # a pre-order get answers: pending before pay_by (ms), or paying
@@ -59,15 +59,15 @@ class MysqlPreOrderStore:
         return None if row is None else bytes(row[0])
 
     async def get_many(self, order_ids: Sequence[str], now_ms: int) -> list[bytes | None]:
-        """``get`` of each of ``order_ids``, in order: one query per database that holds any."""
+        """``get`` of each of ``order_ids``, in order: one query per database that holds any, in the
+        text protocol (``run_statement``'s ``once``: an IN list's shape depends on its length)."""
         by_db: dict[int, list[str]] = {}
         for order_id in order_ids:
             by_db.setdefault(self._db(order_id), []).append(order_id)
 
         async def one_db(db: int, ids: list[str]) -> list[Row]:
-            marks = ", ".join(["%s"] * len(ids))
-            sql = f"SELECT order_id, body FROM t_preorder WHERE order_id IN ({marks}) AND {_LIVE}"
-            return await self._shards.fetchall(db, sql, (*ids, now_ms))
+            sql = f"SELECT order_id, body FROM t_preorder WHERE order_id IN ({marks(ids)}) AND {_LIVE}"
+            return await self._shards.fetchall(db, sql, (*ids, now_ms), once=len(ids) > 1)
 
         found = await asyncio.gather(*(one_db(db, ids) for db, ids in by_db.items()))
         bodies = {str(row[0]): bytes(row[1]) for rows in found for row in rows}
