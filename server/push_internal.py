@@ -17,7 +17,9 @@ inside ``data_received``, in order (HTTP/1.1 keep-alive, RFC 9112 section 9.3).
 The client is aiohttp's (a keep-alive connection pool per node, its HTTP parser in C; aiohttp is
 already a runtime dependency, where httpx would add a pure-Python HTTP stack to every forward).
 Forwards to one node made in the same turn of the event loop share one request, and each
-request waits at most ``push_forward_timeout_s``.
+request waits at most ``push_forward_timeout_s``. A node that stops answering (a killed worker,
+until the sweep forgets its sessions) is logged once, as a warning; its further failures are
+counted, and the count is logged when it answers again.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ log = logging.getLogger("hongbao.push.internal")
 SECRET_HEADER = "x-hongbao-internal"
 MAX_BODY_BYTES = 8 << 20
 CHUNK_BYTES = 1 << 20  # a batch is split into requests of about this many bytes
+#: Addresses whose failures are being counted, at most (the oldest is forgotten first).
+MAX_SILENT = 1024
 _JSON = [("content-type", "application/json")]
 
 #: One forwarded message: (uid, sid, message).
@@ -127,13 +131,14 @@ async def listen(receiver: Receiver, settings: Settings) -> tuple[asyncio.Abstra
 class Forwarder:
     """Calls other nodes' internal listeners (``secret``; each request waits at most ``timeout_s``)."""
 
-    __slots__ = ("_secret", "_timeout", "_session", "_pending", "_flushes")
+    __slots__ = ("_secret", "_timeout", "_session", "_pending", "_flushes", "_failing")
 
     def __init__(self, secret: str, timeout_s: float) -> None:
         self._secret, self._timeout = secret, aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._pending: dict[str, list[tuple[Forward, asyncio.Future[bool | None]]]] = {}
         self._flushes: set[asyncio.Task[None]] = set()
+        self._failing: dict[str, int] = {}  # address -> failed calls since the one logged
 
     async def push(self, address: str, forwards: Sequence[Forward]) -> list[bool | None]:
         """Forward messages to the node at ``address``: per message True (on that socket), False
@@ -192,10 +197,25 @@ class Forwarder:
                     log.warning("internal %s to %s answered %d", path, address, response.status)
                     return None
                 answer = orjson.loads(await response.read())
-                return answer if isinstance(answer, dict) else None
         except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
-            log.info("internal %s to %s failed: %s", path, address, type(exc).__name__)
+            self._failed(address, path, type(exc).__name__)
             return None
+        failures = self._failing.pop(address, None)
+        if failures:
+            log.info("internal forwards to %s answer again, after %d more failed calls", address, failures)
+        return answer if isinstance(answer, dict) else None
+
+    def _failed(self, address: str, path: str, reason: str) -> None:
+        """Log the first failed call to ``address``; count the ones after it until it answers."""
+        if address in self._failing:
+            self._failing[address] += 1
+            return
+        log.warning(
+            "internal %s to %s failed: %s (further failures to it are counted until it answers)", path, address, reason
+        )
+        self._failing[address] = 0
+        if len(self._failing) > MAX_SILENT:
+            del self._failing[next(iter(self._failing))]
 
     async def close(self) -> None:
         """Finish the forwards under way, then close the connection pool."""
