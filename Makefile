@@ -121,7 +121,7 @@ clean:
 bench-push: install
 	$(BIN)/python bench/push/run.py --out bench-results/push.json
 
-# An embedded server on a free port, a 30-second smoke storm, the audit, the report (bench/storm/demo.py).
+# An embedded server on a free port, the smoke storm (20 s of sends, 8 s of late opens), the audit, the report (bench/storm/demo.py).
 demo: install
 	$(BIN)/python -m hongbao.bench.storm.demo --out bench-results/demo
 

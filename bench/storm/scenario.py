@@ -5,7 +5,7 @@ counts, amounts in fen), how members react (the share that opens, delays, duplic
 client retries) and how the load is run (processes, connections). Units are in the names:
 ``*_s`` seconds, ``*_fen`` fen, ``*_rate`` per second, ``*_p`` probabilities in [0, 1].
 
-Named scenarios: ``smoke`` (a 30-second check, the demo's), ``new-year-eve`` (the headline
+Named scenarios: ``smoke`` (20 s of sends and 8 s of late opens: the demo's check), ``new-year-eve`` (the headline
 peak: many groups, a high send rate, a long tail), ``hot-group`` (500 members on one group,
 100-share packets: the hot-row case). A TOML file may start from one with ``base = "smoke"``
 and override any field (``[storm]`` or top level); flags override the file.

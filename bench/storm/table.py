@@ -51,7 +51,8 @@ def _push(push: dict[str, Any] | None) -> str:
     also = ", ".join(f"{event} {n}" for event, n in push["also_delivered"].items()) or "nothing"
     return (
         f"push: {push['online_users']} users online ({push['reconnects']} dropped and resumed), "
-        f"{push['delivered']}/{push['expected']} expected events delivered, {push['missing']} missing, "
+        f"{push['delivered']}/{push['expected']} expected events delivered, {push['missing']} missing "
+        f"({push['missing'] - push['untold']} of them after a reset told the client to reload), "
         f"latency p50 {push['p50_ms']} ms p99 {push['p99_ms']} ms max {push['max_ms']} ms; "
         f"{push['duplicates']} duplicates dropped, {push['resets']} resets; also delivered: {also}"
     )

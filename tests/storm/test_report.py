@@ -126,3 +126,24 @@ def test_the_money_flow_comes_from_the_audit() -> None:
     printed = _printed(built)
     assert re.search(r"^  opened +300 fen$", printed, re.M) and re.search(r"^  topped up +1,000 fen$", printed, re.M)
     assert "{" not in printed and "['" not in printed
+
+
+def test_missing_pushes_say_how_many_came_after_a_reset() -> None:
+    """Of 4 missing events, 3 came after a reset that told their client to reload: the line says so."""
+    push = {
+        "online_users": 3,
+        "reconnects": 1,
+        "delivered": 6,
+        "expected": 10,
+        "missing": 4,
+        "untold": 1,
+        "p50_ms": 1.0,
+        "p99_ms": 2.0,
+        "max_ms": 3.0,
+        "duplicates": 0,
+        "resets": 2,
+        "also_delivered": {},
+    }
+    assert "6/10 expected events delivered, 4 missing (3 of them after a reset told the client to reload)," in (
+        table._push(push)
+    )
