@@ -201,7 +201,7 @@ class Forwarder:
             self._failed(address, path, type(exc).__name__)
             return None
         failures = self._failing.pop(address, None)
-        if failures:
+        if failures is not None:
             log.info("internal forwards to %s answer again, after %d more failed calls", address, failures)
         return answer if isinstance(answer, dict) else None
 

@@ -62,3 +62,29 @@ def test_a_node_that_stops_answering_is_logged_once_then_counted(caplog: pytest.
     assert lines[0].startswith(f"internal /internal/push to {address} failed: ClientConnectorError")
     assert lines[1] == f"internal forwards to {address} answer again, after 19 more failed calls"
     assert [r.levelno for r in caplog.records if r.name == "hongbao.push.internal"] == [logging.WARNING, logging.INFO]
+
+
+def test_a_single_failure_is_followed_by_its_recovery_line(caplog: pytest.LogCaptureFixture) -> None:
+    """One failed forward, then an answer: the warning has its "answer again" line (0 more failures)."""
+    port = unused_port()
+    address = f"127.0.0.1:{port}"
+
+    async def scenario() -> None:
+        forwarder = Forwarder(SECRET, 1.0)
+        try:
+            assert await forwarder.push(address, [FORWARD]) == [None]
+            server = await asyncio.get_running_loop().create_server(
+                lambda: InternalProtocol(Nobody(), SECRET), "127.0.0.1", port
+            )
+            try:
+                assert await forwarder.kick(address, "u1", "s1") is False
+            finally:
+                server.close()
+                await server.wait_closed()
+        finally:
+            await forwarder.close()
+
+    with caplog.at_level(logging.INFO, logger="hongbao.push.internal"):
+        asyncio.run(scenario())
+    lines = [record.getMessage() for record in caplog.records if record.name == "hongbao.push.internal"]
+    assert lines[1:] == [f"internal forwards to {address} answer again, after 0 more failed calls"], lines
