@@ -17,9 +17,10 @@ inside ``data_received``, in order (HTTP/1.1 keep-alive, RFC 9112 section 9.3).
 The client is aiohttp's (a keep-alive connection pool per node, its HTTP parser in C; aiohttp is
 already a runtime dependency, where httpx would add a pure-Python HTTP stack to every forward).
 Forwards to one node made in the same turn of the event loop share one request, and each
-request waits at most ``push_forward_timeout_s``. A node that stops answering (a killed worker,
-until the sweep forgets its sessions) is logged once, as a warning; its further failures are
-counted, and the count is logged when it answers again.
+request waits at most ``push_forward_timeout_s``. A node that stops answering (no connection, no
+answer in time, a status other than 200, or a body that is not JSON: a killed worker until the
+sweep forgets its sessions, a node with another secret) is logged once, as a warning; its further
+failures are counted, and the count is logged when it answers again.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ SECRET_HEADER = "x-hongbao-internal"
 MAX_BODY_BYTES = 8 << 20
 CHUNK_BYTES = 1 << 20  # a batch is split into requests of about this many bytes
 #: Addresses whose failures are being counted, at most (the oldest is forgotten first).
-MAX_SILENT = 1024
+MAX_FAILING = 1024
 _JSON = [("content-type", "application/json")]
 
 #: One forwarded message: (uid, sid, message).
@@ -194,7 +195,7 @@ class Forwarder:
                 f"http://{address}{path}", data=orjson.dumps(body), headers={"content-type": "application/json"}
             ) as response:
                 if response.status != 200:
-                    log.warning("internal %s to %s answered %d", path, address, response.status)
+                    self._failed(address, path, f"answered {response.status}")
                     return None
                 answer = orjson.loads(await response.read())
         except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
@@ -214,7 +215,7 @@ class Forwarder:
             "internal %s to %s failed: %s (further failures to it are counted until it answers)", path, address, reason
         )
         self._failing[address] = 0
-        if len(self._failing) > MAX_SILENT:
+        if len(self._failing) > MAX_FAILING:
             del self._failing[next(iter(self._failing))]
 
     async def close(self) -> None:
