@@ -232,7 +232,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             },
             "node": {"serving_after": serving, "flow_after": flowed, "stop_exit": status},
             "pushes": {
-                k: push.get(k) for k in ("expected", "delivered", "missing", "untold", "resets", "online_users")
+                k: push.get(k)
+                for k in ("expected", "delivered", "missing", "untold", "resets", "online_users", "missing_examples")
             },
             "operations": {
                 op: {k: v for k, v in stats.items() if k in ("ok", "failed", "p50_ms", "p99_ms")}
@@ -285,6 +286,8 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         f"{(pushes.get('missing') or 0) - (pushes.get('untold') or 0)} told by a reset, "
         f"{pushes.get('untold')} untold ({pushes.get('resets')} resets)"
     )
+    if pushes.get("untold"):  # event, order id, user, due at (s), the user's last reset before (s)
+        console.print(f"untold pushes, e.g.: {pushes['missing_examples']}")
     console.print(
         f"node: serving after {report['node']['serving_after']}, a flow through it "
         f"{report['node']['flow_after']}, stop exit {report['node']['stop_exit']}"

@@ -75,6 +75,13 @@ def _timeline(result: LoadResult, expected: dict[Key, float], delivered: dict[Ke
     return lines | series.percentiles(latencies)
 
 
+def _example(key: Key, due: float, resets: list[float], start: float) -> list[Any]:
+    """[event, order id, user, due (s after the load's start), the user's last reset before it
+    was due (s after the start; None: none)]: what a missing push's diagnosis starts from."""
+    before = [wall for wall in resets if wall < due]
+    return [*key, round(due - start, 3), round(max(before) - start, 3) if before else None]
+
+
 def push_report(result: LoadResult) -> dict[str, Any] | None:
     """Delivered vs expected, latency percentiles (all and per event), client counts, the
     timeline; None when nobody was online."""
@@ -109,7 +116,9 @@ def push_report(result: LoadResult) -> dict[str, Any] | None:
         "delivered": len(expected) - len(missing),
         "missing": len(missing),
         "untold": len(untold),
-        "missing_examples": [list(key) for key in (untold or missing)[:10]],
+        "missing_examples": [
+            _example(key, expected[key], resets[key[2]], result.started_at) for key in (untold or missing)[:10]
+        ],
         **_latency(everything),
         "by_event": by_event,
         "also_delivered": dict(Counter(event for event, _, _ in delivered if event not in EVENTS)),
