@@ -43,6 +43,12 @@ class Notifier(Protocol):
         notifier's to log and count)."""
         ...
 
+    def lost(self) -> None:
+        """An event whose audience could not be named was not handed over: every user's stream
+        is to start a new epoch, so each client is told ``reset`` and reloads over HTTP
+        (docs/architecture.md section 7: a gap is never passed off as complete); never raises."""
+        ...
+
 
 class NullNotifier:
     """The notifier of a service nobody listens to (tools, tests of the money flow)."""
@@ -51,6 +57,9 @@ class NullNotifier:
 
     def notify(self, event: Event) -> None:
         """Drop ``event``."""
+
+    def lost(self) -> None:
+        """Nobody listens: nothing to tell."""
 
 
 def _audience(packet: Packet) -> tuple[tuple[str, ...], str | None]:

@@ -416,7 +416,8 @@ class PushHub:
     def notify(self, event: Event) -> None:
         """The services' Notifier: queue ``event`` for its group (in the background) and post it
         to its users' streams (the appender's next write; the messages it logs are sent together,
-        one route lookup). Failures are logged and counted (``push_failures``), never raised."""
+        one route lookup). Failures are logged and counted (``push_failures``), never raised, and
+        told: an event not taken renews every stream at the next flush (``lost``)."""
         try:
             if event.group_id is not None:
                 self.spawn(self._notify_group(event))
@@ -425,8 +426,15 @@ class PushHub:
                 for uid in event.user_ids:
                     self.appender.post(uid, body)
         except Exception as exc:
-            self.metrics.events["push_failures"] += 1
             log.warning("push of event %s failed: %s", event.name, exc)
+            self.lost()
+
+    def lost(self) -> None:
+        """The services' Notifier: an event whose audience is unknown was lost; counted
+        (``push_failures``), and every stream starts a new epoch at the next flush (``_tell_gaps``),
+        so each client here and on every node is told ``reset``."""
+        self.metrics.events["push_failures"] += 1
+        self._lost += 1
 
     async def _notify_group(self, event: Event) -> None:
         assert event.group_id is not None

@@ -206,8 +206,9 @@ class Opening:
         share went; its audience from the packet's fixed fields (Audience.fixed_packet)."""
         try:
             packet = await self.audience.fixed_packet(order_id)
-        except Exception:  # the packet is finished all the same; only its push is lost
-            log.exception("could not read packet %s for its finished event", order_id)
+        except Exception:  # the packet is finished all the same; its push is lost, and told
+            log.exception("could not read packet %s for its finished event: every push stream is renewed", order_id)
+            self.outbox.lost()
             return
         if packet is not None:
             self.outbox.notify(events.finished(packet, best.user_id, best.amount_fen))

@@ -48,6 +48,13 @@ class Outbox:
         except Exception:
             log.exception("the notifier failed on event %s", event.name)
 
+    def lost(self) -> None:
+        """Tell the notifier an event was lost before its audience was known (Notifier.lost); never raises."""
+        try:
+            self.notifier.lost()
+        except Exception:
+            log.exception("the notifier failed to take a lost event")
+
     async def publish(self, messages: Sequence[Outgoing]) -> None:
         """Queue ``messages`` in one write; never raises. When the queue is down they are held
         for ``redrive`` (module docstring); money is safe either way (the reconciler credits

@@ -12,10 +12,11 @@ import pytest
 from hongbao.core import errors, events
 from hongbao.core.clock import ManualClock
 from hongbao.core.messages import CREDIT_STREAM
-from hongbao.core.packet import Receipt, Status
+from hongbao.core.packet import Packet, Receipt, Status
 from hongbao.core.ports import LedgerEntry, ListRow
 from hongbao.core.services import Services
 from hongbao.core.services import opening as opening_module
+from hongbao.core.services.audience import Audience
 from hongbao.core.services.crediting import CreditingMode
 from hongbao.core.vocabulary import EntryKind
 from hongbao.server.composition import Backend
@@ -366,13 +367,17 @@ async def test_pay_and_cancel_race_has_one_winner(backend: Backend) -> None:
 
 
 class _Heard:
-    """A Notifier that keeps every event it is handed, in order."""
+    """A Notifier that keeps every event it is handed, in order, and counts the events lost."""
 
     def __init__(self) -> None:
         self.events: list[events.Event] = []
+        self.lost_count = 0
 
     def notify(self, event: events.Event) -> None:
         self.events.append(event)
+
+    def lost(self) -> None:
+        self.lost_count += 1
 
     def named(self, name: str) -> list[events.Event]:
         return [e for e in self.events if e.name == name]
@@ -397,6 +402,33 @@ async def test_finished_is_announced_by_the_last_open(backend: Backend) -> None:
     while await svc.lists.drain():
         pass
     assert len(heard.named("finished")) == 1
+
+
+async def test_a_finished_event_whose_audience_cannot_be_read_is_told_lost(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last open commits, but the packet's fixed fields cannot be read for its finished event
+    (the caches and the database failed since the open read them): the event is not passed off as
+    sent, the notifier is told it was lost (every stream renewed: clients reload)."""
+    svc = backend.services
+    heard = _Heard()
+    svc.outbox.notifier = heard
+    await _group(svc, "g", ["S", "A"])
+    order_id = await _paid(svc, "S", {"count": 1, "total_fen": 100, "group_id": "g"}, fund=100)
+    reads = 0
+    read = Audience.fixed_packet
+
+    async def failing_after_the_open(self: Audience, order: str) -> Packet | None:
+        nonlocal reads
+        reads += 1
+        if reads > 1:  # the open's own read went through; the announcement's fails
+            raise errors.Degraded("the database is restarting")
+        return await read(self, order)
+
+    monkeypatch.setattr(Audience, "fixed_packet", failing_after_the_open)
+    receipt, repeat = await svc.opening.open("A", order_id)
+    assert (receipt.amount_fen, repeat, reads) == (100, False, 2)
+    assert heard.named("finished") == [] and heard.lost_count == 1
 
 
 async def test_a_claimed_batch_of_credits_is_applied_once(backend: Backend) -> None:

@@ -44,3 +44,21 @@ async def test_ack_of_the_old_epoch_does_not_trim_the_renewed_stream(worker: Wor
     await hub.attach(again, 5, old[0].epoch)
     assert again.sent[0]["type"] == "reset"
     assert [event for _, event in again.events()] == ["new1", "new2", "new3"]
+
+
+async def test_an_event_lost_before_its_audience_was_known_resets_every_live_session(worker: Worker) -> None:
+    """The services tell the hub an event was lost whose users they could not name (``lost``):
+    at the next flush every stream starts a new epoch and each live session gets its ``reset``
+    at once, before what is logged after it."""
+    hub, dave, erin = worker.hub, Socket("dave"), Socket("erin")
+    for conn in (dave, erin):
+        await hub.attach(conn, None, None)
+    await hub.push_to_user("dave", "opened", {})
+    hub.lost()
+    await hub.flush()
+    while hub._tasks:  # the sessions' catch-up reads
+        await asyncio.gather(*hub._tasks)
+    await hub.push_to_user("dave", "credited", {})
+    assert [m["type"] for m in dave.sent] == ["event", "reset", "event"]
+    assert [m["type"] for m in erin.sent] == ["reset"]
+    assert [event for _, event in dave.events()] == ["opened", "credited"]
