@@ -77,12 +77,12 @@ class Executor:
         self.samples: list[Sample] = []
         self.counts: Counter[str] = Counter()  # "{op} ok" / "{op} failed" / "{op} skipped"
         self.done = 0
-        # what the push expectations need: order id -> [audience ("g3" or "@user"), count, sender, paid at],
-        # (order id, user) -> (the amount first answered, opened at: see ``_opened``), (order id, user) ->
-        # when its first open attempt left; times: wall clock when the request left
+        # what the push expectations need (times: wall clock when the request left): order id ->
+        # [audience ("g3" or "@user"), count, sender, paid at]; (order id, user) -> (the amount first
+        # answered, opened at: ``_opened``); (order id, user) -> when its first open attempt left
         self.packets: dict[str, list[Any]] = {}
         self.opened: dict[tuple[str, str], tuple[int, float]] = {}
-        self.tried: dict[tuple[str, str], float] = {}
+        self._tried: dict[tuple[str, str], float] = {}
         self.disagreements = 0  # repeated opens answered with another amount than the first
         self._wall = time.time() - time.monotonic()
         self._names: dict[str, asyncio.Future[str | None]] = {}
@@ -132,7 +132,7 @@ class Executor:
         payload = orjson.dumps(body) if body is not None else None
         auth = bearer(self.tokens, call)
         if call.op == "open":
-            self.tried.setdefault((values[call.needs[0]], call.user), self._wall + time.monotonic())
+            self._tried.setdefault((values[call.needs[0]], call.user), self._wall + time.monotonic())
         answer: Answer | None = None
         for attempt in range(1, self.busy_retries + 2):
             answer = await request(self.entries.for_user(call.user), path, call.method, auth, payload, call.key)
@@ -176,7 +176,7 @@ class Executor:
         told after it counts as telling the loss (bench/storm/delivery.py)."""
         held = self.opened.get(key)
         if held is None:
-            self.opened[key] = (amount, self.tried.get(key, wall) if repeat else wall)
+            self.opened[key] = (amount, self._tried.get(key, wall) if repeat else wall)
         elif held[0] != amount:
             self.disagreements += 1
         elif not repeat:

@@ -48,7 +48,7 @@ async def test_a_receipt_whose_first_answer_was_lost_dates_from_the_first_attemp
     executor, (first, retry) = await _play(None, _answer({"order_id": "P1", "amount_fen": 50, "repeat": True}))
     amount, opened_at = executor.opened[("P1", "u1")]
     assert amount == 50 and first <= opened_at < first + 0.1 < retry
-    told = (first + retry) / 2
+    told, earlier = (first + retry) / 2, first - 0.5  # a reset after the first attempt, one before it
     result = LoadResult(
         packets={"P1": ["@u1", 1, "u0", first - 1.0]},
         receipts=[("P1", "u1", amount, opened_at)],
@@ -59,8 +59,8 @@ async def test_a_receipt_whose_first_answer_was_lost_dates_from_the_first_attemp
                 "failures": 0,
                 "errors": [],
                 "duplicates": 0,
-                "resets": 1,
-                "reset_times": [("u1", told)],
+                "resets": 2,
+                "reset_times": [("u1", earlier), ("u1", told)],
                 "deliveries": [],
             }
         ],
@@ -71,7 +71,7 @@ async def test_a_receipt_whose_first_answer_was_lost_dates_from_the_first_attemp
     report = push_report(result)
     assert report is not None and (report["expected"], report["missing"], report["untold"]) == (2, 2, 0)
     [example] = [e for e in report["missing_examples"] if e[0] == "opened"]
-    assert example[:3] == ["opened", "P1", "u1"] and 0 <= example[3] < 0.1 and example[4] is None
+    assert example[:3] == ["opened", "P1", "u1"] and 0 <= example[3] < 0.1 and example[4] == -0.5
 
 
 async def test_a_first_open_answered_after_a_repeat_dates_the_receipt() -> None:
