@@ -99,6 +99,15 @@ def _target(
     return server, settings.jwt_secret, auditor(settings)
 
 
+def baseline_violations(audit: AuditReport, summary: dict[str, Any]) -> list[str]:
+    """The baseline's ``audit`` judged as hongbao's is (``report.audit_error``): what it missed of
+    the storm of ``summary`` (fewer packets than the storm paid, or nothing after its top-ups),
+    then its own violations; [] when it is clean and found what the storm did."""
+    clients = summary["clients"]
+    error = report.audit_error(audit, int(clients["packets_paid"]), int(clients["users_topped_up"]))
+    return ([error] if error else []) + list(audit.violations)
+
+
 def rung_of(
     rate: float, summary: dict[str, Any], audit: AuditReport | None, meter: CpuMeter, loadavg: float
 ) -> knee.Rung:
@@ -109,7 +118,8 @@ def rung_of(
         if summary["audit"]["error"]:
             violations.insert(0, summary["audit"]["error"])
     else:
-        clean, violations = audit.ok and summary["clients"]["disagreements"] == 0, list(audit.violations)
+        violations = baseline_violations(audit, summary)
+        clean = not violations and summary["clients"]["disagreements"] == 0
     load = summary["load"]
     timeouts = sum(codes.get("timeout", 0) for op, codes in summary["errors"].items() if op in OPS)
     cpu = per_request(meter.used_s | {"generator": load["generator_cpu_s"]}, summary["operations"])
@@ -160,6 +170,13 @@ def play(system: str, rate: float, base_scenario: Scenario, args: argparse.Names
             out.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(server.log, out / "server.log")  # the temp directory goes: its log stays
         audit = asyncio.run(audit_baseline(database.dsn, redis.url)) if system == "baseline" else None
+    if audit is not None:  # the storm's summary said NOT AUDITED: its receipts are written after the answers
+        found = baseline_violations(audit, summary)
+        console.print(
+            f"baseline audit, once its server stopped: {len(found)} violations "
+            f"({audit.counts['packets']} packets, {audit.counts['receipts']} receipts)"
+            + "".join(f"\n  {v}" for v in found[:5])
+        )
     return rung_of(rate, summary, audit, meter, loadavg)
 
 

@@ -162,6 +162,7 @@ def build(
             "fen_seen": sum(r[2] for r in result.receipts),
             "disagreements": result.disagreements,
             "packets_paid": paid,
+            "users_topped_up": result.counts["topup ok"],
         },
         "settlement": {
             "drained": settlement.drained,

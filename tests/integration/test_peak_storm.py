@@ -53,6 +53,7 @@ def test_a_two_rung_ladder_reports_knees_latency_and_cpu(tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stderr[-5000:]
     assert "knee (highest rate that holds; lowest that fails; plays that held)" in done.stderr
+    assert "baseline audit, once its server stopped: 0 violations (" in done.stderr
     result: dict[str, Any] = orjson.loads((tmp_path / "peak.json").read_bytes())
     assert list(result["systems"]) == ["hongbao", "baseline"]
     assert result["audits_clean"] is True and result["rates"] == list(RATES)

@@ -116,7 +116,7 @@ def test_an_audit_that_misses_what_the_storm_paid_is_an_error(
     summary = _summary(paid, 2, found)
     audit = summary["audit"]
     assert audit["source"] == "SQLite var/hongbao.db"
-    assert summary["clients"]["packets_paid"] == paid
+    assert summary["clients"]["packets_paid"] == paid and summary["clients"]["users_topped_up"] == 10
     if error:
         assert audit["error"].startswith(error) and "SQLite var/hongbao.db" in audit["error"]
     else:
