@@ -63,7 +63,6 @@ from hongbao.bench.storm.meter import OPS, CpuMeter, per_request
 from hongbao.bench.storm.production import serve_production
 from hongbao.bench.storm.runner import StormError, StormOptions
 from hongbao.bench.storm.scenario import Scenario, ScenarioError
-from hongbao.core.audit import AuditReport
 from hongbao.server.composition import Auditor, auditor
 from hongbao.server.config import load_settings
 from rich.console import Console
@@ -99,27 +98,18 @@ def _target(
     return server, settings.jwt_secret, auditor(settings)
 
 
-def baseline_violations(audit: AuditReport, summary: dict[str, Any]) -> list[str]:
-    """The baseline's ``audit`` judged as hongbao's is (``report.audit_error``): what it missed of
-    the storm of ``summary`` (fewer packets than the storm paid, or nothing after its top-ups),
-    then its own violations; [] when it is clean and found what the storm did."""
-    clients = summary["clients"]
-    error = report.audit_error(audit, int(clients["packets_paid"]), int(clients["users_topped_up"]))
-    return ([error] if error else []) + list(audit.violations)
+def audit_violations(summary: dict[str, Any]) -> list[str]:
+    """The audit of a storm's ``summary`` judged: its error first (``report.audit_error``: fewer
+    packets than the storm paid, or nothing after its top-ups), then its violations; [] when it
+    is clean and found what the storm did."""
+    audit = summary["audit"]
+    return ([audit["error"]] if audit["error"] else []) + list(audit["violations"])
 
 
-def rung_of(
-    rate: float, summary: dict[str, Any], audit: AuditReport | None, meter: CpuMeter, loadavg: float
-) -> knee.Rung:
-    """The rung from a storm's report ``summary``; ``audit``: the baseline's (hongbao's is in the
-    summary); ``loadavg``: the machine's when the rung began."""
-    if audit is None:
-        clean, violations = report.money_ok(summary), list(summary["audit"]["violations"])
-        if summary["audit"]["error"]:
-            violations.insert(0, summary["audit"]["error"])
-    else:
-        violations = baseline_violations(audit, summary)
-        clean = not violations and summary["clients"]["disagreements"] == 0
+def rung_of(rate: float, summary: dict[str, Any], meter: CpuMeter, loadavg: float) -> knee.Rung:
+    """The rung from a storm's report ``summary``, its ``audit`` section filled in (the baseline's
+    by ``play``); ``loadavg``: the machine's when the rung began."""
+    clean, violations = report.money_ok(summary), audit_violations(summary)
     load = summary["load"]
     timeouts = sum(codes.get("timeout", 0) for op, codes in summary["errors"].items() if op in OPS)
     cpu = per_request(meter.used_s | {"generator": load["generator_cpu_s"]}, summary["operations"])
@@ -169,15 +159,17 @@ def play(system: str, rate: float, base_scenario: Scenario, args: argparse.Names
             server.stop()
             out.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(server.log, out / "server.log")  # the temp directory goes: its log stays
-        audit = asyncio.run(audit_baseline(database.dsn, redis.url)) if system == "baseline" else None
-    if audit is not None:  # the storm's summary said NOT AUDITED: its receipts are written after the answers
-        found = baseline_violations(audit, summary)
-        console.print(
-            f"baseline audit, once its server stopped: {len(found)} violations "
-            f"({audit.counts['packets']} packets, {audit.counts['receipts']} receipts)"
-            + "".join(f"\n  {v}" for v in found[:5])
-        )
-    return rung_of(rate, summary, audit, meter, loadavg)
+        if system == "baseline":  # the storm said NOT AUDITED: the baseline writes its receipts after the answers
+            audit = asyncio.run(audit_baseline(database.dsn, redis.url))
+            clients = summary["clients"]
+            summary["audit"] = report.audit_entry(audit, clients["packets_paid"], clients["users_topped_up"])
+            found = audit_violations(summary)
+            console.print(
+                f"baseline audit, once its server stopped: {len(found)} violations "
+                f"({audit.counts['packets']} packets, {audit.counts['receipts']} receipts)"
+                + "".join(f"\n  {v}" for v in found[:5])
+            )
+    return rung_of(rate, summary, meter, loadavg)
 
 
 def peak(args: argparse.Namespace, console: Console) -> dict[str, Any]:

@@ -170,15 +170,7 @@ def build(
             "waited_s": round(settlement.waited_s, 2),
             "note": settlement.note,
         },
-        "audit": None
-        if audit is None
-        else {
-            "ok": audit.ok,
-            "violations": audit.violations,
-            "counts": dict(audit.counts),
-            "source": audit.source,
-            "error": audit_error(audit, paid, result.counts["topup ok"]),
-        },
+        "audit": None if audit is None else audit_entry(audit, paid, result.counts["topup ok"]),
         "money": None if audit is None else _money(audit),
         "push": push_report(result),
     }
@@ -212,6 +204,19 @@ def verdict(report: dict[str, Any]) -> dict[str, Any]:
     if audit is None:
         return {"status": "NOT AUDITED", "reasons": ["the storm did not know the target's database"]}
     return {"status": "PASS", "reasons": []}
+
+
+def audit_entry(audit: AuditReport, paid: int, topped_up: int) -> dict[str, Any]:
+    """The report's ``audit`` section: ``{"ok", "violations", "counts", "source", "error"}`` of
+    ``audit``, its ``error`` judged against the storm's ``paid`` packets and ``topped_up`` users
+    (``audit_error``)."""
+    return {
+        "ok": audit.ok,
+        "violations": audit.violations,
+        "counts": dict(audit.counts),
+        "source": audit.source,
+        "error": audit_error(audit, paid, topped_up),
+    }
 
 
 def audit_error(audit: AuditReport, paid: int, topped_up: int) -> str:
