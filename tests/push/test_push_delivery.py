@@ -63,7 +63,8 @@ def test_targeted_push_across_workers(two_workers: Server) -> None:
         finally:
             for ws in sockets:
                 await ws.close()
-        assert metric(server, "push_forwarded") > 0
+        # each worker publishes its counters every second (App.metrics.flush): wait for the forwarder's
+        await eventually(lambda: metric(server, "push_forwarded") > 0)
 
     asyncio.run(scenario())
 
