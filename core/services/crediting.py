@@ -3,7 +3,6 @@ time for every worker through a flag) and the credit itself, exactly once per re
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -30,7 +29,7 @@ class Crediting:
     """Credits over ``ledger`` and ``packets`` (the receipts' marks), in ``mode`` with
     ``realtime_threshold_fen`` splitting realtime_large; the mode is shared through ``flags``."""
 
-    __slots__ = ("ledger", "packets", "flags", "clock", "outbox", "mode", "realtime_threshold_fen", "_together")
+    __slots__ = ("ledger", "packets", "flags", "clock", "outbox", "mode", "realtime_threshold_fen")
 
     def __init__(
         self,
@@ -45,7 +44,6 @@ class Crediting:
     ) -> None:
         self.ledger, self.packets, self.flags, self.clock, self.outbox = ledger, packets, flags, clock, outbox
         self.mode, self.realtime_threshold_fen = mode, realtime_threshold_fen
-        self._together: tuple[list[Receipt], asyncio.Task[None]] | None = None  # this loop iteration's receipts
 
     def in_request(self, receipt: Receipt) -> bool:
         """Whether the open credits ``receipt`` itself (realtime_large, at or above the threshold)."""
@@ -78,11 +76,17 @@ class Crediting:
     async def apply(self, receipts: Sequence[Receipt]) -> None:
         """Credit each receipt not marked credited: every ledger entry in one write (ref
         ``order_id:user_id``, so an entry already there is not applied again), then every mark in
-        one. Ledger before mark: a stop between the two leaves a pending receipt whose next credit
-        finds its entry and only marks it."""
+        one (``enter``, then ``mark``). Ledger before mark: a stop between the two leaves a pending
+        receipt whose next credit finds its entry and only marks it."""
+        await self.mark(await self.enter(receipts))
+
+    async def enter(self, receipts: Sequence[Receipt]) -> list[Receipt]:
+        """The first step of ``apply``: the ledger entries of the receipts not marked credited, in
+        one write, and the ``credited`` push of each entry applied now; returns those receipts
+        (``mark`` marks them). Raises as LedgerStore.post_many."""
         due = [r for r in receipts if not r.credited]
         if not due:
-            return
+            return due
         now = self.clock.now_ms()
         applied = await self.ledger.post_many(
             [LedgerEntry(r.user_id, EntryKind.CREDIT, f"{r.order_id}:{r.user_id}", r.amount_fen, now) for r in due]
@@ -90,22 +94,13 @@ class Crediting:
         for receipt, new in zip(due, applied, strict=True):
             if new:
                 self.outbox.notify(events.credited(receipt.order_id, receipt.user_id, receipt.amount_fen))
-        await self.packets.mark_credited([(r.order_id, r.user_id) for r in due])
+        return due
 
-    async def apply_together(self, receipt: Receipt) -> None:
-        """Credit ``receipt`` with every receipt handed here in the same loop iteration, in one
-        ``apply`` (the openers of one batched open transaction resume together: their realtime
-        credits share one ledger transaction per database and one mark per receipt table). Raises
-        as ``apply``, for every receipt of the batch; a caller that goes away does not stop it."""
-        if self._together is None:  # the task's first step runs after this iteration's other callbacks
-            receipts: list[Receipt] = []
-            self._together = (receipts, asyncio.ensure_future(self._apply_gathered(receipts)))
-        self._together[0].append(receipt)
-        await asyncio.shield(self._together[1])
-
-    async def _apply_gathered(self, receipts: list[Receipt]) -> None:
-        self._together = None  # a receipt handed in from now on starts the next batch
-        await self.apply(receipts)
+    async def mark(self, receipts: Sequence[Receipt]) -> None:
+        """The second step of ``apply``: mark ``receipts`` (their ledger entries written) credited,
+        in one write. Raises as PacketStore.mark_credited."""
+        if receipts:
+            await self.packets.mark_credited([(r.order_id, r.user_id) for r in receipts])
 
     async def apply_queued(self, bodies: Sequence[bytes]) -> None:
         """Credit the receipts the credit-queue messages ``bodies`` name (each once, read together)."""

@@ -1,8 +1,9 @@
 """Opening: the admission table and the per-packet batcher (hongbao.core.batching) in front of
-the open transaction, then the batch's follow-ups in one queue write (list rows, the best-luck
-flag, queued credits), the grab filter's levels, the details' invalidation, the push of the
-opener's share and, with the last share, the packet's finish (the push goes with the open, not
-after the lists queue). A packet this worker knows finished (finished is final: no share ever
+the open transaction. Once it commits: the push of each opener's share and the realtime credits
+of the batch (one ledger write, under way while the rest follows), then the batch's follow-ups in
+one queue write (list rows, the best-luck flag, queued credits), the grab filter's levels, the
+details' invalidation and, with the last share, the packet's finish (the push goes with the
+open, not after the lists queue). A packet this worker knows finished (finished is final: no share ever
 comes back) is answered without a transaction or its row lock, from its receipts read once (then
 held in memory) or, for a packet of many shares, from the opener's receipt."""
 
@@ -61,6 +62,8 @@ class Opening:
         "batcher",
         "_finished",
         "_receipts",
+        "_credits",
+        "_crediting",
     )
 
     def __init__(
@@ -89,6 +92,8 @@ class Opening:
         self._receipts: TtlCache[str, asyncio.Future[Mapping[str, Receipt]]] = TtlCache(
             FINISHED_RECEIPTS_TTL_MS, FINISHED_RECEIPTS_MAX_ENTRIES
         )
+        self._credits: dict[tuple[str, str], asyncio.Future[None]] = {}  # (order id, user id) -> its credit entered
+        self._crediting: set[asyncio.Task[None]] = set()  # the realtime credits under way
 
     async def open(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
         """Open the packet for ``user_id``: (receipt, repeat). A repeat returns the first amount.
@@ -103,15 +108,9 @@ class Opening:
             self.grabbing.forget(order_id)
             raise _refused(result.refusal, order_id)
         self.grabbing.opened(order_id, user_id, result.receipt.amount_fen)
-        if not result.repeat:
-            self.outbox.notify(events.opened(result.receipt))
-        if not result.repeat and self.crediting.in_request(result.receipt):
-            try:
-                await self.crediting.apply_together(result.receipt)  # in hand: nothing to read again
-            except errors.Degraded as exc:  # an expected answer under overload or an outage: one line
-                log.warning("realtime credit of %s/%s deferred to the reconciler: %s", order_id, user_id, exc)
-            except Exception:  # the receipt is committed: the reconciler credits it later
-                log.exception("realtime credit of %s/%s failed; left to the reconciler", order_id, user_id)
+        entered = None if result.repeat else self._credits.get((order_id, user_id))
+        if entered is not None:  # started when the receipt committed: the answer waits for the balance
+            await asyncio.shield(entered)
         return result.receipt, result.repeat
 
     async def _after_finish(self, user_id: str, order_id: str, count: int) -> tuple[Receipt, bool]:
@@ -157,10 +156,50 @@ class Opening:
         outcomes = await self.packets.open_batches(batches, self.clock.now_ms(), self.draw)
         self.faults.point("open_committed")
         now_ms = self.clock.now_ms()
+        credits: list[Receipt] = []
         for (order_id, _), results in zip(batches, outcomes, strict=True):
             if any(r.last or r.refusal is Refusal.FINISHED for r in results):
                 self._finished.put(order_id, True, now_ms)
+            for result in results:
+                if result.receipt is not None and not result.repeat:
+                    self.outbox.notify(events.opened(result.receipt))
+                    if self.crediting.in_request(result.receipt):
+                        credits.append(result.receipt)
+        if credits:
+            self._start_credits(credits)
         return outcomes
+
+    def _start_credits(self, receipts: list[Receipt]) -> None:
+        """Credit ``receipts`` (committed just now, realtime) in one ``Crediting.apply``, in a task
+        of its own: it runs while the follow-ups do, and each opener waits until the ledger entries
+        are written (``_credits``), not for the receipts' marks. A failure is logged and leaves the
+        credits to the reconciler: the receipts are committed, and the open is answered all the same."""
+        entered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        keys = [(receipt.order_id, receipt.user_id) for receipt in receipts]
+        for key in keys:
+            self._credits[key] = entered
+        entered.add_done_callback(lambda done: self._forget_credits(keys, done))
+        task = asyncio.ensure_future(self._credit(receipts, entered))
+        self._crediting.add(task)
+        task.add_done_callback(self._crediting.discard)
+
+    def _forget_credits(self, keys: list[tuple[str, str]], done: asyncio.Future[None]) -> None:
+        for key in keys:
+            if self._credits.get(key) is done:
+                del self._credits[key]
+
+    async def _credit(self, receipts: list[Receipt], entered: asyncio.Future[None]) -> None:
+        names = ", ".join(f"{receipt.order_id}/{receipt.user_id}" for receipt in receipts)
+        try:
+            try:
+                due = await self.crediting.enter(receipts)  # in hand: nothing to read again
+            finally:
+                entered.set_result(None)  # the openers' answers: the balance holds the share, or the reconciler will
+            await self.crediting.mark(due)
+        except errors.Degraded as exc:  # an expected answer under overload or an outage: one line
+            log.warning("realtime credit of %s deferred to the reconciler: %s", names, exc)
+        except Exception:  # the receipts are committed: the reconciler credits (or marks) them later
+            log.exception("realtime credit of %s failed; left to the reconciler", names)
 
     async def follow_up(self, batches: Sequence[tuple[str, Sequence[str]]], outcomes: list[list[OpenResult]]) -> None:
         """What the openers of a committed transaction (``batches``, its ``outcomes``) wait for: in

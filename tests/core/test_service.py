@@ -648,4 +648,39 @@ async def test_the_realtime_credits_of_one_open_batch_share_one_ledger_write(bac
         assert not repeat and await svc.ports.ledger.balance(user) == receipt.amount_fen
         assert await svc.ports.ledger.amount(user, EntryKind.CREDIT, f"{order_id}:{user}") == receipt.amount_fen
     assert sum(receipt.amount_fen for receipt, _ in opened) == 16_000
-    assert all(r.credited for r in await svc.ports.packets.receipts(order_id))
+    await _marked_credited(svc, order_id)
+
+
+async def test_a_realtime_credit_answers_the_open_once_its_ledger_entry_is_written(backend: Backend) -> None:
+    """The opener of a share credited in the request is answered once the credit is in the ledger
+    (its balance holds the share), not after the receipt's mark: a mark that hangs does not hold
+    the answer, and once it goes through the receipt is marked credited."""
+    svc = backend.services
+    await _group(svc, "g", ["S", "A"])
+    order_id = await _paid(svc, "S", {"count": 1, "total_fen": 5_000, "group_id": "g"}, fund=5_000)
+    release = asyncio.Event()
+    packets = Counting(svc.crediting.packets)
+    mark_credited = svc.crediting.packets.mark_credited
+
+    async def held(receipts: list[tuple[str, str]]) -> None:
+        await release.wait()
+        await mark_credited(receipts)
+
+    packets.mark_credited = held
+    svc.crediting.packets = packets  # type: ignore[assignment]
+    receipt, repeat = await asyncio.wait_for(svc.opening.open("A", order_id), 5)
+    assert (receipt.amount_fen, repeat) == (5_000, False)
+    assert await svc.ports.ledger.balance("A") == 5_000
+    assert not (await svc.ports.packets.receipt(order_id, "A")).credited  # type: ignore[union-attr]
+    release.set()
+    await _marked_credited(svc, order_id)
+
+
+async def _marked_credited(svc: Services, order_id: str, timeout_s: float = 5.0) -> None:
+    """Wait until every receipt of ``order_id`` is marked credited (the realtime credits mark them
+    after their openers are answered); fails after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not all(r.credited for r in await svc.ports.packets.receipts(order_id)):
+        assert loop.time() < deadline, f"receipts of {order_id} not marked credited within {timeout_s} s"
+        await asyncio.sleep(0.01)
