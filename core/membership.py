@@ -24,7 +24,7 @@ from hongbao.core.breaker import BreakerOpen, tally
 from hongbao.core.clock import Clock
 from hongbao.core.ports import GroupStore
 from hongbao.core.ttl_cache import TtlCache
-from hongbao.core.view_cache import SharedViews
+from hongbao.core.view_cache import Fills, SharedViews
 
 log = logging.getLogger("hongbao.membership")
 MEMBERS_TTL_MS = 60_000  # a group's members in memory while the feed is followed
@@ -57,12 +57,25 @@ class CachedGroups:
     in front of its reads, following ``feed`` (see the module's docstring); ``counts``: the
     worker's metrics events (``membership_lost_announcements``)."""
 
-    __slots__ = ("inner", "shared", "feed", "clock", "counts", "_memory", "_creators", "_cursor", "_live", "_changes")
+    __slots__ = (
+        "inner",
+        "shared",
+        "feed",
+        "clock",
+        "counts",
+        "_fills",
+        "_memory",
+        "_creators",
+        "_cursor",
+        "_live",
+        "_changes",
+    )
 
     def __init__(
         self, inner: GroupStore, shared: SharedViews, feed: MembershipFeed, clock: Clock, counts: dict[str, int]
     ) -> None:
         self.inner, self.shared, self.feed, self.clock, self.counts = inner, shared, feed, clock, counts
+        self._fills = Fills(shared)
         self._memory: TtlCache[str, frozenset[str]] = TtlCache(MEMBERS_TTL_MS, MAX_GROUPS)
         self._creators: TtlCache[str, str] = TtlCache(MEMBERS_TTL_MS * 10, MAX_GROUPS)  # a creator never changes
         self._cursor: str | None = None
@@ -117,7 +130,8 @@ class CachedGroups:
 
     async def member_set(self, group_id: str) -> frozenset[str]:
         """The members of ``group_id`` (empty for an unknown group): memory, the shared level,
-        then the database (which fills both). Raises what the database raises (Degraded)."""
+        then the database (which fills both; the shared level's put is not waited for: ``Fills``).
+        Raises what the database raises (Degraded)."""
         now_ms = self.clock.now_ms()
         held = self._memory.get(group_id, now_ms)
         if held is not None:
@@ -133,10 +147,7 @@ class CachedGroups:
         else:
             members = frozenset(await self.inner.members(group_id))
             if token is not None:
-                try:
-                    await self.shared.put(entry, "m", token, orjson.dumps(sorted(members)), SHARED_TTL_MS)
-                except BreakerOpen:
-                    pass  # went down meanwhile: the next reader fills it
+                self._fills.put(entry, "m", token, orjson.dumps(sorted(members)), SHARED_TTL_MS)
         trusted = self._live and changes == self._changes  # no announcement came while it was read
         self._memory.put(group_id, members, now_ms, MEMBERS_TTL_MS if trusted else SHORT_TTL_MS)
         return members

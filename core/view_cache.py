@@ -19,6 +19,8 @@ so it reads its own writes). Shared level down: reads go to the database (counte
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -26,6 +28,7 @@ import orjson
 from hongbao.core.breaker import BreakerOpen, tally
 from hongbao.core.ttl_cache import TtlCache
 
+log = logging.getLogger("hongbao.service")
 View = dict[str, object]
 MEMORY_TTL_MS = 1000  # a changing view in one worker's memory
 FINAL_MEMORY_TTL_MS = 600_000  # a view that never changes, in memory
@@ -51,6 +54,31 @@ class SharedViews(Protocol):
         ...
 
 
+class Fills:
+    """Puts on the shared level ``shared`` that nobody waits for: a reader that loaded a view from
+    the database answers at once, and its put follows. The token still guards the put: one that
+    lands after a bump is never served. A put that fails leaves the entry for the next reader to
+    fill: BreakerOpen (the level went down meanwhile) quietly, anything else in one log line."""
+
+    __slots__ = ("_shared", "_running")
+
+    def __init__(self, shared: SharedViews) -> None:
+        self._shared = shared
+        self._running: set[asyncio.Task[None]] = set()  # held until done (the loop keeps weak references)
+
+    def put(self, entry: str, field: str, token: str, body: bytes, ttl_ms: int) -> None:
+        """Start ``SharedViews.put`` of ``body`` under ``entry``/``field`` with ``token`` (``ttl_ms``)."""
+        task = asyncio.ensure_future(self._shared.put(entry, field, token, body, ttl_ms))
+        self._running.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if error is not None and not isinstance(error, BreakerOpen):
+            log.warning("a shared view was not stored (the next reader stores it): %r", error)
+
+
 def details_entry(order_id: str) -> str:
     """The entry of a packet's details."""
     return f"details:{{{order_id}}}"
@@ -66,10 +94,11 @@ class ViewCache:
     events. Holds this worker's group memberships too (``members``, MEMORY_TTL_MS), which cached
     details are checked against."""
 
-    __slots__ = ("_shared", "_counts", "_memory", "members")
+    __slots__ = ("_shared", "_fills", "_counts", "_memory", "members")
 
     def __init__(self, shared: SharedViews, counts: dict[str, int]) -> None:
         self._shared, self._counts = shared, counts
+        self._fills = Fills(shared)
         # entry -> {field: (expires at ms, view)}: one drop forgets every field of an entry
         self._memory: TtlCache[str, dict[str, tuple[int, View]]] = TtlCache(FINAL_MEMORY_TTL_MS)
         self.members: TtlCache[tuple[str, str], bool] = TtlCache(MEMORY_TTL_MS)
@@ -83,7 +112,8 @@ class ViewCache:
         self, entry: str, field: str, now_ms: int, load: Callable[[], Awaitable[tuple[View, bool]]], kind: str
     ) -> View:
         """The view from the first level holding it; else ``load()`` -> (view, final), kept on
-        both levels. Raises what ``load`` raises (nothing is kept then)."""
+        both levels (the shared level's put is not waited for: ``Fills``). Raises what ``load``
+        raises (nothing is kept then)."""
         held = (self._memory.get(entry, now_ms) or {}).get(field)
         if held is not None and held[0] > now_ms:
             return held[1]
@@ -100,11 +130,8 @@ class ViewCache:
         view, final = await load()  # raises: nothing kept
         self._remember(entry, field, view, final, now_ms)
         if token is not None:
-            try:
-                body = (b"1" if final else b"0") + orjson.dumps(view)
-                await self._shared.put(entry, field, token, body, FINAL_SHARED_TTL_MS if final else SHARED_TTL_MS)
-            except BreakerOpen:
-                pass  # went down meanwhile: the next reader fills it
+            body = (b"1" if final else b"0") + orjson.dumps(view)
+            self._fills.put(entry, field, token, body, FINAL_SHARED_TTL_MS if final else SHARED_TTL_MS)
         return view
 
     async def changed(self, entries: Sequence[str]) -> None:

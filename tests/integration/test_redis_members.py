@@ -5,13 +5,14 @@ copies short-lived and clears them when the feed is back."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.clock import ManualClock
-from hongbao.core.membership import SHORT_TTL_MS, CachedGroups
+from hongbao.core.membership import SHORT_TTL_MS, CachedGroups, members_entry
 from hongbao.server.composition import Backend
 
 from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
@@ -32,6 +33,16 @@ async def _drop_in_database(backend: Backend, group_id: str, user_id: str) -> No
     assert await _groups(backend).inner.remove_member(group_id, user_id)
 
 
+async def _stored(backend: Backend, group_id: str, timeout_s: float = 5.0) -> None:
+    """Wait until the shared level holds the members of ``group_id`` (a reader that loaded them from
+    the database stores them there without waiting: core/view_cache.py, Fills); fails after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while (await _groups(backend).shared.get(members_entry(group_id), "m"))[1] is None:
+        assert loop.time() < deadline, f"the members of {group_id} were not stored within {timeout_s} s"
+        await asyncio.sleep(0.01)
+
+
 async def _follow(backend: Backend) -> None:
     for follow in backend.follow:
         await follow()
@@ -46,6 +57,7 @@ async def test_a_change_on_one_worker_reaches_the_others(open_on: Open, redis_ta
     await _follow(two)  # both follow the feed from here on
     group_id, _ = await one.services.groups.create("A", ["B", "C"])
     assert await _groups(two).is_member(group_id, "C")
+    await _stored(two, group_id)
     await _drop_in_database(one, group_id, "C")
     assert await _groups(two).is_member(group_id, "C")  # memory: the database was not asked
     assert await _groups(one).members(group_id) == ["A", "B", "C"]  # the shared level still had it too
@@ -86,10 +98,35 @@ async def test_whether_a_group_exists_is_answered_by_the_cache_levels(open_on: O
     one, _ = await open_on(redis_target.url, redis_target.cluster)
     two, _ = await open_on(redis_target.url, redis_target.cluster)
     group_id, _ = await one.services.groups.create("A", ["B"])
-    assert await _groups(one).is_member(group_id, "B")  # the shared level holds the members now
+    assert await _groups(one).is_member(group_id, "B")
+    await _stored(one, group_id)  # the shared level holds the members now
     counted = Counting(_groups(two).inner)
     _groups(two).inner = counted
     assert await two.services.groups.exists(group_id)
     assert counted.calls == {}
     assert not await two.services.groups.exists("g-nobody")
     assert counted.calls["creator"] == 1
+
+
+async def test_a_member_read_does_not_wait_for_the_shared_level_to_store_it(
+    open_on: Open, redis_target: RedisTarget
+) -> None:
+    """A worker that loads a group's members from the database answers at once: storing them on the
+    shared level follows (here held until released), and then the shared level holds them."""
+    one, _ = await open_on(redis_target.url, redis_target.cluster)
+    group_id, _ = await one.services.groups.create("A", ["B"])
+    groups = _groups(one)
+    release = asyncio.Event()
+    shared = Counting(groups.shared)
+    put = groups.shared.put
+
+    async def held(entry: str, field: str, token: str, body: bytes, ttl_ms: int) -> None:
+        await release.wait()
+        await put(entry, field, token, body, ttl_ms)
+
+    shared.put = held
+    reader = CachedGroups(groups.inner, shared, groups.feed, groups.clock, {})  # type: ignore[arg-type]
+    assert await asyncio.wait_for(reader.is_member(group_id, "B"), 5)
+    assert (await groups.shared.get(members_entry(group_id), "m"))[1] is None
+    release.set()
+    await _stored(one, group_id)
