@@ -181,7 +181,13 @@ class Opening:
         entered.add_done_callback(lambda done: self._forget_credits(keys, done))
         task = asyncio.ensure_future(self._credit(receipts, entered))
         self._crediting.add(task)
-        task.add_done_callback(self._crediting.discard)
+        task.add_done_callback(lambda done: self._credited(done, entered))
+
+    def _credited(self, task: asyncio.Task[None], entered: asyncio.Future[None]) -> None:
+        """The credit ``task`` ended: forget it, and release its openers if it never began (cancelled first)."""
+        self._crediting.discard(task)
+        if not entered.done():
+            entered.set_result(None)
 
     def _forget_credits(self, keys: list[tuple[str, str]], done: asyncio.Future[None]) -> None:
         for key in keys:
