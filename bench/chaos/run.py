@@ -108,8 +108,20 @@ def _flow(url: str, secret: str) -> bool:
         if sent.status_code != 201:
             return False
         order_id = sent.json()["order_id"]
-        steps += [s.post(f"/v1/packets/{order_id}/pay"), m.post(f"/v1/packets/{order_id}/open")]
+        steps += [_retried(s, f"/v1/packets/{order_id}/pay"), _retried(m, f"/v1/packets/{order_id}/open")]
     return all(r.status_code in (200, 201) for r in steps)
+
+
+def _retried(client: httpx.Client, path: str, tries: int = 3) -> httpx.Response:
+    """POST ``path`` (a pay or an open: idempotent), again when the connection is lost before the
+    answer, as a client does: the crash points stay armed after the faults, so a pay or an open
+    may still take its worker down with it (CRASH_POINTS). Raises the last loss after ``tries``."""
+    for _ in range(tries - 1):
+        try:
+            return client.post(path)
+        except httpx.TransportError:
+            continue
+    return client.post(path)
 
 
 def _audit(config: Path) -> tuple[int, str]:
