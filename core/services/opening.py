@@ -195,7 +195,6 @@ class Opening:
                 del self._credits[key]
 
     async def _credit(self, receipts: list[Receipt], entered: asyncio.Future[None]) -> None:
-        names = ", ".join(f"{receipt.order_id}/{receipt.user_id}" for receipt in receipts)
         try:
             try:
                 due = await self.crediting.enter(receipts)  # in hand: nothing to read again
@@ -203,9 +202,9 @@ class Opening:
                 entered.set_result(None)  # the openers' answers: the balance holds the share, or the reconciler will
             await self.crediting.mark(due)
         except errors.Degraded as exc:  # an expected answer under overload or an outage: one line
-            log.warning("realtime credit of %s deferred to the reconciler: %s", names, exc)
+            log.warning("realtime credit of %s deferred to the reconciler: %s", _names(receipts), exc)
         except Exception:  # the receipts are committed: the reconciler credits (or marks) them later
-            log.exception("realtime credit of %s failed; left to the reconciler", names)
+            log.exception("realtime credit of %s failed; left to the reconciler", _names(receipts))
 
     async def follow_up(self, batches: Sequence[tuple[str, Sequence[str]]], outcomes: list[list[OpenResult]]) -> None:
         """What the openers of a committed transaction (``batches``, its ``outcomes``) wait for: in
@@ -257,6 +256,11 @@ class Opening:
             return
         if packet is not None:
             self.outbox.notify(events.finished(packet, best.user_id, best.amount_fen))
+
+
+def _names(receipts: list[Receipt]) -> str:
+    """``order_id/user_id`` of each of ``receipts``, for a log line."""
+    return ", ".join(f"{receipt.order_id}/{receipt.user_id}" for receipt in receipts)
 
 
 def _refused(refusal: Refusal | None, order_id: str) -> errors.HongbaoError:

@@ -22,6 +22,7 @@ from hongbao.core.vocabulary import EntryKind
 from hongbao.server.composition import Backend
 
 from tests.core.counting import Counting
+from tests.server.crowd import eventually_async
 
 DAY_MS = 24 * 3600 * 1000
 _FUNDINGS = count()  # each funding its own Idempotency-Key
@@ -676,11 +677,11 @@ async def test_a_realtime_credit_answers_the_open_once_its_ledger_entry_is_writt
     await _marked_credited(svc, order_id)
 
 
-async def _marked_credited(svc: Services, order_id: str, timeout_s: float = 5.0) -> None:
+async def _marked_credited(svc: Services, order_id: str) -> None:
     """Wait until every receipt of ``order_id`` is marked credited (the realtime credits mark them
-    after their openers are answered); fails after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not all(r.credited for r in await svc.ports.packets.receipts(order_id)):
-        assert loop.time() < deadline, f"receipts of {order_id} not marked credited within {timeout_s} s"
-        await asyncio.sleep(0.01)
+    after their openers are answered); fails after 5 s."""
+
+    async def marked() -> None:
+        assert all(r.credited for r in await svc.ports.packets.receipts(order_id))
+
+    await eventually_async(marked, 5.0)

@@ -20,6 +20,7 @@ from tests.core.counting import Counting
 from tests.integration.conftest import RedisTarget
 from tests.integration.private_redis import PrivateRedis
 from tests.integration.test_redis_money import Open, open_on  # noqa: F401  (fixture)
+from tests.server.crowd import eventually_async
 
 
 def _groups(backend: Backend) -> CachedGroups:
@@ -33,14 +34,14 @@ async def _drop_in_database(backend: Backend, group_id: str, user_id: str) -> No
     assert await _groups(backend).inner.remove_member(group_id, user_id)
 
 
-async def _stored(backend: Backend, group_id: str, timeout_s: float = 5.0) -> None:
+async def _stored(backend: Backend, group_id: str) -> None:
     """Wait until the shared level holds the members of ``group_id`` (a reader that loaded them from
-    the database stores them there without waiting: core/view_cache.py, Fills); fails after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while (await _groups(backend).shared.get(members_entry(group_id), "m"))[1] is None:
-        assert loop.time() < deadline, f"the members of {group_id} were not stored within {timeout_s} s"
-        await asyncio.sleep(0.01)
+    the database stores them there without waiting: core/view_cache.py, Fills); fails after 5 s."""
+
+    async def stored() -> None:
+        assert (await _groups(backend).shared.get(members_entry(group_id), "m"))[1] is not None
+
+    await eventually_async(stored, 5.0)
 
 
 async def _follow(backend: Backend) -> None:
@@ -130,3 +131,30 @@ async def test_a_member_read_does_not_wait_for_the_shared_level_to_store_it(
     assert (await groups.shared.get(members_entry(group_id), "m"))[1] is None
     release.set()
     await _stored(one, group_id)
+
+
+async def test_a_shared_level_put_that_fails_leaves_the_read_answered_and_logged(
+    open_on: Open, redis_target: RedisTarget, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A put on the shared level that fails with an error other than BreakerOpen no longer fails the
+    read whose members are in hand: the read answers, the failure is one warning line, and the
+    shared level still lacks the members (the next reader stores them)."""
+    one, _ = await open_on(redis_target.url, redis_target.cluster)
+    group_id, _ = await one.services.groups.create("A", ["B"])
+    groups = _groups(one)
+    failed = asyncio.Event()
+    shared = Counting(groups.shared)
+
+    async def failing(entry: str, field: str, token: str, body: bytes, ttl_ms: int) -> None:
+        failed.set()
+        raise RuntimeError("reply lost")
+
+    shared.put = failing
+    reader = CachedGroups(groups.inner, shared, groups.feed, groups.clock, {})  # type: ignore[arg-type]
+    with caplog.at_level("WARNING", logger="hongbao"):
+        assert await reader.members(group_id) == ["A", "B"]
+        await asyncio.wait_for(failed.wait(), 5)
+        await asyncio.sleep(0)  # the task's done callback runs in the next turn
+    [record] = [r for r in caplog.records if "shared view was not stored" in r.getMessage()]
+    assert record.levelname == "WARNING" and "reply lost" in record.getMessage()
+    assert (await groups.shared.get(members_entry(group_id), "m"))[1] is None
