@@ -11,14 +11,16 @@ busy goes in the next transaction, so the transactions per open fall as the load
 whose batch is full refuses new openers with Busy (429) instead of queueing without bound.
 
 Once a transaction committed, its packets' slots go back: another flusher may run the packet's
-next transaction while this one runs the follow-ups (``follow_up``: the cache writes the
-openers' answers wait for) and then answers the openers. The flusher itself waits for them, so
-under load (every flusher busy) the openers that queue meanwhile share its next transaction.
+next transaction while this one starts the follow-ups (``follow_up``: the queue and cache
+writes), answers the openers and waits for the follow-ups to end. The openers do not wait for
+them; the flusher does, so under load (every flusher busy) the openers that queue meanwhile
+share its next transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 import hongbao_native
@@ -27,9 +29,11 @@ from hongbao.core.ports import OpenResult
 
 #: run([(order_id, user_ids), ...]) -> per packet, one OpenResult per user id, from one transaction.
 RunBatches = Callable[[Sequence[tuple[str, Sequence[str]]]], Awaitable[list[list[OpenResult]]]]
-#: follow_up(batches, results): what a committed transaction's openers wait for besides it.
+#: follow_up(batches, results): what follows a committed transaction, under way when it returns
+#: (what the openers' next reads must see is in place by then; the awaitable: all of it done).
 FollowUp = Callable[[Sequence[tuple[str, Sequence[str]]], list[list[OpenResult]]], Awaitable[None]]
 _Taken = list[tuple[str, list[tuple[str, asyncio.Future[OpenResult]]]]]
+log = logging.getLogger("hongbao.service")
 
 
 class _Batch:
@@ -43,8 +47,9 @@ class _Batch:
 class OpenBatcher:
     """Queue openers per packet and flush them, per database, in batched transactions.
 
-    ``run``: the transaction of several packets of one database; ``follow_up``: what its openers
-    wait for once it committed (their packets' slots are free by then; None: nothing);
+    ``run``: the transaction of several packets of one database; ``follow_up``: started once it
+    committed, before its openers are answered (their packets' slots are free by then; None:
+    nothing; see FollowUp);
     ``database``: order id -> its database; ``admission``: the shared AdmissionTable;
     ``max_in_db``: K, transactions per packet in the DB at once; ``max_batch``: openers of one
     packet in one transaction; ``max_packets``: packets in one transaction; ``flushers``:
@@ -67,7 +72,6 @@ class OpenBatcher:
         "_batches",
         "_queued",
         "_running",
-        "_answering",
     )
 
     def __init__(
@@ -90,7 +94,6 @@ class OpenBatcher:
         self._batches: dict[str, _Batch] = {}
         self._queued: dict[int, dict[str, None]] = {}  # database -> packets with openers waiting, oldest first
         self._running: dict[int, set[asyncio.Task[None]]] = {}  # database -> its flushers
-        self._answering = 0  # openers whose transaction committed, waiting for its follow-ups
 
     async def open(self, order_id: str, user_id: str) -> OpenResult:
         """Queue one opener and wait for its result. Raises Busy when the packet's queue is full."""
@@ -110,10 +113,8 @@ class OpenBatcher:
         return await future
 
     def in_flight(self) -> int:
-        """Openers of this worker not answered yet: waiting in a packet's batch, inside its
-        transaction or waiting for its follow-ups."""
-        queued = sum(len(batch.waiting) + batch.running for batch in self._batches.values())
-        return queued + self._answering
+        """Openers of this worker not answered yet: waiting in a packet's batch or inside its transaction."""
+        return sum(len(batch.waiting) + batch.running for batch in self._batches.values())
 
     def _take(self, database: int) -> tuple[_Taken, bool]:
         """The next transaction's packets and openers: each waiting packet of ``database`` with no
@@ -149,7 +150,6 @@ class OpenBatcher:
                     await asyncio.sleep(self._wait_s)
                     continue
                 batches = [(order_id, [user for user, _ in openers]) for order_id, openers in taken]
-                waiting = sum(len(openers) for _, openers in taken)
                 try:
                     try:
                         results = await self._run(batches)
@@ -157,18 +157,15 @@ class OpenBatcher:
                         for order_id, openers in taken:
                             self._admission.leave(order_id)
                             self._settle(order_id, len(openers))
-                    if self._follow_up is not None:  # the flusher waits: under load its next transaction takes more
-                        self._answering += waiting
-                        try:
-                            await self._follow_up(batches, results)
-                        finally:
-                            self._answering -= waiting
-                except BaseException as exc:  # a follow-up's error too: the receipts stand, a retried open finds them
-                    _fail(taken, exc)
+                    following = None if self._follow_up is None else self._follow_up(batches, results)
+                except BaseException as exc:  # a follow-up that failed to start too: the receipts stand,
+                    _fail(taken, exc)  # a retried open finds them
                     if not isinstance(exc, Exception):
                         raise
                     continue
                 _resolve(taken, results)
+                if following is not None:  # the flusher waits: under load its next transaction takes more
+                    await _followed(following, batches)
         finally:
             flushers = self._running[database]
             flushers.discard(me)
@@ -189,6 +186,14 @@ class OpenBatcher:
             for _, future in batch.waiting if batch is not None else ():
                 if not future.done():
                     future.set_exception(RuntimeError("open cancelled: the worker is shutting down"))
+
+
+async def _followed(following: Awaitable[None], batches: Sequence[tuple[str, Sequence[str]]]) -> None:
+    """Wait for ``following``; its failure is logged (its openers are answered: their receipts stand)."""
+    try:
+        await following
+    except Exception:
+        log.exception("the follow-ups of the opens of %s failed", ", ".join(order_id for order_id, _ in batches))
 
 
 def _resolve(taken: _Taken, results: list[list[OpenResult]]) -> None:

@@ -11,9 +11,10 @@ from the database under that token, so a view read before a write and stored aft
 served (no stale details after an open, no stale list after a drain). Final views (a finished or
 refunded packet's details never change) live long; the others briefly (TTLs below).
 
-Memory: this worker's bumps drop its own copies at once; another worker's memory copy of a
-changing view lives at most MEMORY_TTL_MS (a client's keep-alive connection stays on one worker,
-so it reads its own writes). Shared level down: reads go to the database (counted as
+Memory: this worker's bumps drop its own copies at once, and its reads of an entry wait while
+its bump is under way; another worker's memory copy of a changing view lives at most
+MEMORY_TTL_MS (a client's keep-alive connection stays on one worker, so it reads its own writes,
+even when the write's answer did not wait for the bump). Shared level down: reads go to the database (counted as
 ``redis_fallback_<kind>`` in ``counts``, the worker's metrics events) and nothing is stored there.
 """
 
@@ -94,13 +95,14 @@ class ViewCache:
     events. Holds this worker's group memberships too (``members``, MEMORY_TTL_MS), which cached
     details are checked against."""
 
-    __slots__ = ("_shared", "_fills", "_counts", "_memory", "members")
+    __slots__ = ("_shared", "_fills", "_counts", "_memory", "_bumping", "members")
 
     def __init__(self, shared: SharedViews, counts: dict[str, int]) -> None:
         self._shared, self._counts = shared, counts
         self._fills = Fills(shared)
         # entry -> {field: (expires at ms, view)}: one drop forgets every field of an entry
         self._memory: TtlCache[str, dict[str, tuple[int, View]]] = TtlCache(FINAL_MEMORY_TTL_MS)
+        self._bumping: dict[str, asyncio.Future[None]] = {}  # entry -> this worker's bump of it under way
         self.members: TtlCache[tuple[str, str], bool] = TtlCache(MEMORY_TTL_MS)
 
     def _remember(self, entry: str, field: str, view: View, final: bool, now_ms: int) -> None:
@@ -112,11 +114,15 @@ class ViewCache:
         self, entry: str, field: str, now_ms: int, load: Callable[[], Awaitable[tuple[View, bool]]], kind: str
     ) -> View:
         """The view from the first level holding it; else ``load()`` -> (view, final), kept on
-        both levels (the shared level's put is not waited for: ``Fills``). Raises what ``load``
-        raises (nothing is kept then)."""
+        both levels (the shared level's put is not waited for: ``Fills``). While this worker's bump
+        of ``entry`` is under way, the shared level is read after it. Raises what ``load`` raises
+        (nothing is kept then)."""
         held = (self._memory.get(entry, now_ms) or {}).get(field)
         if held is not None and held[0] > now_ms:
             return held[1]
+        bumping = self._bumping.get(entry)
+        if bumping is not None:
+            await asyncio.shield(bumping)
         token: str | None
         try:
             token, raw = await self._shared.get(entry, field)
@@ -134,10 +140,20 @@ class ViewCache:
             self._fills.put(entry, field, token, body, FINAL_SHARED_TTL_MS if final else SHARED_TTL_MS)
         return view
 
-    async def changed(self, entries: Sequence[str]) -> None:
-        """After a database write: drop this worker's copies and bump ``entries`` on the shared level."""
-        if not entries:
-            return
+    def changed(self, entries: Sequence[str]) -> asyncio.Future[None]:
+        """After a database write: drop this worker's copies of ``entries`` at once and start their
+        bump on the shared level; until it is done, this worker's reads of them wait for it, so a
+        read here that follows the write never gets a view from before it, whether or not the
+        writer waited. The future: the bump done (it never fails: SharedViews.bump)."""
         for entry in entries:
             self._memory.drop(entry)
-        await self._shared.bump(entries)
+        bump = asyncio.ensure_future(self._shared.bump(entries))
+        for entry in entries:
+            self._bumping[entry] = bump
+        bump.add_done_callback(lambda done: self._bumped(entries, done))
+        return bump
+
+    def _bumped(self, entries: Sequence[str], done: asyncio.Future[None]) -> None:
+        for entry in entries:
+            if self._bumping.get(entry) is done:
+                del self._bumping[entry]

@@ -177,8 +177,10 @@ class Backend:
         return states
 
     async def aclose(self) -> None:
-        """Close the push stores' own connections, then the MySQL pools, the Redis client and
-        the money file (the admission table is unlinked by its creator, the master)."""
+        """Wait for the opens' follow-ups and realtime credits under way (Opening.settle), then
+        close the push stores' own connections, the MySQL pools, the Redis client and the money
+        file (the admission table is unlinked by its creator, the master)."""
+        await self.services.opening.settle()
         if self.push is not None:
             await self.push.aclose()
         if self.shards is not None:

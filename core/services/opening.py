@@ -3,9 +3,10 @@ the open transaction. Once it commits: the push of each opener's share and the r
 of the batch (one ledger write, under way while the rest follows), then the batch's follow-ups in
 one queue write (list rows, the best-luck flag, queued credits), the grab filter's levels, the
 details' invalidation and, with the last share, the packet's finish (the push goes with the
-open, not after the lists queue). A packet this worker knows finished (finished is final: no share ever
-comes back) is answered without a transaction or its row lock, from its receipts read once (then
-held in memory) or, for a packet of many shares, from the opener's receipt."""
+open, not after the lists queue); the openers are answered once these are under way. A packet
+this worker knows finished (finished is final: no share ever comes back) is answered without a
+transaction or its row lock, from its receipts read once (then held in memory) or, for a packet
+of many shares, from the opener's receipt."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ FINISHED_MAX_ENTRIES = 50_000
 FINISHED_RECEIPTS_TTL_MS = 60_000  # how long a worker holds a finished packet's receipts (its late opens come soon)
 FINISHED_RECEIPTS_MAX_ENTRIES = 512  # packets whose receipts are held: at most 512 x 200 receipts (~15 MB)
 FINISHED_RECEIPTS_MAX_COUNT = 200  # a finished packet of more shares answers each late open from a point read
+SETTLE_TIMEOUT_S = 5.0  # how long a stop waits for the follow-ups and realtime credits under way
 
 
 class Opening:
@@ -64,6 +66,7 @@ class Opening:
         "_receipts",
         "_credits",
         "_crediting",
+        "_following",
     )
 
     def __init__(
@@ -94,6 +97,7 @@ class Opening:
         )
         self._credits: dict[tuple[str, str], asyncio.Future[None]] = {}  # (order id, user id) -> its credit entered
         self._crediting: set[asyncio.Task[None]] = set()  # the realtime credits under way
+        self._following: set[asyncio.Task[None]] = set()  # the follow-ups under way (their openers answered)
 
     async def open(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
         """Open the packet for ``user_id``: (receipt, repeat). A repeat returns the first amount.
@@ -206,11 +210,15 @@ class Opening:
         except Exception:  # the receipts are committed: the reconciler credits (or marks) them later
             log.exception("realtime credit of %s failed; left to the reconciler", _names(receipts))
 
-    async def follow_up(self, batches: Sequence[tuple[str, Sequence[str]]], outcomes: list[list[OpenResult]]) -> None:
-        """What the openers of a committed transaction (``batches``, its ``outcomes``) wait for: in
-        one tick, the follow-ups (list rows, best luck, queued credits) in one queue write and the
-        caches' updates; then the packets whose last share went leave the expiry index and are
-        announced finished."""
+    def follow_up(
+        self, batches: Sequence[tuple[str, Sequence[str]]], outcomes: list[list[OpenResult]]
+    ) -> asyncio.Future[None]:
+        """Start what follows a committed transaction (``batches``, its ``outcomes``), before its
+        openers are answered (OpenBatcher): in one tick, the follow-ups (list rows, best luck, queued
+        credits) in one queue write and the caches' updates, the details' bump among them (this
+        worker's reads of the details wait for it from now on: a details read after the answer
+        sees the receipt); then the packets whose last share went leave the expiry index and are
+        announced finished. The future: all of it done (it never fails: each step logs its own)."""
         messages: list[Outgoing] = []
         updates: list[Awaitable[None]] = []
         changed: list[str] = []
@@ -236,12 +244,27 @@ class Opening:
             best = next((result.best for result in results if result.last), None)
             if best is not None:  # nothing left to refund
                 finished.append((order_id, best))
-        if changed:
-            updates.append(self.outbox.changed(changed))
         if finished:
             updates.append(self.expiries.remove([order_id for order_id, _ in finished]))
         # one tick: the queue write (first: the Redis breaker's trial call when one is due), the caches' updates
-        await asyncio.gather(self.outbox.publish(messages), *updates)
+        started = [asyncio.ensure_future(self.outbox.publish(messages)), self.outbox.changed(changed)]
+        started += map(asyncio.ensure_future, updates)
+        following = asyncio.ensure_future(self._followed(started, finished))
+        self._following.add(following)
+        following.add_done_callback(self._following.discard)
+        return following
+
+    async def settle(self, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
+        """Wait until no follow-up nor realtime credit is under way, for ``timeout_s`` seconds at
+        most (before a stop closes the connections they use; what is cut then is the reconciler's).
+        Their failures are theirs to log."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while (self._following or self._crediting) and (left := deadline - asyncio.get_running_loop().time()) > 0:
+            await asyncio.wait({*self._following, *self._crediting}, timeout=left)
+
+    async def _followed(self, started: list[Awaitable[None]], finished: list[tuple[str, Receipt]]) -> None:
+        """Wait for the follow-ups ``started``, then announce each of ``finished`` (order id, best luck)."""
+        await asyncio.gather(*started)
         for order_id, best in finished:
             await self._announce_finished(order_id, best)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 from hongbao.core.breaker import BreakerOpen
 from hongbao.core.events import Event, Notifier, NullNotifier
@@ -84,10 +84,13 @@ class Outbox:
         log.info("queued %d follow-up message(s) held while the queue was down", len(held))
         return len(held)
 
-    async def changed(self, entries: list[str]) -> None:
-        """Tell the read caches that ``entries`` changed in the database (never raises)."""
+    def changed(self, entries: list[str]) -> Awaitable[None]:
+        """Tell the read caches that ``entries`` changed in the database: this worker's copies go
+        at once, and its reads of them wait for the shared level's bump (ViewCache.changed), which
+        the awaitable is (it never raises)."""
         if self.views is not None and entries:
-            await self.views.changed(entries)
+            return self.views.changed(entries)
+        return _nothing()
 
     async def note_greeting(self, order_id: str, greeting: str) -> None:
         """Keep a packet's greeting for its details; never raises (details fall back to the default)."""
@@ -98,3 +101,7 @@ class Outbox:
                 pass
             except Exception:
                 log.exception("could not keep the greeting of %s", order_id)
+
+
+async def _nothing() -> None:
+    """No change to tell."""

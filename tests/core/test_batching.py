@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 import hongbao_native
+import pytest
 from hongbao.core.batching import FollowUp, OpenBatcher
 from hongbao.core.packet import Receipt
 from hongbao.core.ports import OpenResult
@@ -106,16 +107,19 @@ async def test_a_failed_transaction_fails_its_openers_only() -> None:
 async def test_a_packet_next_transaction_runs_while_the_last_ones_follow_ups_do() -> None:
     """A committed transaction's slot is free during its follow-ups: a second flusher runs the
     packet's next transaction meanwhile (two flushers); with every flusher in follow-ups (one), the
-    openers queued meanwhile wait for the next transaction. Openers are answered after their follow-ups."""
+    openers queued meanwhile wait for the next transaction. Openers are answered once their
+    follow-ups started, without waiting for them to end."""
     for flushers in (2, 1):
         db = SlowDatabase()
         db.release.set()
         following = asyncio.Event()
         followed: list[list[tuple[str, list[str]]]] = []
 
-        async def follow_up(batches: Sequence[tuple[str, Sequence[str]]], _results: list[list[OpenResult]]) -> None:
+        def follow_up(
+            batches: Sequence[tuple[str, Sequence[str]]], _results: list[list[OpenResult]]
+        ) -> Awaitable[None]:
             followed.append([(order_id, list(users)) for order_id, users in batches])  # noqa: B023
-            await following.wait()  # noqa: B023
+            return asyncio.ensure_future(following.wait())  # noqa: B023
 
         opens = batcher(db, flushers=flushers, max_in_db=1, follow_up=follow_up)
         first = asyncio.ensure_future(opens.open("A", "a1"))
@@ -123,20 +127,39 @@ async def test_a_packet_next_transaction_runs_while_the_last_ones_follow_ups_do(
         later = [asyncio.ensure_future(opens.open("A", user)) for user in ("a2", "a3")]
         await settle()
         assert len(db.calls) == flushers  # each flusher ran one transaction and waits in its follow-ups
-        assert not any(task.done() for task in (first, *later)) and opens.in_flight() == 3
+        assert first.done() and followed == db.calls
+        assert all(task.done() for task in later) == (flushers == 2) and opens.in_flight() == (
+            0 if flushers == 2 else 2
+        )
         following.set()
         results = await asyncio.gather(first, *later)
         assert [users for [(_, users)] in db.calls] == [["a1"], ["a2", "a3"]] and followed == db.calls
         assert [r.receipt.user_id for r in results if r.receipt] == ["a1", "a2", "a3"] and opens.in_flight() == 0
 
 
-async def test_follow_ups_that_fail_fail_their_openers() -> None:
+async def test_a_follow_up_that_fails_to_start_fails_its_openers_and_one_that_fails_later_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A follow-up that raises when called fails its openers (their receipts stand: a retried open
+    finds them); one that fails once under way leaves them answered, in one log line."""
     db = SlowDatabase()
     db.release.set()
 
-    async def follow_up(batches: Sequence[tuple[str, Sequence[str]]], _results: list[list[OpenResult]]) -> None:
+    def broken(batches: Sequence[tuple[str, Sequence[str]]], _results: list[list[OpenResult]]) -> Awaitable[None]:
         raise RuntimeError("the cache went away")
 
-    opens = batcher(db, flushers=1, follow_up=follow_up)
+    opens = batcher(db, flushers=1, follow_up=broken)
     outcome = await asyncio.gather(opens.open("A", "a1"), return_exceptions=True)
     assert isinstance(outcome[0], RuntimeError) and opens.in_flight() == 0
+
+    async def failing() -> None:
+        raise RuntimeError("the queue went away")
+
+    def later(batches: Sequence[tuple[str, Sequence[str]]], _results: list[list[OpenResult]]) -> Awaitable[None]:
+        return asyncio.ensure_future(failing())
+
+    opens = batcher(db, flushers=1, follow_up=later)
+    result = await opens.open("B", "b1")
+    await settle()
+    assert result.receipt is not None and opens.in_flight() == 0
+    assert [r.getMessage() for r in caplog.records] == ["the follow-ups of the opens of B failed"]

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 import pytest
 import redis
 from hongbao.core import errors
+from hongbao.core.adapters.redis.views import RedisViews
 from hongbao.core.clock import ManualClock
 from hongbao.core.services import Services
 from hongbao.core.view_cache import MEMORY_TTL_MS
@@ -22,6 +24,7 @@ from tests.core.conftest import admission, clock  # noqa: F401  (fixtures)
 from tests.integration.conftest import RedisTarget
 from tests.integration.private_redis import PrivateRedis, private_redis  # noqa: F401  (fixture)
 from tests.integration.test_redis_money import Open, open_on  # noqa: F401  (fixture)
+from tests.server.crowd import eventually_async
 
 
 def _opened(view: dict[str, object]) -> dict[str, object]:
@@ -63,6 +66,40 @@ async def test_details_follow_every_write(open_on: Open, redis_target: RedisTarg
     assert await w2.reading.details("B", order_id) == final
     with pytest.raises(errors.NotMember):
         await w2.reading.details("X", order_id)
+
+
+async def test_an_open_is_answered_before_its_details_bump_and_a_read_here_waits_for_it(
+    open_on: Open, redis_target: RedisTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The open's answer does not wait for the shared level's bump of the packet's details (held
+    here until released); a details read on the opening worker meanwhile waits for the bump, then
+    shows the receipt: never the view both levels held before the open."""
+    one, _ = await open_on(redis_target.url, redis_target.cluster)
+    svc = one.services
+    await suite._group(svc, "g", ["S", "A"])
+    order_id = await suite._paid(svc, "S", {"count": 2, "total_fen": 300, "group_id": "g"}, fund=300)
+    assert _opened(await svc.reading.details("S", order_id)) == {}
+
+    async def stored() -> None:  # under the entry's current token: the reader's put is not waited for
+        held = redis_target.sync_keys().hgetall(f"details:{{{order_id}}}")
+        assert any(key.startswith(b"v:") and token == held.get(b"g", b"") for key, token in held.items())
+
+    await eventually_async(stored, 5.0)
+    release = asyncio.Event()
+    bump = RedisViews.bump
+
+    async def held(self: RedisViews, entries: Sequence[str]) -> None:
+        await release.wait()
+        await bump(self, entries)
+
+    monkeypatch.setattr(RedisViews, "bump", held)
+    receipt, repeat = await asyncio.wait_for(svc.opening.open("A", order_id), 5)
+    reading = asyncio.ensure_future(svc.reading.details("S", order_id))
+    await asyncio.sleep(0.2)
+    assert not repeat and not reading.done()
+    release.set()
+    assert _opened(await asyncio.wait_for(reading, 5)) == {"A": receipt.amount_fen}
+    await eventually_async(stored, 5.0)
 
 
 async def test_lists_after_credit_and_a_flush(open_on: Open, redis_target: RedisTarget, clock: ManualClock) -> None:
