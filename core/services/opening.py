@@ -263,8 +263,11 @@ class Opening:
             await asyncio.wait({*self._following, *self._crediting}, timeout=left)
 
     async def _followed(self, started: list[Awaitable[None]], finished: list[tuple[str, Receipt]]) -> None:
-        """Wait for the follow-ups ``started``, then announce each of ``finished`` (order id, best luck)."""
-        await asyncio.gather(*started)
+        """Wait for the follow-ups ``started`` (one that fails is logged: the caches' TTLs and the
+        reconciler mend what it left), then announce each of ``finished`` (order id, best luck)."""
+        for outcome in await asyncio.gather(*started, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                log.error("a follow-up of an open failed", exc_info=outcome)
         for order_id, best in finished:
             await self._announce_finished(order_id, best)
 

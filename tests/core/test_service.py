@@ -409,6 +409,29 @@ async def test_finished_is_announced_by_the_last_open(backend: Backend) -> None:
     assert len(heard.named("finished")) == 1
 
 
+async def test_a_follow_up_that_fails_is_logged_and_finished_is_announced_all_the_same(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last open's follow-ups run after its answer: one of them failing (the expiry index here)
+    is one error line, and the packet is announced finished all the same."""
+    svc = backend.services
+    heard = _Heard()
+    svc.outbox.notifier = heard
+    await _group(svc, "g", ["S", "A"])
+    order_id = await _paid(svc, "S", {"count": 1, "total_fen": 100, "group_id": "g"}, fund=100)
+
+    async def failing(self: object, order_ids: list[str]) -> None:
+        raise RuntimeError("the index went away")
+
+    monkeypatch.setattr(type(svc.opening.expiries), "remove", failing)
+    receipt, _ = await svc.opening.open("A", order_id)
+    await svc.opening.settle()
+    [record] = [r for r in caplog.records if r.getMessage() == "a follow-up of an open failed"]
+    assert record.levelname == "ERROR" and record.exc_info is not None and "went away" in str(record.exc_info[1])
+    packet = await svc.ports.packets.get_packet(order_id)
+    assert packet is not None and heard.named("finished") == [events.finished(packet, "A", receipt.amount_fen)]
+
+
 async def test_a_finished_event_whose_audience_cannot_be_read_is_told_lost(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
