@@ -384,6 +384,15 @@ class _Heard:
         return [e for e in self.events if e.name == name]
 
 
+async def _open_followed(svc: Services, user_id: str, order_id: str) -> tuple[Receipt, bool]:
+    """``opening.open``, then wait for its follow-ups, which the answer does not wait for: for the
+    tests that look at what the follow-ups write (the queue, the grab filter's shared level, the
+    expiry index)."""
+    opened = await svc.opening.open(user_id, order_id)
+    await svc.opening.settle()
+    return opened
+
+
 async def test_finished_is_announced_by_the_last_open(backend: Backend) -> None:
     """The open that takes the last share announces finished with best luck at once (docs/architecture.md
     section 6), not after the lists queue; draining the lists announces nothing more."""
@@ -396,13 +405,9 @@ async def test_finished_is_announced_by_the_last_open(backend: Backend) -> None:
     for user in ("A", "B"):
         await svc.opening.open(user, order_id)
     assert heard.named("finished") == []
-    await svc.opening.open("C", order_id)
+    await _open_followed(svc, "C", order_id)  # finished is announced by the follow-ups
     packet = await svc.ports.packets.get_packet(order_id)
-
-    async def announced() -> None:  # by the follow-ups, which the answer does not wait for
-        assert packet is not None and heard.named("finished") == [events.finished(packet, "B", 50)]
-
-    await eventually_async(announced)
+    assert packet is not None and heard.named("finished") == [events.finished(packet, "B", 50)]
     assert heard.named("finished")[0].group_id == "g"
     while await svc.lists.drain():
         pass
@@ -424,8 +429,7 @@ async def test_a_follow_up_that_fails_is_logged_and_finished_is_announced_all_th
         raise RuntimeError("the index went away")
 
     monkeypatch.setattr(type(svc.opening.expiries), "remove", failing)
-    receipt, _ = await svc.opening.open("A", order_id)
-    await svc.opening.settle()
+    receipt, _ = await _open_followed(svc, "A", order_id)
     [record] = [r for r in caplog.records if r.getMessage() == "a follow-up of an open failed"]
     assert record.levelname == "ERROR" and record.exc_info is not None and "went away" in str(record.exc_info[1])
     packet = await svc.ports.packets.get_packet(order_id)
@@ -454,13 +458,9 @@ async def test_a_finished_event_whose_audience_cannot_be_read_is_told_lost(
         return await read(self, order)
 
     monkeypatch.setattr(Audience, "fixed_packet", failing_after_the_open)
-    receipt, repeat = await svc.opening.open("A", order_id)
-
-    async def told_lost() -> None:  # by the follow-ups, which the answer does not wait for
-        assert (receipt.amount_fen, repeat, reads) == (100, False, 2)
-        assert heard.named("finished") == [] and heard.lost_count == 1
-
-    await eventually_async(told_lost)
+    receipt, repeat = await _open_followed(svc, "A", order_id)  # finished is announced by the follow-ups
+    assert (receipt.amount_fen, repeat, reads) == (100, False, 2)
+    assert heard.named("finished") == [] and heard.lost_count == 1
 
 
 async def test_a_claimed_batch_of_credits_is_applied_once(backend: Backend) -> None:

@@ -44,9 +44,9 @@ async def test_a_refused_grab_leaves_no_cycle(make_backend: Callable[..., Backen
     one, two = make_backend(), make_backend()
     await suite._group(one.services, "g", ["S", "A", "B", "C"])
     order_id = await suite._paid(one.services, "S", {"count": 2, "total_fen": 100, "group_id": "g"})
-    await one.services.opening.open("A", order_id)
+    await suite._open_followed(one.services, "A", order_id)
     assert await two.services.grabbing.grab("B", order_id) is GRAB_OK  # worker two holds the packet and group
-    await one.services.opening.open("B", order_id)
+    await suite._open_followed(one.services, "B", order_id)
     assert two.services.grabbing.cached("C", order_id) is None  # someone opened: worker two asks Redis
     limiter = hongbao_native.RateLimiter.create(f"garbage-{os.getpid()}-{secrets.token_hex(4)}", 1000.0, 1000)
     settings = Settings(data_dir=tmp_path)

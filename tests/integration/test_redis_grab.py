@@ -60,12 +60,12 @@ async def test_grab_state_follows_the_packet(make_backend: Make, redis_target: R
     assert await two.services.grabbing.grab("A", order_id) is GRAB_OK
     for port in redis_target.ports:  # a restarted Redis has no scripts: NOSCRIPT, loaded, sent again
         redis_target.sync_client(port).script_flush()
-    a, _ = await one.services.opening.open("A", order_id)
+    a, _ = await suite._open_followed(one.services, "A", order_id)
     assert _state(redis_target, order_id)["n"] == "1" and _state(redis_target, order_id)["u:A"] == str(a.amount_fen)
     clock.advance_ms(GRAB_CACHE_TTL_MS)  # worker two's memory of the untouched packet lapses
     assert await two.services.grabbing.grab("A", order_id) == {"status": "opened", "amount_fen": a.amount_fen}
     assert await two.services.grabbing.grab("B", order_id) is GRAB_OK
-    b, _ = await one.services.opening.open("B", order_id)
+    b, _ = await suite._open_followed(one.services, "B", order_id)
     state = _state(redis_target, order_id)
     assert (state["n"], state["s"], state["u:B"]) == ("0", "finished", str(b.amount_fen))
     with pytest.raises(errors.Finished):
@@ -83,7 +83,7 @@ async def test_grab_state_rebuilt_from_the_db(
     one, two = make_backend(), make_backend()
     await suite._group(one.services, "g", ["S", "A", "B", "C", "D"])
     order_id = await suite._paid(one.services, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
-    a, _ = await one.services.opening.open("A", order_id)
+    a, _ = await suite._open_followed(one.services, "A", order_id)
     redis_target.flush()
     assert await two.services.grabbing.grab("A", order_id) == {
         "status": "opened",
@@ -103,12 +103,12 @@ async def test_grab_state_rebuilt_from_the_db(
         "a": _state(redis_target, order_id)["a"],
         "b": _state(redis_target, order_id)["b"],
     }
-    b, _ = await one.services.opening.open("B", order_id)
+    b, _ = await suite._open_followed(one.services, "B", order_id)
     assert _state(redis_target, order_id)["n"] == "2" and _state(redis_target, order_id)["u:B"] == str(b.amount_fen)
     clock.advance_ms(GRAB_CACHE_TTL_MS)
     assert await two.services.grabbing.grab("B", order_id) == {"status": "opened", "amount_fen": b.amount_fen}
     assert await two.services.grabbing.grab("C", order_id) is GRAB_OK
-    await one.services.opening.open("C", order_id)
+    await suite._open_followed(one.services, "C", order_id)
     assert (_state(redis_target, order_id)["n"], _state(redis_target, order_id)["s"]) == ("0", "finished")
     with pytest.raises(errors.Finished):
         await two.services.grabbing.grab("D", order_id)
@@ -149,7 +149,7 @@ async def test_grab_soon_answers_as_grab_or_says_later(make_backend: Make, redis
     one, two, three = make_backend(), make_backend(), make_backend()
     await suite._group(one.services, "g", ["S", "A", "B", "C"])
     order_id = await suite._paid(one.services, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
-    a, _ = await one.services.opening.open("A", order_id)
+    a, _ = await suite._open_followed(one.services, "A", order_id)
     assert (
         await two.services.grabbing.grab("B", order_id) is GRAB_OK
     )  # worker two now holds the group's members and the packet's state
@@ -185,7 +185,7 @@ async def test_a_group_grab_reads_redis_once_where_the_group_is_held(
     one, two = make_backend(), make_backend()
     await suite._group(one.services, "g", ["S", "A", "B", "C"])
     order_id = await suite._paid(one.services, "S", {"count": 3, "total_fen": 300, "group_id": "g"})
-    a, _ = await one.services.opening.open("A", order_id)
+    a, _ = await suite._open_followed(one.services, "A", order_id)
     assert await two.services.ports.groups.is_member("g", "S")  # worker two now holds the group
     for port in redis_target.ports:
         redis_target.sync_client(port).config_resetstat()

@@ -59,7 +59,7 @@ async def test_refunds_come_from_the_expiry_index_and_a_scan_finds_what_it_lost(
     kept = await suite._paid(svc, "A", {"count": 2, "total_fen": 100, "group_id": "g"}, fund=100)
     lost = await suite._paid(svc, "A", {"count": 2, "total_fen": 60, "group_id": "g"}, fund=60)
     finished = await suite._paid(svc, "A", {"count": 1, "total_fen": 10, "group_id": "g"}, fund=10)
-    await svc.opening.open("B", finished)
+    await suite._open_followed(svc, "B", finished)
     keys = service_redis.sync_keys()
     assert sorted(m.decode() for m in keys.zrange(EXPIRIES_KEY, 0, -1)) == sorted([kept, lost])
     keys.zrem(EXPIRIES_KEY, lost)

@@ -54,9 +54,10 @@ async def test_queue_down_at_open(
     users = [f"u{i:02}" for i in range(OPENS + 4)]
     svc, order_id, counts, port = await _paid_with_queue_down(open_on, tmp_path, loop_cleanups, users)
 
-    amounts = {u: (await svc.opening.open(u, order_id))[0].amount_fen for u in users[:2]}  # these find Redis gone
+    # the first two find Redis gone
+    amounts = {u: (await suite._open_followed(svc, u, order_id))[0].amount_fen for u in users[:2]}
     started = time.perf_counter()
-    amounts |= {u: (await svc.opening.open(u, order_id))[0].amount_fen for u in users[2 : OPENS + 2]}
+    amounts |= {u: (await suite._open_followed(svc, u, order_id))[0].amount_fen for u in users[2 : OPENS + 2]}
     assert time.perf_counter() - started < 0.5  # no connect retries per open: ~1 s each without the breaker
     assert counts["redis_breaker_opens"] == 1 and counts["redis_fallback_queue"] >= OPENS
     assert {r.user_id: r.amount_fen for r in await svc.ports.packets.receipts(order_id)} == amounts
@@ -69,7 +70,7 @@ async def test_queue_down_at_open(
     process = redis_servers.start_on(tmp_path, port)
     loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
     await asyncio.sleep(1.1)  # the breaker's cooldown: the next call is the trial
-    late = {u: (await svc.opening.open(u, order_id))[0].amount_fen for u in users[OPENS + 2 :]}
+    late = {u: (await suite._open_followed(svc, u, order_id))[0].amount_fen for u in users[OPENS + 2 :]}
     assert await svc.ports.queue.depth(CREDIT_STREAM) == 2
     assert await svc.settlement.drain_credits() == 2
     assert {u: await svc.ports.ledger.balance(u) for u in late} == late
@@ -86,7 +87,7 @@ async def test_held_credits_follow_once_the_queue_is_back(
     drain credits every receipt once, with no reconciler pass."""
     users = [f"u{i:02}" for i in range(OPENS)]
     svc, order_id, _, port = await _paid_with_queue_down(open_on, tmp_path, loop_cleanups, users)
-    amounts = {u: (await svc.opening.open(u, order_id))[0].amount_fen for u in users}
+    amounts = {u: (await suite._open_followed(svc, u, order_id))[0].amount_fen for u in users}
     assert await svc.outbox.redrive() == 0
     process = redis_servers.start_on(tmp_path, port)
     loop_cleanups.append(lambda: asyncio.to_thread(redis_servers.stop, process))
