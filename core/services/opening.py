@@ -65,8 +65,7 @@ class Opening:
         "_finished",
         "_receipts",
         "_credits",
-        "_crediting",
-        "_following",
+        "_under_way",
     )
 
     def __init__(
@@ -96,8 +95,8 @@ class Opening:
             FINISHED_RECEIPTS_TTL_MS, FINISHED_RECEIPTS_MAX_ENTRIES
         )
         self._credits: dict[tuple[str, str], asyncio.Future[None]] = {}  # (order id, user id) -> its credit entered
-        self._crediting: set[asyncio.Task[None]] = set()  # the realtime credits under way
-        self._following: set[asyncio.Task[None]] = set()  # the follow-ups under way (their openers answered)
+        # the realtime credits and follow-ups under way, held until done (the loop keeps weak references)
+        self._under_way: set[asyncio.Task[None]] = set()
 
     async def open(self, user_id: str, order_id: str) -> tuple[Receipt, bool]:
         """Open the packet for ``user_id``: (receipt, repeat). A repeat returns the first amount.
@@ -184,12 +183,12 @@ class Opening:
             self._credits[key] = entered
         entered.add_done_callback(lambda done: self._forget_credits(keys, done))
         task = asyncio.ensure_future(self._credit(receipts, entered))
-        self._crediting.add(task)
+        self._under_way.add(task)
         task.add_done_callback(lambda done: self._credited(done, entered))
 
     def _credited(self, task: asyncio.Task[None], entered: asyncio.Future[None]) -> None:
         """The credit ``task`` ended: forget it, and release its openers if it never began (cancelled first)."""
-        self._crediting.discard(task)
+        self._under_way.discard(task)
         if not entered.done():
             entered.set_result(None)
 
@@ -249,9 +248,9 @@ class Opening:
         # one tick: the queue write (first: the Redis breaker's trial call when one is due), the caches' updates
         started = [asyncio.ensure_future(self.outbox.publish(messages)), self.outbox.changed(changed)]
         started += map(asyncio.ensure_future, updates)
-        following = asyncio.ensure_future(self._followed(started, finished))
-        self._following.add(following)
-        following.add_done_callback(self._following.discard)
+        following = asyncio.ensure_future(self._followed(started, finished, batches))
+        self._under_way.add(following)
+        following.add_done_callback(self._under_way.discard)
         return following
 
     async def settle(self, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
@@ -259,15 +258,22 @@ class Opening:
         most (before a stop closes the connections they use; what is cut then is the reconciler's).
         Their failures are theirs to log."""
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while (self._following or self._crediting) and (left := deadline - asyncio.get_running_loop().time()) > 0:
-            await asyncio.wait({*self._following, *self._crediting}, timeout=left)
+        while self._under_way and (left := deadline - asyncio.get_running_loop().time()) > 0:
+            await asyncio.wait(set(self._under_way), timeout=left)
 
-    async def _followed(self, started: list[Awaitable[None]], finished: list[tuple[str, Receipt]]) -> None:
-        """Wait for the follow-ups ``started`` (one that fails is logged: the caches' TTLs and the
-        reconciler mend what it left), then announce each of ``finished`` (order id, best luck)."""
+    async def _followed(
+        self,
+        started: list[Awaitable[None]],
+        finished: list[tuple[str, Receipt]],
+        batches: Sequence[tuple[str, Sequence[str]]],
+    ) -> None:
+        """Wait for the follow-ups ``started`` of ``batches`` (one that fails is logged: the caches'
+        TTLs and the reconciler mend what it left), then announce each of ``finished`` (order id,
+        best luck)."""
         for outcome in await asyncio.gather(*started, return_exceptions=True):
             if isinstance(outcome, Exception):
-                log.error("a follow-up of an open failed", exc_info=outcome)
+                order_ids = ", ".join(order_id for order_id, _ in batches)
+                log.error("a follow-up of the opens of %s failed", order_ids, exc_info=outcome)
         for order_id, best in finished:
             await self._announce_finished(order_id, best)
 

@@ -430,7 +430,7 @@ async def test_a_follow_up_that_fails_is_logged_and_finished_is_announced_all_th
 
     monkeypatch.setattr(type(svc.opening.expiries), "remove", failing)
     receipt, _ = await _open_followed(svc, "A", order_id)
-    [record] = [r for r in caplog.records if r.getMessage() == "a follow-up of an open failed"]
+    [record] = [r for r in caplog.records if r.getMessage() == f"a follow-up of the opens of {order_id} failed"]
     assert record.levelname == "ERROR" and record.exc_info is not None and "went away" in str(record.exc_info[1])
     packet = await svc.ports.packets.get_packet(order_id)
     assert packet is not None and heard.named("finished") == [events.finished(packet, "A", receipt.amount_fen)]
