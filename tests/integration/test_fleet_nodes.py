@@ -91,16 +91,18 @@ def test_a_hot_packet_is_opened_on_its_owner_only(two_nodes: list[Server], maria
 
 
 def test_a_node_killed_mid_storm_hands_its_packets_to_the_survivor(two_nodes: list[Server], mariadb: MariaDb) -> None:
-    """Six 20-share packets (some owned by each node), 60 members opening each through both
+    """At least six 20-share packets (some owned by each node), 60 members opening each through both
     nodes; node B is killed (SIGKILL, master and workers) while they open, and whoever B did not
     answer asks A. Every packet ends with exactly 20 receipts, every 200 a user got is the amount
     the packet kept for them, and once credited the audit over the shards is clean."""
     a, b = two_nodes
     members = [f"m{i:02}" for i in range(60)]
     gid = group(a, "S", members)
+    shares_per_packet, total_fen = 20, 2_000
     packets: list[str] = []
     while len(packets) < 6 or {owner_of(p, two_nodes).url for p in packets} != {a.url, b.url}:
-        packets.append(paid_packet(a, "S", {"count": 20, "total_fen": 2_000, "group_id": gid}, fund_fen=2_000))
+        body = {"count": shares_per_packet, "total_fen": total_fen, "group_id": gid}
+        packets.append(paid_packet(a, "S", body, fund_fen=total_fen))
     packets.sort(key=lambda order_id: owner_of(order_id, two_nodes) is b)  # A opens a packet of B's after the kill
     first: dict[tuple[str, str], int] = {}  # (order id, user) -> amount of a 200
 
@@ -153,10 +155,10 @@ def test_a_node_killed_mid_storm_hands_its_packets_to_the_survivor(two_nodes: li
     assert all(amounts[key] == amount for key, amount in first.items())  # a 200 is never taken back or changed
     for order_id in packets:
         shares = [amount for (packet, _), amount in amounts.items() if packet == order_id]
-        assert len(shares) == 20 and sum(shares) == 2_000, order_id
+        assert len(shares) == shares_per_packet and sum(shares) == total_fen, order_id
 
     def clean() -> None:
         report = asyncio.run(audit_mysql(mariadb.dsn, SERVE_LAYOUT))
-        assert report.ok and report.counts["receipts"] == 20 * len(packets), report.lines()
+        assert report.ok and report.counts["receipts"] == shares_per_packet * len(packets), report.lines()
 
     eventually(clean, timeout_s=30)
