@@ -115,6 +115,14 @@ def _head_only(wire: bytes, response: Response) -> bytes:
     return wire[: len(wire) - len(response.body)]
 
 
+def _closing(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``headers`` (lower-case names) with ``close`` among the Connection options: one Connection
+    field, its options a comma-separated list (RFC 9110 section 7.6.1), ``close`` added to the
+    options already there (a 426's ``upgrade``) or the field added with ``close`` alone."""
+    out = [(name, f"{value}, close") if name == "connection" else (name, value) for name, value in headers]
+    return out if any(name == "connection" for name, _ in headers) else [*out, ("connection", "close")]
+
+
 class Connections:
     """This worker's open HTTP connections (``open``) and WebSocket connections (``ws``), together
     against the configured ``limit``."""
@@ -261,9 +269,7 @@ class HttpProtocol(asyncio.Protocol):
             self._finish(response)
             return
         self.flush()
-        transport.write(
-            hongbao_native.encode_response(response.status, [*response.headers, ("connection", "close")], response.body)
-        )
+        transport.write(hongbao_native.encode_response(response.status, _closing(response.headers), response.body))
         transport.write_eof()
         self._cancel_timer("lingering")
         self.deadline = self.loop.time() + LINGER_S
@@ -308,8 +314,7 @@ class HttpProtocol(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         self.flush()
-        headers = [*response.headers, ("connection", "close")]
-        wire = hongbao_native.encode_response(response.status, headers, response.body)
+        wire = hongbao_native.encode_response(response.status, _closing(response.headers), response.body)
         transport.write(_head_only(wire, response) if request is not None and request.method == "HEAD" else wire)
         transport.close()
 

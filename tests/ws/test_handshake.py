@@ -59,7 +59,9 @@ def test_101_echoes_only_bearer_and_no_log_holds_the_token(strict_server: Server
 
 
 def test_refusals_are_bare_answers_without_upgrade(ws_server: Server) -> None:
-    """Each malformed or unauthorised handshake gets its status and error code, Connection: close, and no upgrade."""
+    """Each malformed or unauthorised handshake gets its status and error code, Connection: close, and
+    no upgrade; every header field once (a 426's Connection lists ``upgrade, close`` in one field,
+    RFC 9110 section 7.6.1)."""
     token = ws_server.token("refused")
     cases: list[tuple[bytes, int, str]] = [
         (upgrade_request(ws_server, target="/v1/other", token=token), 404, "not_found"),
@@ -82,8 +84,10 @@ def test_refusals_are_bare_answers_without_upgrade(ws_server: Server) -> None:
         answer = handshake(ws_server, request)
         assert (answer.status, orjson.loads(answer.body)["error"]["code"]) == (status, code), request
         assert "sec-websocket-accept" not in answer.headers and "close" in answer.headers["connection"]
+        assert len(answer.names) == len(set(answer.names)), (request, answer.names)
         if status == 426:
             assert answer.headers["sec-websocket-version"] == "13" and answer.headers["upgrade"] == "websocket"
+            assert answer.headers["connection"] == "upgrade, close"
         if status == 405:
             assert answer.headers["allow"] == "GET"
 

@@ -21,13 +21,15 @@ PONG_MESSAGE = b'{"type":"pong"}'
 
 @dataclass
 class Answer:
-    """A handshake's HTTP answer: ``status``, ``headers`` (lower-case names), ``body``; ``rest``
-    is what followed the head on the socket (WebSocket frames after a 101)."""
+    """A handshake's HTTP answer: ``status``, ``headers`` (lower-case names; a repeated field's
+    values joined with ", "), ``body``; ``rest`` is what followed the head on the socket (WebSocket
+    frames after a 101); ``names``: the header field names as sent, in order, repeats kept."""
 
     status: int
     headers: dict[str, str]
     body: bytes
     rest: bytes
+    names: list[str]
 
 
 def address(server: Server) -> tuple[str, int]:
@@ -76,9 +78,11 @@ def read_answer(sock: socket.socket) -> Answer:
     head, _, rest = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     headers: dict[str, str] = {}
+    names = []
     for line in lines[1:]:
         name, _, value = line.partition(":")
         key = name.strip().lower()
+        names.append(key)
         headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
     length = int(headers.get("content-length", "0"))
     while len(rest) < length:
@@ -86,7 +90,7 @@ def read_answer(sock: socket.socket) -> Answer:
         if not chunk:
             break
         rest += chunk
-    return Answer(int(lines[0].split()[1]), headers, rest[:length], rest[length:])
+    return Answer(int(lines[0].split()[1]), headers, rest[:length], rest[length:], names)
 
 
 def handshake(server: Server, request: bytes, timeout: float = 10) -> Answer:
