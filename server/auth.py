@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -24,6 +25,14 @@ KEY_FILE = "jwt.key"
 CACHE_SIZE = 65536
 #: A 401's text for a token PyJWT cannot parse (its DecodeError text quotes the decoder: codec, padding).
 NOT_A_JWT = "not a JWT (RFC 7519: three base64url parts, JSON header and claims)"
+#: PyJWT's error text for a time claim that is not a number (a DecodeError; InvalidIssuedAtError for
+#: iat), e.g. "Expiration Time claim (exp) must be an integer.": the claim's name, group 1.
+_TIME_CLAIM = re.compile(r"claim \((exp|nbf|iat)\) must be")
+
+
+def numeric_date(claim: str) -> str:
+    """The 401 text for a time ``claim`` ("exp", "nbf", "iat") that is not a number."""
+    return f"invalid token: {claim} must be a NumericDate (RFC 7519 section 2)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +101,8 @@ class TokenVerifier:
         return identity
 
     def verify(self, token: str) -> Identity:
-        """The token's identity; raises Unauthorized (not a JWT, bad signature, expired, no exp, bad sub)."""
+        """The token's identity; raises Unauthorized (not a JWT, bad signature, expired, no exp, a
+        time claim that is not a NumericDate, bad sub)."""
         cached = self._cache.get(token)
         if cached is not None:
             if cached.exp + self._leeway_s > time.time():
@@ -107,9 +117,12 @@ class TokenVerifier:
                 options={"require": ["exp", "sub"]},
             )
         except jwt.PyJWTError as exc:
+            time_claim = _TIME_CLAIM.search(str(exc))
+            if time_claim:
+                raise Unauthorized(numeric_date(time_claim[1])) from None
             raise Unauthorized(f"invalid token: {NOT_A_JWT if type(exc) is jwt.DecodeError else exc}") from None
         if type(claims["exp"]) not in (int, float):
-            raise Unauthorized("invalid token: exp must be a NumericDate (RFC 7519 section 2)")
+            raise Unauthorized(numeric_date("exp"))
         user_id = claims.get("sub")
         if not valid_user_id(user_id):
             raise Unauthorized("invalid token: sub must be 1..64 of [A-Za-z0-9_-]")

@@ -8,7 +8,7 @@ import time
 import jwt
 import pytest
 from hongbao.core.errors import Unauthorized
-from hongbao.server.auth import TokenVerifier
+from hongbao.server.auth import TokenVerifier, numeric_date
 
 KEY = "k" * 64
 NOT_JWT = "invalid token: not a JWT (RFC 7519: three base64url parts, JSON header and claims)"
@@ -27,11 +27,31 @@ NOT_JWT = "invalid token: not a JWT (RFC 7519: three base64url parts, JSON heade
             "invalid token: Signature verification failed",
         ),
         (jwt.encode({"sub": "bob", "exp": time.time() - 60}, KEY, "HS256"), "invalid token: Signature has expired"),
+        (jwt.encode({"sub": "bob", "exp": "never"}, KEY, "HS256"), numeric_date("exp")),
+        (
+            jwt.encode({"sub": "bob", "exp": "4102444800"}, KEY, "HS256"),
+            numeric_date("exp"),
+        ),  # a string, however numeric
+        (jwt.encode({"sub": "bob", "exp": time.time() + 60, "nbf": "now"}, KEY, "HS256"), numeric_date("nbf")),
+        (jwt.encode({"sub": "bob", "exp": time.time() + 60, "iat": [1]}, KEY, "HS256"), numeric_date("iat")),
     ],
-    ids=["not-utf8", "not-base64-json", "two-parts", "no-alg", "empty", "wrong-key", "expired"],
+    ids=[
+        "not-utf8",
+        "not-base64-json",
+        "two-parts",
+        "no-alg",
+        "empty",
+        "wrong-key",
+        "expired",
+        "exp-word",
+        "exp-text",
+        "nbf",
+        "iat",
+    ],
 )
 def test_a_bad_token_is_refused_with_a_plain_message(token: str, message: str) -> None:
-    """401 with the message given: no codec, padding or JSON decoder text."""
+    """401 with the message given: no codec, padding or JSON decoder text; a time claim that is not
+    a number is named as such, not as a token that is no JWT."""
     with pytest.raises(Unauthorized) as refused:
         TokenVerifier(KEY, ["HS256"]).verify(token)
     assert (refused.value.status, refused.value.code) == (401, "unauthorized")
