@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -37,8 +38,9 @@ class Context:
         return self.identity.user_id
 
     def json(self) -> dict[str, Any]:
-        """The body as a JSON object; InvalidRequest for malformed JSON, deep nesting or anything
-        but an object (an empty body and ``null`` included: every JSON route requires its body)."""
+        """The body as a JSON object; InvalidRequest for malformed JSON, deep nesting, a name twice
+        in one object (``unique_names``) or anything but an object (an empty body and ``null``
+        included: every JSON route requires its body)."""
         if not self.body:
             raise InvalidRequest("the body must be a JSON object")
         try:
@@ -49,6 +51,7 @@ class Context:
             raise InvalidRequest(f"malformed JSON body: {exc}") from None
         if not isinstance(value, dict):
             raise InvalidRequest("the body must be a JSON object")
+        unique_names(self.body)
         return value
 
     def header(self, name: str) -> str | None:
@@ -65,3 +68,25 @@ class Context:
         if not (text.isascii() and text.isdigit()) or len(text) > 18 or not low <= int(text) <= high:
             raise InvalidRequest(f"{name} must be an integer in {low}..{high}")
         return int(text)
+
+
+def _pairs_once(pairs: list[tuple[str, Any]]) -> None:
+    """``object_pairs_hook`` of ``unique_names``: InvalidRequest at the first name seen twice."""
+    seen = set()
+    for name, _ in pairs:
+        if name in seen:
+            raise InvalidRequest(f"the name {name!r} appears twice in one JSON object (RFC 7493 section 2.3)")
+        seen.add(name)
+
+
+def unique_names(body: bytes) -> None:
+    """Raise InvalidRequest when an object of ``body`` (JSON text orjson already parsed) has a member
+    name twice, at any depth: orjson, as RFC 8259 section 4 allows, keeps the last value, so
+    ``{"amount_fen": 1, "amount_fen": 100}`` would mean whatever the last parser to read it says;
+    I-JSON (RFC 7493 section 2.3) forbids such names. The check is the standard library's parser
+    with an ``object_pairs_hook`` (orjson has none): about 4 us for a send's body, on the routes
+    that take a body only; a nesting past Python's recursion limit is InvalidRequest too."""
+    try:
+        json.loads(body, object_pairs_hook=_pairs_once)
+    except RecursionError:
+        raise InvalidRequest("the JSON body nests too deep") from None

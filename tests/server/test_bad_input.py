@@ -284,6 +284,23 @@ ROWS = [
         user="admin",
         raw_body=b"{amount_fen: 5}",
     ),
+    Row(  # whichever value a reader takes, the request means two things: refused (RFC 7493 section 2.3)
+        "json-topup-duplicate-name",
+        "POST",
+        "/v1/admin/accounts/bob/topup",
+        400,
+        "invalid_request",
+        user="admin",
+        raw_body=b'{"amount_fen": 1, "amount_fen": 100000}',
+    ),
+    Row(
+        "json-group-duplicate-name",
+        "POST",
+        "/v1/groups",
+        400,
+        "invalid_request",
+        raw_body=b'{"members": ["bob"], "x": {"a": 1, "a": 2}}',
+    ),
     # admin routes: admins only, and their inputs are checked too
     Row("topup-not-admin", "POST", "/v1/admin/accounts/alice/topup", 403, "forbidden", body={"amount_fen": 100}),
     Row("crediting-mode-not-admin", "POST", "/v1/admin/crediting-mode", 403, "forbidden", body={"mode": "queued"}),
