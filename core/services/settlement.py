@@ -118,19 +118,27 @@ class Settlement:
         - the user lists, written from a queue (ListKeeper.repair).
 
         Pays whose pre-orders cannot be read (Degraded: the cache that holds them is silent) wait
-        for a later run; the other movements go on."""
+        for a later run; the other movements go on. A run that completed any logs one INFO line
+        with the pays, credits and refunds it completed (the list rows are ListKeeper's to tell)."""
         try:
-            done = await self.reconcile_pays(window_ms, limit)
+            pays = await self.reconcile_pays(window_ms, limit)
         except errors.Degraded as exc:
             log.warning("reconciler: pays left for a later run: %s", exc)
-            done = 0
+            pays = 0
         receipts = await self.ports.packets.uncredited(self.ports.clock.now_ms() - window_ms, limit)
         await self.crediting.apply(receipts)
-        done += len(receipts)
-        for packet in await self.ports.packets.unpaid_refunds(limit):
+        refunds = await self.ports.packets.unpaid_refunds(limit)
+        for packet in refunds:
             await self.pay_refund(packet)
-            done += 1
         await self.lists.repair(window_ms, 4 * limit)
+        done = pays + len(receipts) + len(refunds)
+        if done:
+            log.info(
+                "reconciler completed %d pays, %d credits and %d refunds cut between their steps",
+                pays,
+                len(receipts),
+                len(refunds),
+            )
         return done
 
     async def reconcile_pays(self, window_ms: int, limit: int = 500) -> int:

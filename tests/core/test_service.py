@@ -4,6 +4,7 @@ through the service layer with a manual clock: the money cases that need no HTTP
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterator
 from itertools import count
 
@@ -276,8 +277,10 @@ async def test_concurrent_repeats_of_a_pay_all_answer_the_packet(make_backend: C
     assert await a.services.ports.ledger.balance("A") == 100 * 300 - 30 * 300
 
 
-async def test_credit_is_idempotent_in_every_mode(backend: Backend, clock: ManualClock) -> None:
-    """Repeated credits credit once; deferred crediting is completed by the reconciler."""
+async def test_credit_is_idempotent_in_every_mode(
+    backend: Backend, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Repeated credits credit once; deferred crediting is completed by the reconciler, which says so."""
     svc = backend.services
     svc.crediting.mode = CreditingMode.DEFERRED
     await _group(svc, "g", ["A", "B"])
@@ -286,7 +289,11 @@ async def test_credit_is_idempotent_in_every_mode(backend: Backend, clock: Manua
     assert await svc.ports.ledger.balance("B") == 0
     assert await svc.settlement.reconcile(window_ms=60_000) == 0
     clock.advance_ms(60_001)
-    assert await svc.settlement.reconcile(window_ms=60_000) == 1
+    with caplog.at_level(logging.INFO, "hongbao.service"):
+        assert await svc.settlement.reconcile(window_ms=60_000) == 1
+    assert [r.getMessage() for r in caplog.records if r.name == "hongbao.service"] == [
+        "reconciler completed 0 pays, 1 credits and 0 refunds cut between their steps"
+    ]
     for _ in range(3):
         assert await svc.crediting.credit(order_id, "B") is True
     assert await svc.ports.ledger.balance("B") == 50
