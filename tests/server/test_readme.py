@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import subprocess
 import sys
 import time
@@ -32,7 +33,9 @@ def push_client_snippet() -> str:
 def start_watch(server: Server, tmp_path: Path, token: str) -> subprocess.Popen[str]:
     """The snippet saved as watch.py and run with BOB and URL set, as the README says."""
     (tmp_path / "watch.py").write_text(push_client_snippet())
-    env = {**os.environ, "BOB": token, "URL": server.url, "PYTHONUNBUFFERED": "1"}
+    # stdout a pipe, as when one redirects it, and Python's default buffering (not the caller's setting)
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    env |= {"BOB": token, "URL": server.url}
     return subprocess.Popen(
         [sys.executable, "watch.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -49,11 +52,13 @@ def push_until_delivered(server: Server, watch: subprocess.Popen[str]) -> None:
 
 
 def test_readme_push_client_snippet_runs(server: Server, tmp_path: Path) -> None:
-    """The snippet, saved as watch.py and run with BOB and URL set, connects and prints an event pushed to bob."""
+    """The snippet, saved as watch.py and run with BOB and URL set, connects and prints an event pushed
+    to bob, at once even into a pipe (no line waits in a block buffer)."""
     watch = start_watch(server, tmp_path, server.token("bob"))
     try:
         push_until_delivered(server, watch)
         assert watch.stdout is not None
+        assert select.select([watch.stdout], [], [], 10)[0], "no line within 10 s of the push"
         line = watch.stdout.readline()
         assert line.startswith("PushEvent(event='hello', data={'n': 1}, offset=") and "topic=None" in line, line
     finally:
