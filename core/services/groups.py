@@ -9,7 +9,7 @@ import secrets
 from hongbao.core import errors
 from hongbao.core.clock import Clock
 from hongbao.core.ports import GroupStore
-from hongbao.core.rules import Limits, valid_user_id
+from hongbao.core.rules import GROUP_ID_MAX, Limits, valid_user_id
 
 PAGE_SIZE = 20
 
@@ -25,7 +25,7 @@ class Groups:
     async def create(self, creator_id: str, members: object) -> tuple[str, list[str]]:
         """A new group of ``creator_id`` and ``members`` (a list of user ids; repeats ignored):
         (its id, its members sorted). Raises InvalidRequest (not user ids, too many)."""
-        given = _members(members, self.limits.max_group_size - 1)
+        given = _members(members, self.limits.max_group_size - 1, self.limits.max_group_size)
         group_id = "g" + secrets.token_hex(8)
         await self.groups.create(group_id, creator_id, given, self.clock.now_ms())
         return group_id, sorted({creator_id, *given})
@@ -45,7 +45,7 @@ class Groups:
         """A member adds others: (how many were new, the members sorted). Raises NotFound,
         NotMember, InvalidRequest (not user ids, or beyond the group's size)."""
         await self.check_member(user_id, group_id)
-        given = _members(members, self.limits.max_group_size)
+        given = _members(members, self.limits.max_group_size, self.limits.max_group_size)
         if len(set(await self.groups.members(group_id)) | set(given)) > self.limits.max_group_size:
             raise errors.InvalidRequest(f"a group has at most {self.limits.max_group_size} members")
         added = await self.groups.add_members(group_id, given)
@@ -53,7 +53,10 @@ class Groups:
 
     async def remove_member(self, user_id: str, group_id: str, target: str) -> None:
         """``user_id`` leaves (``target`` is themselves) or, as the creator, removes ``target``.
-        Raises NotFound (no group, or ``target`` not in it), NotMember, Forbidden."""
+        Raises InvalidRequest (``target`` is no user id), NotFound (no group, or ``target`` not in
+        it), NotMember, Forbidden."""
+        if not valid_user_id(target):
+            raise errors.InvalidRequest("the member to remove must be a user id (1..64 of [A-Za-z0-9_-])")
         await self.check_member(user_id, group_id)
         if target != user_id and await self.groups.creator(group_id) != user_id:
             raise errors.Forbidden("only the creator removes other members")
@@ -70,21 +73,26 @@ class Groups:
         return await self.groups.members(group_id)
 
     async def check_member(self, user_id: str, group_id: str) -> None:
-        """Raise NotFound for an unknown group, NotMember unless ``user_id`` is in it."""
+        """Raise NotFound for an unknown group (an id longer than any group's is not echoed),
+        NotMember unless ``user_id`` is in it."""
+        if len(group_id) > GROUP_ID_MAX:
+            raise errors.NotFound(f"no such group: group ids are at most {GROUP_ID_MAX} characters")
         if await self.groups.creator(group_id) is None:
             raise errors.NotFound(f"no group {group_id}")
         if not await self.groups.is_member(group_id, user_id):
             raise errors.NotMember(f"{user_id} is not a member of {group_id}")
 
 
-def _members(members: object, limit: int) -> list[str]:
+def _members(members: object, limit: int, group_max: int) -> list[str]:
     """The distinct user ids of ``members`` in their order; InvalidRequest unless it is a list of
-    user ids with at most ``limit`` distinct ones."""
+    user ids with at most ``limit`` distinct ones (the message names ``group_max``, the most
+    members a group has, its creator included)."""
     if not isinstance(members, list) or not all(valid_user_id(m) for m in members):
         raise errors.InvalidRequest("members must be a list of user ids (1..64 of [A-Za-z0-9_-])")
     unique = list(dict.fromkeys(members))  # repeats are ignored, so they do not count
     if len(unique) > limit:
         raise errors.InvalidRequest(
-            f"at most {limit} members can be given here (a group has at most {limit + 1} with its creator)"
+            f"at most {limit} distinct members can be given here "
+            f"(a group has at most {group_max}, its creator included)"
         )
     return unique

@@ -650,6 +650,22 @@ def test_messages_say_what_is_wrong(world: World) -> None:
     )
 
 
+def test_group_messages_name_the_real_limit_and_echo_no_long_id(world: World) -> None:
+    """Too many members names the group's real size (500 with its creator, whether made or added
+    to); a member to remove that is no user id is 400; an id longer than any group's is not echoed."""
+    with world.server.client("alice") as alice:
+        made = alice.post("/v1/groups", json={"members": [f"u{i}" for i in range(500)]})
+        added = alice.post(f"/v1/groups/{world.gid}/members", json={"members": [f"u{i}" for i in range(600)]})
+        for response, given in ((made, 499), (added, 500)):
+            assert assert_error(response, 400, "invalid_request")["error"]["message"] == (
+                f"at most {given} distinct members can be given here (a group has at most 500, its creator included)"
+            )
+        odd = alice.delete(f"/v1/groups/{world.gid}/members/bad%20id")
+        assert "user id" in assert_error(odd, 400, "invalid_request")["error"]["message"]
+        long = assert_error(alice.get("/v1/groups/" + "g" * 5_000), 404, "not_found")
+        assert len(long["error"]["message"]) < 100, long
+
+
 # --- after the table -----------------------------------------------------------------------------
 
 
