@@ -116,6 +116,11 @@ class TokenVerifier:
                 leeway=self._leeway_s,
                 options={"require": ["exp", "sub"]},
             )
+        except jwt.ExpiredSignatureError:  # its signature held; ``true`` is 1 to PyJWT's int()
+            exp = jwt.decode(token, options={"verify_signature": False})["exp"]
+            raise Unauthorized(
+                numeric_date("exp") if type(exp) is bool else "invalid token: Signature has expired"
+            ) from None
         except jwt.PyJWTError as exc:
             time_claim = _TIME_CLAIM.search(str(exc))
             if time_claim:

@@ -28,6 +28,7 @@ NOT_JWT = "invalid token: not a JWT (RFC 7519: three base64url parts, JSON heade
         ),
         (jwt.encode({"sub": "bob", "exp": time.time() - 60}, KEY, "HS256"), "invalid token: Signature has expired"),
         (jwt.encode({"sub": "bob", "exp": "never"}, KEY, "HS256"), numeric_date("exp")),
+        (jwt.encode({"sub": "bob", "exp": True}, KEY, "HS256"), numeric_date("exp")),  # not 1 s past the epoch
         (
             jwt.encode({"sub": "bob", "exp": "4102444800"}, KEY, "HS256"),
             numeric_date("exp"),
@@ -44,6 +45,7 @@ NOT_JWT = "invalid token: not a JWT (RFC 7519: three base64url parts, JSON heade
         "wrong-key",
         "expired",
         "exp-word",
+        "exp-true",
         "exp-text",
         "nbf",
         "iat",
