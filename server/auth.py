@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -25,14 +24,33 @@ KEY_FILE = "jwt.key"
 CACHE_SIZE = 65536
 #: A 401's text for a token PyJWT cannot parse (its DecodeError text quotes the decoder: codec, padding).
 NOT_A_JWT = "not a JWT (RFC 7519: three base64url parts, JSON header and claims)"
-#: PyJWT's error text for a time claim that is not a number (a DecodeError; InvalidIssuedAtError for
-#: iat), e.g. "Expiration Time claim (exp) must be an integer.": the claim's name, group 1.
-_TIME_CLAIM = re.compile(r"claim \((exp|nbf|iat)\) must be")
+#: The time claims: NumericDates, each a JSON number (RFC 7519 sections 2 and 4.1).
+_TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
 def numeric_date(claim: str) -> str:
     """The 401 text for a time ``claim`` ("exp", "nbf", "iat") that is not a number."""
     return f"invalid token: {claim} must be a NumericDate (RFC 7519 section 2)"
+
+
+def _not_numeric(claims: dict[str, object]) -> str | None:
+    """The first time claim present in ``claims`` whose value is not a JSON number (a string,
+    a boolean, a list...), or None. PyJWT reads them with ``int()``: ``"0"`` and ``true`` pass it
+    as 0 and 1, ``"never"`` fails it as a DecodeError."""
+    return next((c for c in _TIME_CLAIMS if c in claims and type(claims[c]) not in (int, float)), None)
+
+
+def _refusal(token: str, exc: jwt.PyJWTError) -> str:
+    """The 401 text for PyJWT's refusal ``exc`` of ``token``: a time claim that is not a number is
+    named (``numeric_date``; the claims are read again without the signature, which PyJWT checks
+    first: not for a bad signature or algorithm), else PyJWT's words, or NOT_A_JWT for a token it
+    cannot parse (its DecodeError text quotes the decoder)."""
+    if not isinstance(exc, jwt.InvalidSignatureError | jwt.InvalidAlgorithmError):
+        with contextlib.suppress(jwt.PyJWTError):
+            bad = _not_numeric(jwt.decode(token, options={"verify_signature": False}))
+            if bad is not None:
+                return numeric_date(bad)
+    return f"invalid token: {NOT_A_JWT if type(exc) is jwt.DecodeError else exc}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,18 +134,11 @@ class TokenVerifier:
                 leeway=self._leeway_s,
                 options={"require": ["exp", "sub"]},
             )
-        except jwt.ExpiredSignatureError:  # its signature held; ``true`` is 1 to PyJWT's int()
-            exp = jwt.decode(token, options={"verify_signature": False})["exp"]
-            raise Unauthorized(
-                numeric_date("exp") if type(exp) is bool else "invalid token: Signature has expired"
-            ) from None
         except jwt.PyJWTError as exc:
-            time_claim = _TIME_CLAIM.search(str(exc))
-            if time_claim:
-                raise Unauthorized(numeric_date(time_claim[1])) from None
-            raise Unauthorized(f"invalid token: {NOT_A_JWT if type(exc) is jwt.DecodeError else exc}") from None
-        if type(claims["exp"]) not in (int, float):
-            raise Unauthorized(numeric_date("exp"))
+            raise Unauthorized(_refusal(token, exc)) from None
+        bad = _not_numeric(claims)
+        if bad is not None:
+            raise Unauthorized(numeric_date(bad))
         user_id = claims.get("sub")
         if not valid_user_id(user_id):
             raise Unauthorized("invalid token: sub must be 1..64 of [A-Za-z0-9_-]")

@@ -28,6 +28,10 @@ NOT_JWT = "invalid token: not a JWT (RFC 7519: three base64url parts, JSON heade
         ),
         (jwt.encode({"sub": "bob", "exp": time.time() - 60}, KEY, "HS256"), "invalid token: Signature has expired"),
         (jwt.encode({"sub": "bob", "exp": "never"}, KEY, "HS256"), numeric_date("exp")),
+        (  # the signature first: a forged token's claims are not read
+            jwt.encode({"sub": "bob", "exp": "never"}, "another-key-of-at-least-32-bytes!", "HS256"),
+            "invalid token: Signature verification failed",
+        ),
         (jwt.encode({"sub": "bob", "exp": True}, KEY, "HS256"), numeric_date("exp")),  # not 1 s past the epoch
         (
             jwt.encode({"sub": "bob", "exp": "4102444800"}, KEY, "HS256"),
@@ -35,6 +39,9 @@ NOT_JWT = "invalid token: not a JWT (RFC 7519: three base64url parts, JSON heade
         ),  # a string, however numeric
         (jwt.encode({"sub": "bob", "exp": time.time() + 60, "nbf": "now"}, KEY, "HS256"), numeric_date("nbf")),
         (jwt.encode({"sub": "bob", "exp": time.time() + 60, "iat": [1]}, KEY, "HS256"), numeric_date("iat")),
+        (jwt.encode({"sub": "bob", "exp": time.time() + 60, "nbf": "0"}, KEY, "HS256"), numeric_date("nbf")),
+        (jwt.encode({"sub": "bob", "exp": time.time() + 60, "nbf": True}, KEY, "HS256"), numeric_date("nbf")),
+        (jwt.encode({"sub": "bob", "exp": time.time() + 60, "iat": False}, KEY, "HS256"), numeric_date("iat")),
     ],
     ids=[
         "not-utf8",
@@ -45,10 +52,14 @@ NOT_JWT = "invalid token: not a JWT (RFC 7519: three base64url parts, JSON heade
         "wrong-key",
         "expired",
         "exp-word",
+        "exp-word-wrong-key",
         "exp-true",
         "exp-text",
         "nbf",
         "iat",
+        "nbf-text",
+        "nbf-true",
+        "iat-false",
     ],
 )
 def test_a_bad_token_is_refused_with_a_plain_message(token: str, message: str) -> None:
