@@ -25,7 +25,7 @@ class Groups:
     async def create(self, creator_id: str, members: object) -> tuple[str, list[str]]:
         """A new group of ``creator_id`` and ``members`` (a list of user ids; repeats ignored):
         (its id, its members sorted). Raises InvalidRequest (not user ids, too many)."""
-        given = _members(members, self.limits.max_group_size - 1, self.limits.max_group_size)
+        given = self._given(members, self.limits.max_group_size - 1)
         group_id = "g" + secrets.token_hex(8)
         await self.groups.create(group_id, creator_id, given, self.clock.now_ms())
         return group_id, sorted({creator_id, *given})
@@ -45,7 +45,7 @@ class Groups:
         """A member adds others: (how many were new, the members sorted). Raises NotFound,
         NotMember, InvalidRequest (not user ids, or beyond the group's size)."""
         await self.check_member(user_id, group_id)
-        given = _members(members, self.limits.max_group_size, self.limits.max_group_size)
+        given = self._given(members, self.limits.max_group_size)
         if len(set(await self.groups.members(group_id)) | set(given)) > self.limits.max_group_size:
             raise errors.InvalidRequest(f"a group has at most {self.limits.max_group_size} members")
         added = await self.groups.add_members(group_id, given)
@@ -82,17 +82,15 @@ class Groups:
         if not await self.groups.is_member(group_id, user_id):
             raise errors.NotMember(f"{user_id} is not a member of {group_id}")
 
-
-def _members(members: object, limit: int, group_max: int) -> list[str]:
-    """The distinct user ids of ``members`` in their order; InvalidRequest unless it is a list of
-    user ids with at most ``limit`` distinct ones (the message names ``group_max``, the most
-    members a group has, its creator included)."""
-    if not isinstance(members, list) or not all(valid_user_id(m) for m in members):
-        raise errors.InvalidRequest("members must be a list of user ids (1..64 of [A-Za-z0-9_-])")
-    unique = list(dict.fromkeys(members))  # repeats are ignored, so they do not count
-    if len(unique) > limit:
-        raise errors.InvalidRequest(
-            f"at most {limit} distinct members can be given here "
-            f"(a group has at most {group_max}, its creator included)"
-        )
-    return unique
+    def _given(self, members: object, limit: int) -> list[str]:
+        """The distinct user ids of ``members`` in their order; InvalidRequest unless it is a list
+        of user ids with at most ``limit`` distinct ones (the message names the group's size)."""
+        if not isinstance(members, list) or not all(valid_user_id(m) for m in members):
+            raise errors.InvalidRequest("members must be a list of user ids (1..64 of [A-Za-z0-9_-])")
+        unique = list(dict.fromkeys(members))  # repeats are ignored, so they do not count
+        if len(unique) > limit:
+            raise errors.InvalidRequest(
+                f"at most {limit} distinct members can be given here "
+                f"(a group has at most {self.limits.max_group_size}, its creator included)"
+            )
+        return unique
