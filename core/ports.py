@@ -51,6 +51,12 @@ class LedgerEntry:
     created_at_ms: int
 
 
+def credit_entry(receipt: Receipt, at_ms: int) -> LedgerEntry:
+    """The ledger entry that credits ``receipt`` to its receiver at ``at_ms`` (ref ``order_id:user_id``)."""
+    ref = f"{receipt.order_id}:{receipt.user_id}"
+    return LedgerEntry(receipt.user_id, EntryKind.CREDIT, ref, receipt.amount_fen, at_ms)
+
+
 class PacketStore(Protocol):
     """Packets and receipts, on the packet's shard (docs/architecture.md section 5)."""
 
@@ -73,7 +79,7 @@ class PacketStore(Protocol):
         ...
 
     async def open_batches(
-        self, batches: Sequence[tuple[str, Sequence[str]]], now_ms: int, draw: Draw
+        self, batches: Sequence[tuple[str, Sequence[str]]], now_ms: int, draw: Draw, credit_from: int | None = None
     ) -> list[list[OpenResult]]:
         """For each (order id, user ids) of ``batches`` (distinct packets of ONE database): open for
         each user, in order, all in ONE transaction. Each packet row is locked once, the rows in
@@ -82,7 +88,10 @@ class PacketStore(Protocol):
         remain; each remainder is updated once, and a packet is marked finished (with best luck:
         the largest share, ties to the earliest open) when its last share goes. The results come
         per batch, in the order given. Refusals: "not_found", "expired" (now_ms >= expires_at),
-        "finished". Raises ValueError when the packets are not all on one database."""
+        "finished". ``credit_from``: a new receipt of at least this many fen may be credited in
+        the same transaction (its ledger entry, ``credit_entry``, and its balance), where the store
+        can; such a receipt comes back ``credited``. Raises ValueError when the packets are not all
+        on one database."""
         ...
 
     async def best_luck(self, order_id: str) -> str | None:

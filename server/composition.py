@@ -284,7 +284,7 @@ def production(
     preorders: PreOrderStore = RedisPreOrderStore(redis, breaker, MysqlPreOrderStore(shards), counts)
     sequence: SequenceSource = RedisSequenceSource(redis, breaker, shards, MysqlSequenceSource(shards), counts)
     queue: Queue = GuardedQueue(RedisQueue(redis, consumer), breaker, counts)  # down at open: the reconciler credits
-    packets = MysqlPacketStore(shards)
+    packets = MysqlPacketStore(shards, ledger_here=user_shards is shards)
     clock = clock or SystemClock()
     shared_views = RedisViews(user_redis, user_breaker, counts)
     groups = CachedGroups(

@@ -9,7 +9,7 @@ from memory).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hongbao.core.packet import Kind, Packet, Receipt, Status
@@ -111,10 +111,10 @@ def receipt_from_row(row: Sequence[object]) -> Receipt:
 @dataclass(slots=True)
 class OpenPlan:
     """One batch's outcome: a result per opener, the receipt rows to insert as
-    (order_id, user_id, position, amount_fen, opened_at), and the packet's new remainder."""
+    (order_id, user_id, position, amount_fen, opened_at, credit_status), and the packet's new remainder."""
 
     results: list[OpenResult] = field(default_factory=list)
-    inserts: list[tuple[str, str, int, int, int]] = field(default_factory=list)
+    inserts: list[tuple[str, str, int, int, int, str]] = field(default_factory=list)
     remaining_fen: int = 0
     remaining_count: int = 0
 
@@ -129,12 +129,19 @@ class OpenPlan:
 
 
 def plan_opens(
-    packet: Packet, existing: dict[str, Receipt], user_ids: Sequence[str], now_ms: int, draw: Draw
+    packet: Packet,
+    existing: dict[str, Receipt],
+    user_ids: Sequence[str],
+    now_ms: int,
+    draw: Draw,
+    credit: Callable[[str, int], bool] | None = None,
 ) -> OpenPlan:
-    """Decide each opener in order (hongbao.core.ports.PacketStore.open_batch): an existing
+    """Decide each opener in order (hongbao.core.ports.PacketStore.open_batches): an existing
     receipt (also one made earlier in this batch) is a repeat; otherwise a share is drawn while
     the packet is active, unexpired and has shares left; refusals are "finished" or "expired".
-    ``existing`` maps user id -> receipt for the batch's users and is updated in place."""
+    ``existing`` maps user id -> receipt for the batch's users and is updated in place.
+    ``credit(user_id, amount_fen)``: whether a new receipt is credited in the same transaction
+    (it is inserted ``credited``; the caller writes its ledger entry); None: none is."""
     plan = OpenPlan(remaining_fen=packet.remaining_fen, remaining_count=packet.remaining_count)
     for user_id in user_ids:
         if user_id in existing:
@@ -151,8 +158,11 @@ def plan_opens(
             rem_fen, rem_count = plan.remaining_fen, plan.remaining_count
             amount = draw(rem_fen, rem_count) if packet.kind is Kind.LUCKY else rem_fen // rem_count
             plan.remaining_fen, plan.remaining_count = rem_fen - amount, rem_count - 1
-            receipt = existing[user_id] = Receipt(packet.order_id, user_id, amount, now_ms)
-            plan.inserts.append((packet.order_id, user_id, packet.count - rem_count + 1, amount, now_ms))
+            credited = credit is not None and credit(user_id, amount)
+            receipt = existing[user_id] = Receipt(packet.order_id, user_id, amount, now_ms, credited)
+            position = packet.count - rem_count + 1
+            status = "credited" if credited else "pending"
+            plan.inserts.append((packet.order_id, user_id, position, amount, now_ms, status))
             plan.results.append(OpenResult(receipt, last=plan.remaining_count == 0))
     return plan
 

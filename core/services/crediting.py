@@ -10,9 +10,8 @@ from hongbao.core import events
 from hongbao.core.clock import Clock
 from hongbao.core.messages import CreditDue
 from hongbao.core.packet import Receipt
-from hongbao.core.ports import Flags, LedgerEntry, LedgerStore, PacketStore
+from hongbao.core.ports import Flags, LedgerStore, PacketStore, credit_entry
 from hongbao.core.services.outbox import Outbox
-from hongbao.core.vocabulary import EntryKind
 
 MODE_FLAG = "crediting_mode"
 
@@ -45,13 +44,18 @@ class Crediting:
         self.ledger, self.packets, self.flags, self.clock, self.outbox = ledger, packets, flags, clock, outbox
         self.mode, self.realtime_threshold_fen = mode, realtime_threshold_fen
 
+    def credit_from(self) -> int | None:
+        """The least amount in fen that the open credits itself (realtime_large), else None."""
+        return self.realtime_threshold_fen if self.mode is CreditingMode.REALTIME_LARGE else None
+
     def in_request(self, receipt: Receipt) -> bool:
         """Whether the open credits ``receipt`` itself (realtime_large, at or above the threshold)."""
         return self.mode is CreditingMode.REALTIME_LARGE and receipt.amount_fen >= self.realtime_threshold_fen
 
     def queued(self, receipt: Receipt) -> bool:
-        """Whether the open queues a credit for ``receipt`` (neither in the request nor deferred)."""
-        return not self.in_request(receipt) and self.mode is not CreditingMode.DEFERRED
+        """Whether the open queues a credit for ``receipt`` (not credited by its transaction, and
+        neither in the request nor deferred)."""
+        return not receipt.credited and not self.in_request(receipt) and self.mode is not CreditingMode.DEFERRED
 
     async def set_mode(self, mode: CreditingMode) -> None:
         """Switch the mode for every worker (they sync within their interval) and here now."""
@@ -88,9 +92,7 @@ class Crediting:
         if not due:
             return due
         now = self.clock.now_ms()
-        applied = await self.ledger.post_many(
-            [LedgerEntry(r.user_id, EntryKind.CREDIT, f"{r.order_id}:{r.user_id}", r.amount_fen, now) for r in due]
-        )
+        applied = await self.ledger.post_many([credit_entry(r, now) for r in due])
         for receipt, new in zip(due, applied, strict=True):
             if new:
                 self.outbox.notify(events.credited(receipt.order_id, receipt.user_id, receipt.amount_fen))

@@ -156,7 +156,9 @@ class Opening:
         """The batcher's transaction: open for each (order id, user ids) of ``batches`` (packets of
         one database) at the clock's current time; the packets it finished or found finished are
         remembered here at once (``follow_up`` does the rest)."""
-        outcomes = await self.packets.open_batches(batches, self.clock.now_ms(), self.draw)
+        outcomes = await self.packets.open_batches(
+            batches, self.clock.now_ms(), self.draw, self.crediting.credit_from()
+        )
         self.faults.point("open_committed")
         now_ms = self.clock.now_ms()
         credits: list[Receipt] = []
@@ -164,10 +166,13 @@ class Opening:
             if any(r.last or r.refusal is Refusal.FINISHED for r in results):
                 self._finished.put(order_id, True, now_ms)
             for result in results:
-                if result.receipt is not None and not result.repeat:
-                    self.outbox.notify(events.opened(result.receipt))
-                    if self.crediting.in_request(result.receipt):
-                        credits.append(result.receipt)
+                receipt = result.receipt
+                if receipt is not None and not result.repeat:
+                    self.outbox.notify(events.opened(receipt))
+                    if receipt.credited:  # credited in the open's transaction
+                        self.outbox.notify(events.credited(receipt.order_id, receipt.user_id, receipt.amount_fen))
+                    elif self.crediting.in_request(receipt):
+                        credits.append(receipt)
         if credits:
             self._start_credits(credits)
         return outcomes

@@ -642,6 +642,21 @@ async def test_a_failed_read_of_a_finished_packets_receipts_is_read_again(make_b
         await svc.opening.open("B", order_id)
 
 
+def _credits_after_the_open(svc: Services) -> None:
+    """Have the opens' stores credit nothing in their transactions (an embedded store, or a
+    receiver's account on another server): the realtime credit is then a ledger write of its own."""
+    store = Counting(svc.opening.packets)
+    open_batches = svc.opening.packets.open_batches
+
+    async def without_credits(
+        batches: list[tuple[str, list[str]]], now_ms: int, draw: object, credit_from: int | None = None
+    ) -> object:
+        return await open_batches(batches, now_ms, draw)  # type: ignore[arg-type]
+
+    store.open_batches = without_credits
+    svc.opening.packets = store  # type: ignore[assignment]
+
+
 @pytest.mark.parametrize(
     ("failure", "level", "traceback"),
     [(errors.Degraded("ledger pool busy"), "WARNING", False), (RuntimeError("a bug"), "ERROR", True)],
@@ -662,6 +677,7 @@ async def test_a_failed_realtime_credit_leaves_the_open_answered(
     ledger = Counting(svc.crediting.ledger)
     ledger.post_many = failing
     svc.crediting.ledger = ledger  # type: ignore[assignment]
+    _credits_after_the_open(svc)
     with caplog.at_level("WARNING", logger="hongbao"):
         receipt, repeat = await svc.opening.open("A", order_id)
     assert (receipt.amount_fen, repeat) == (5_000, False)
@@ -681,6 +697,7 @@ async def test_the_realtime_credits_of_one_open_batch_share_one_ledger_write(bac
     svc.crediting.realtime_threshold_fen = 1
     ledger = Counting(svc.crediting.ledger)
     svc.crediting.ledger = ledger  # type: ignore[assignment]
+    _credits_after_the_open(svc)
     opened = await asyncio.gather(*(svc.opening.open(u, order_id) for u in users))
     assert ledger.calls["post_many"] < len(users), ledger.calls
     for user, (receipt, repeat) in zip(users, opened, strict=True):
@@ -707,6 +724,7 @@ async def test_a_realtime_credit_answers_the_open_once_its_ledger_entry_is_writt
 
     packets.mark_credited = held
     svc.crediting.packets = packets  # type: ignore[assignment]
+    _credits_after_the_open(svc)
     receipt, repeat = await asyncio.wait_for(svc.opening.open("A", order_id), 5)
     assert (receipt.amount_fen, repeat) == (5_000, False)
     assert await svc.ports.ledger.balance("A") == 5_000
@@ -723,3 +741,30 @@ async def _marked_credited(svc: Services, order_id: str) -> None:
         assert all(r.credited for r in await svc.ports.packets.receipts(order_id))
 
     await eventually_async(marked, 5.0)
+
+
+async def test_a_realtime_share_is_in_the_balance_at_the_answer_and_credited_once(backend: Backend) -> None:
+    """Two equal shares of 3 000 fen: the first opened at a threshold of 3 000 is in its receiver's
+    balance at the answer (credited in the open's transaction where the store can, else by a
+    ledger write the answer waits for), with one ``credited`` event and nothing queued; the second,
+    opened at a threshold of 3 001, is queued. Each ends credited exactly once, marked."""
+    svc = backend.services
+    await _group(svc, "g", ["S", "A", "B"])
+    order_id = await _paid(svc, "S", {"kind": "equal", "count": 2, "total_fen": 6_000, "group_id": "g"}, fund=6_000)
+    heard = _Heard()
+    svc.outbox.notifier = heard
+    svc.crediting.realtime_threshold_fen = 3_000
+    await _open_followed(svc, "A", order_id)
+    assert await svc.ports.ledger.balance("A") == 3_000
+    assert heard.named("credited") == [events.credited(order_id, "A", 3_000)]
+    assert await svc.ports.queue.depth(CREDIT_STREAM) == 0
+    svc.crediting.realtime_threshold_fen = 3_001
+    await _open_followed(svc, "B", order_id)
+    assert await svc.ports.ledger.balance("B") == 0 and await svc.ports.queue.depth(CREDIT_STREAM) == 1
+    await _drain(svc)
+    for user in ("A", "B"):
+        credits = [e for e in await svc.ports.ledger.entries(user, 0, 10) if e.kind == EntryKind.CREDIT]
+        assert [(e.ref, e.amount_fen) for e in credits] == [(f"{order_id}:{user}", 3_000)]
+        assert await svc.ports.ledger.balance(user) == 3_000
+    assert len(heard.named("credited")) == 2
+    await _marked_credited(svc, order_id)

@@ -199,6 +199,10 @@ class MysqlShards:
         self._known: weakref.WeakSet[Connection] = weakref.WeakSet()  # connections handed out before
         self._connected_at = [0.0] * layout.n_dbs  # when a new connection of the database was last handed out
 
+    def same_server(self, a: int, b: int) -> bool:
+        """Whether databases ``a`` and ``b`` are on one server (a transaction on one can write both)."""
+        return a % len(self._servers) == b % len(self._servers)
+
     async def connect(self) -> None:
         """Open every pool now; raises Degraded when a database cannot be reached (not migrated,
         wrong DSN, server down)."""

@@ -34,6 +34,7 @@ from hongbao.core.adapters.mysql.db import (
 )
 from hongbao.core.errors import InsufficientBalance
 from hongbao.core.ports import LedgerEntry
+from hongbao.core.sharding import Layout
 from hongbao.core.vocabulary import EntryKind
 
 
@@ -41,8 +42,8 @@ class _SeenBefore(Exception):
     """A multi-row ledger insert met an entry already applied (its transaction rolls back)."""
 
 
-#: A ledger table's INSERT, before its rows' VALUES (``_ROW`` each).
-_INSERT = "INSERT INTO t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) VALUES "
+#: A ledger table's INSERT, before its rows' VALUES (``_ROW`` each); ``d``: "" or a database and a dot.
+_INSERT = "INSERT INTO {d}t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) VALUES "
 _ROW = "(%s, %s, %s, %s, %s)"
 #: A debit (its amount negative): one statement locks the account row, tests the balance and changes it.
 _DEBIT = "UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s WHERE user_id = %s AND balance_fen + %s >= 0"
@@ -50,6 +51,48 @@ _DEBIT = "UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s WHERE user_
 
 def _row(entry: LedgerEntry) -> tuple[object, ...]:
     return (entry.user_id, entry.kind, entry.ref, entry.amount_fen, entry.created_at_ms)
+
+
+def _tables(layout: Layout, user_ids: Sequence[str], qualified: bool) -> list[tuple[str, int, list[int]]]:
+    """``user_ids``' ledger and account tables: per table, in order (by database, then number),
+    (database prefix, table number, the indices of ``user_ids`` there, in order). The prefix is ""
+    (``qualified`` False: the transaction's own database) or the database's name and a dot."""
+    by_table: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for i, user_id in enumerate(user_ids):
+        db, t = layout.key_shard(user_id)
+        by_table[(f"`{layout.db_name(db)}`." if qualified else "", t)].append(i)
+    return [(d, t, indices) for (d, t), indices in sorted(by_table.items())]
+
+
+def _upserts(layout: Layout, gains: dict[str, int], qualified: bool) -> tuple[list[str], list[object]]:
+    """The statements adding ``gains`` (user id -> fen) to the accounts, one multi-row upsert per
+    account table (tables as ``_tables``, users in order within; a first credit of a user inserts
+    the account row), and their values; ([], []) when none."""
+    users = sorted(gains)
+    tables = _tables(layout, users, qualified)
+    upserts = [
+        f"INSERT INTO {d}t_account_{t:02} (user_id, balance_fen) VALUES {', '.join(['(%s, %s)'] * len(rows))} "
+        "ON DUPLICATE KEY UPDATE balance_fen = balance_fen + VALUES(balance_fen)"
+        for d, t, rows in tables
+    ]
+    return upserts, [v for _, _, rows in tables for i in rows for v in (users[i], gains[users[i]])]
+
+
+def credit_statements(layout: Layout, credits: Sequence[LedgerEntry]) -> tuple[list[str], list[object]]:
+    """The statements (and their values) that apply ``credits`` (credit entries, none applied
+    before) from a transaction on any database of their server: their ledger rows, one INSERT
+    per table, then one account upsert per table, every table named with its database, in the
+    lock order of MysqlLedgerStore's own transactions (ledger keys, then accounts; tables in
+    order, users in order). A (kind, ref) already in the ledger fails its INSERT (DUP_ENTRY),
+    which rolls the whole transaction back."""
+    tables = _tables(layout, [entry.user_id for entry in credits], True)
+    inserts = [_INSERT.format(d=d, t=t) + ", ".join([_ROW] * len(rows)) for d, t, rows in tables]
+    values = [v for _, _, rows in tables for i in rows for v in _row(credits[i])]
+    gains: dict[str, int] = defaultdict(int)
+    for entry in credits:
+        gains[entry.user_id] += entry.amount_fen
+    upserts, more = _upserts(layout, gains, True)
+    return inserts + upserts, values + more
 
 
 class MysqlLedgerStore:
@@ -102,7 +145,7 @@ class MysqlLedgerStore:
         for entry in entries:
             by_table[self._shards.layout.key_shard(entry.user_id)[1]].append(entry)
         for t, rows in sorted(by_table.items()):
-            statements.append(_INSERT.format(t=t) + ", ".join([_ROW] * len(rows)))
+            statements.append(_INSERT.format(d="", t=t) + ", ".join([_ROW] * len(rows)))
             args += [v for e in rows for v in _row(e)]
         debits = [entry for entry in entries if entry.amount_fen < 0]
         for entry in debits:
@@ -135,23 +178,13 @@ class MysqlLedgerStore:
         return Committed(applied)
 
     def _credit_upserts(self, entries: list[LedgerEntry], applied: list[bool]) -> tuple[list[str], list[object]]:
-        """The statements adding the applied credits of ``entries`` to their accounts, one
-        multi-row upsert per account table (tables in order, users in order within; a first
-        credit of a user inserts the account row), and their values; ([], []) when none."""
+        """The statements adding the applied credits of ``entries`` to their accounts (``_upserts``,
+        in the transaction's own database) and their values; ([], []) when none."""
         gains: dict[str, int] = defaultdict(int)
         for entry, new in zip(entries, applied, strict=True):
             if new and entry.amount_fen >= 0:
                 gains[entry.user_id] += entry.amount_fen
-        by_table: dict[int, list[tuple[str, int]]] = defaultdict(list)
-        for user_id in sorted(gains):
-            by_table[self._shards.layout.key_shard(user_id)[1]].append((user_id, gains[user_id]))
-        tables = sorted(by_table.items())
-        upserts = [
-            f"INSERT INTO t_account_{t:02} (user_id, balance_fen) VALUES {', '.join(['(%s, %s)'] * len(rows))} "
-            "ON DUPLICATE KEY UPDATE balance_fen = balance_fen + VALUES(balance_fen)"
-            for t, rows in tables
-        ]
-        return upserts, [v for _, rows in tables for row in rows for v in row]
+        return _upserts(self._shards.layout, gains, False)
 
     async def _insert_each(self, cur: Cursor, entries: list[LedgerEntry]) -> list[bool]:
         """Insert each entry's ledger row and apply each new debit under its account's row lock;
@@ -160,7 +193,7 @@ class MysqlLedgerStore:
         for entry in entries:
             _, t = self._shards.layout.key_shard(entry.user_id)  # a (kind, ref) already there stays as it is
             inserted = await run_statement(
-                cur, _INSERT.format(t=t) + _ROW + " ON DUPLICATE KEY UPDATE id = id", _row(entry)
+                cur, _INSERT.format(d="", t=t) + _ROW + " ON DUPLICATE KEY UPDATE id = id", _row(entry)
             )
             applied.append(inserted == 1)
             if inserted != 1 or entry.amount_fen >= 0:

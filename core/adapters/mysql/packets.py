@@ -19,7 +19,9 @@ import heapq
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+from asyncmy.constants.ER import DUP_ENTRY
 from asyncmy.cursors import Cursor
+from asyncmy.errors import IntegrityError
 from hongbao.core.adapters.mysql.db import (
     SCAN_TIMEOUT_S,
     Committed,
@@ -31,6 +33,7 @@ from hongbao.core.adapters.mysql.db import (
     result_sets,
     run_statement,
 )
+from hongbao.core.adapters.mysql.ledger import credit_statements
 from hongbao.core.adapters.mysql.schema import day_tables
 from hongbao.core.adapters.sql import (
     PACKET_COLUMNS,
@@ -44,7 +47,7 @@ from hongbao.core.adapters.sql import (
     receipt_table,
 )
 from hongbao.core.packet import Packet, Receipt, Status
-from hongbao.core.ports import Draw, OpenResult
+from hongbao.core.ports import Draw, OpenResult, credit_entry
 from hongbao.core.vocabulary import Refusal
 
 #: The packet's and the receipt's columns, qualified for the open's join (p: packet, r: receipt).
@@ -58,12 +61,15 @@ _INSERT_PACKET = (
 
 
 class MysqlPacketStore:
-    """The production PacketStore (see hongbao.core.ports.PacketStore for the contract)."""
+    """The production PacketStore (see hongbao.core.ports.PacketStore for the contract).
+    ``ledger_here``: the accounts and the ledger are in ``shards`` too (hongbao.core.adapters.mysql.
+    ledger), so an open may credit its receipts in its own transaction where the receiver's
+    database is on the packet's server (``open_batches``)."""
 
-    __slots__ = ("_shards",)
+    __slots__ = ("_shards", "_ledger_here")
 
-    def __init__(self, shards: MysqlShards) -> None:
-        self._shards = shards
+    def __init__(self, shards: MysqlShards, *, ledger_here: bool = False) -> None:
+        self._shards, self._ledger_here = shards, ledger_here
 
     def _where(self, order_id: str) -> tuple[int, str, str]:
         db, table, day = self._shards.layout.order_shard(order_id)
@@ -91,16 +97,42 @@ class MysqlPacketStore:
         return self._where(order_id)[0]
 
     async def open_batches(
-        self, batches: Sequence[tuple[str, Sequence[str]]], now_ms: int, draw: Draw
+        self, batches: Sequence[tuple[str, Sequence[str]]], now_ms: int, draw: Draw, credit_from: int | None = None
     ) -> list[list[OpenResult]]:
         """The batched open transaction of packets on one database (hongbao.core.ports.PacketStore.
         open_batches): one round trip locks the rows in order id order (per packet, the row joined
         with the batch's receipts already there: one prepared statement for a lone opener, else
         one text statement per packet), one more inserts the new receipts (one multi-row INSERT per
-        receipt table), updates each remainder, reads best luck of what finished, and commits."""
+        receipt table), writes the credits of those at or above ``credit_from`` whose receiver's
+        database is on this server (``ledger_here``; their ledger rows and balances, ledger.
+        credit_statements), updates each remainder, reads best luck of what finished, and commits.
+        A credit's ledger row already there (DUP_ENTRY) reruns the transaction with no credit in it."""
         places = [self._where(order_id) for order_id, _ in batches]
         if len({db for db, _, _ in places}) > 1:
             raise ValueError("open_batches takes the packets of one database")
+        if credit_from is None or not self._ledger_here:
+            return await self._open_batches(batches, places, now_ms, draw, None)
+        layout, db = self._shards.layout, places[0][0]
+
+        def credit(user_id: str, amount_fen: int) -> bool:
+            return amount_fen >= credit_from and self._shards.same_server(db, layout.key_shard(user_id)[0])
+
+        try:
+            return await self._open_batches(batches, places, now_ms, draw, credit)
+        except IntegrityError as exc:
+            if exc.args[0] != DUP_ENTRY:
+                raise
+            return await self._open_batches(batches, places, now_ms, draw, None)
+
+    async def _open_batches(
+        self,
+        batches: Sequence[tuple[str, Sequence[str]]],
+        places: list[tuple[int, str, str]],
+        now_ms: int,
+        draw: Draw,
+        credit: Callable[[str, int], bool] | None,
+    ) -> list[list[OpenResult]]:
+        """``open_batches``' transaction, crediting the new receipts ``credit(user_id, amount_fen)`` picks."""
         order = sorted(range(len(batches)), key=lambda i: batches[i][0])
 
         async def body(cur: Cursor) -> list[list[OpenResult]] | Committed[list[list[OpenResult]]]:
@@ -114,7 +146,7 @@ class MysqlPacketStore:
                     results[i] = [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
                     continue
                 existing = {str(r[_N_P + 1]): receipt_from_row(r[_N_P:]) for r in found if r[_N_P] is not None}
-                plans[i] = plan = plan_opens(packet_from_row(found[0][:_N_P]), existing, user_ids, now_ms, draw)
+                plans[i] = plan = plan_opens(packet_from_row(found[0][:_N_P]), existing, user_ids, now_ms, draw, credit)
                 results[i] = plan.results
             writing = [i for i in order if i in plans and plans[i].inserts]
             if not writing:
@@ -123,11 +155,21 @@ class MysqlPacketStore:
             for i in writing:
                 receipts[places[i][2]] += [value for insert in plans[i].inserts for value in insert]
             statements = [
-                f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES "
-                + ", ".join(["(%s, %s, %s, %s, %s)"] * (len(values) // 5))
+                f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at, credit_status) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s, %s)"] * (len(values) // 6))
                 for rtable, values in receipts.items()
             ]
             args = [value for values in receipts.values() for value in values]
+            credited = [
+                credit_entry(result.receipt, now_ms)
+                for i in writing
+                for result in plans[i].results
+                if result.receipt is not None and result.receipt.credited and not result.repeat
+            ]
+            if credited:
+                more, values = credit_statements(self._shards.layout, credited)
+                statements += more
+                args += values
             finishing = []
             for i in writing:
                 plan, (_, ptable, rtable), order_id = plans[i], places[i], batches[i][0]

@@ -82,10 +82,11 @@ class SqlitePacketStore:
         return 0
 
     async def open_batches(
-        self, batches: Sequence[tuple[str, Sequence[str]]], now_ms: int, draw: Draw
+        self, batches: Sequence[tuple[str, Sequence[str]]], now_ms: int, draw: Draw, credit_from: int | None = None
     ) -> list[list[OpenResult]]:
         """The batched open transaction (hongbao.core.ports.PacketStore.open_batches): one
-        immediate transaction, the packets taken in order id order."""
+        immediate transaction, the packets taken in order id order. ``credit_from`` is not used:
+        the credit that follows is a write to the same local file, with no round trip to save."""
 
         def run() -> list[list[OpenResult]]:
             results: dict[str, list[OpenResult]] = {}
@@ -108,7 +109,8 @@ class SqlitePacketStore:
         if not plan.inserts:
             return plan.results
         conn.executemany(
-            f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at) VALUES (?, ?, ?, ?, ?)",
+            f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at, credit_status) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             plan.inserts,
         )
         best = self._best_luck(conn, rtable, order_id) if plan.finished else None
