@@ -107,7 +107,7 @@ def test_a_credit_already_in_the_ledger_reruns_the_open_without_credits(mariadb:
         try:
             assert await store.insert_packet(_packet(order_id, 2, 8000, now))
             assert await ledger.post_many([credit_entry(Receipt(order_id, "A", 7, now), now)]) == [True]
-            [[result]] = await store.open_batches([(order_id, ["A"])], now, lambda fen, count: 5000, 1)
+            [[result]] = await store.open_batches([(order_id, ["A"])], now, _shares(5000, 5000), 1)
             assert result.receipt is not None and (result.receipt.amount_fen, result.receipt.credited) == (5000, False)
             assert await ledger.balance("A") == 7
             [stored] = await store.receipts(order_id)

@@ -63,18 +63,6 @@ def marks(values: Sequence[object]) -> str:
     return ", ".join(["%s"] * len(values))
 
 
-def rows_sql(rows: int, columns: int, when: str | None = None) -> str:
-    """The rows of an INSERT: ``VALUES (%s, ...), ...`` (``rows`` rows of ``columns`` placeholders);
-    with ``when``, its one row as ``SELECT %s, ... FROM DUAL WHERE <when>``, which inserts it only
-    while that condition holds (an earlier statement's outcome in a session variable). Raises
-    ValueError for ``when`` with more than one row."""
-    if when is None:
-        return "VALUES " + ", ".join([f"({', '.join(['%s'] * columns)})"] * rows)
-    if rows != 1:
-        raise ValueError("a conditional INSERT takes one row")
-    return f"SELECT {', '.join(['%s'] * columns)} FROM DUAL WHERE {when}"
-
-
 def key_rows(columns: Sequence[str], count: int) -> str:
     """``(SELECT %s AS a, %s AS b UNION ALL SELECT %s, %s ...) AS k``: a derived table ``k`` of
     ``count`` >= 1 rows of ``columns`` (column names of the caller's own, never data; ``%s``

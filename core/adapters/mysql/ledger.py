@@ -30,7 +30,6 @@ from hongbao.core.adapters.mysql.db import (
     MysqlShards,
     affected_rows,
     commit_with,
-    rows_sql,
     run_statement,
 )
 from hongbao.core.errors import InsufficientBalance
@@ -43,8 +42,9 @@ class _SeenBefore(Exception):
     """A multi-row ledger insert met an entry already applied (its transaction rolls back)."""
 
 
-#: A ledger table's INSERT, before its rows (``rows_sql``, 5 columns); ``d``: "" or a database and a dot.
-_INSERT = "INSERT INTO {d}t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) "
+#: A ledger table's INSERT, before its rows' VALUES (``_ROW`` each); ``d``: "" or a database and a dot.
+_INSERT = "INSERT INTO {d}t_ledger_{t:02} (user_id, kind, ref, amount_fen, created_at) VALUES "
+_ROW = "(%s, %s, %s, %s, %s)"
 #: A debit (its amount negative): one statement locks the account row, tests the balance and changes it.
 _DEBIT = "UPDATE t_account_{t:02} SET balance_fen = balance_fen + %s WHERE user_id = %s AND balance_fen + %s >= 0"
 
@@ -64,39 +64,34 @@ def _tables(layout: Layout, user_ids: Sequence[str], qualified: bool) -> list[tu
     return [(d, t, indices) for (d, t), indices in sorted(by_table.items())]
 
 
-def _upserts(
-    layout: Layout, gains: dict[str, int], qualified: bool, when: str | None = None
-) -> tuple[list[str], list[object]]:
+def _upserts(layout: Layout, gains: dict[str, int], qualified: bool) -> tuple[list[str], list[object]]:
     """The statements adding ``gains`` (user id -> fen) to the accounts, one multi-row upsert per
     account table (tables as ``_tables``, users in order within; a first credit of a user inserts
-    the account row; ``when``: see rows_sql), and their values; ([], []) when none."""
+    the account row), and their values; ([], []) when none."""
     users = sorted(gains)
     tables = _tables(layout, users, qualified)
     upserts = [
-        f"INSERT INTO {d}t_account_{t:02} (user_id, balance_fen) {rows_sql(len(rows), 2, when)} "
+        f"INSERT INTO {d}t_account_{t:02} (user_id, balance_fen) VALUES {', '.join(['(%s, %s)'] * len(rows))} "
         "ON DUPLICATE KEY UPDATE balance_fen = balance_fen + VALUES(balance_fen)"
         for d, t, rows in tables
     ]
     return upserts, [v for _, _, rows in tables for i in rows for v in (users[i], gains[users[i]])]
 
 
-def credit_statements(
-    layout: Layout, credits: Sequence[LedgerEntry], when: str | None = None
-) -> tuple[list[str], list[object]]:
+def credit_statements(layout: Layout, credits: Sequence[LedgerEntry]) -> tuple[list[str], list[object]]:
     """The statements (and their values) that apply ``credits`` (credit entries, none applied
     before) from a transaction on any database of their server: their ledger rows, one INSERT
     per table, then one account upsert per table, every table named with its database, in the
     lock order of MysqlLedgerStore's own transactions (ledger keys, then accounts; tables in
     order, users in order). A (kind, ref) already in the ledger fails its INSERT (DUP_ENTRY),
-    which rolls the whole transaction back. ``when``: one credit, written only while that
-    condition holds (rows_sql)."""
+    which rolls the whole transaction back."""
     tables = _tables(layout, [entry.user_id for entry in credits], True)
-    inserts = [_INSERT.format(d=d, t=t) + rows_sql(len(rows), 5, when) for d, t, rows in tables]
+    inserts = [_INSERT.format(d=d, t=t) + ", ".join([_ROW] * len(rows)) for d, t, rows in tables]
     values = [v for _, _, rows in tables for i in rows for v in _row(credits[i])]
     gains: dict[str, int] = defaultdict(int)
     for entry in credits:
         gains[entry.user_id] += entry.amount_fen
-    upserts, more = _upserts(layout, gains, True, when)
+    upserts, more = _upserts(layout, gains, True)
     return inserts + upserts, values + more
 
 
@@ -150,7 +145,7 @@ class MysqlLedgerStore:
         for entry in entries:
             by_table[self._shards.layout.key_shard(entry.user_id)[1]].append(entry)
         for t, rows in sorted(by_table.items()):
-            statements.append(_INSERT.format(d="", t=t) + rows_sql(len(rows), 5))
+            statements.append(_INSERT.format(d="", t=t) + ", ".join([_ROW] * len(rows)))
             args += [v for e in rows for v in _row(e)]
         debits = [entry for entry in entries if entry.amount_fen < 0]
         for entry in debits:
@@ -198,7 +193,7 @@ class MysqlLedgerStore:
         for entry in entries:
             _, t = self._shards.layout.key_shard(entry.user_id)  # a (kind, ref) already there stays as it is
             inserted = await run_statement(
-                cur, _INSERT.format(d="", t=t) + rows_sql(1, 5) + " ON DUPLICATE KEY UPDATE id = id", _row(entry)
+                cur, _INSERT.format(d="", t=t) + _ROW + " ON DUPLICATE KEY UPDATE id = id", _row(entry)
             )
             applied.append(inserted == 1)
             if inserted != 1 or entry.amount_fen >= 0:

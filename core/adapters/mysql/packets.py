@@ -18,7 +18,6 @@ import asyncio
 import heapq
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from asyncmy.constants.ER import DUP_ENTRY
 from asyncmy.cursors import Cursor
@@ -32,7 +31,6 @@ from hongbao.core.adapters.mysql.db import (
     key_rows,
     marks,
     result_sets,
-    rows_sql,
     run_statement,
 )
 from hongbao.core.adapters.mysql.ledger import credit_statements
@@ -50,34 +48,16 @@ from hongbao.core.adapters.sql import (
 )
 from hongbao.core.packet import Packet, Receipt, Status
 from hongbao.core.ports import Draw, OpenResult, credit_entry
-from hongbao.core.ttl_cache import TtlCache
 from hongbao.core.vocabulary import Refusal
 
 #: The packet's and the receipt's columns, qualified for the open's join (p: packet, r: receipt).
 _P_COLUMNS = ", ".join(f"p.{c.strip()}" for c in PACKET_COLUMNS.split(","))
 _R_COLUMNS = ", ".join(f"r.{c.strip()}" for c in RECEIPT_COLUMNS.split(","))
 _N_P = len(PACKET_COLUMNS.split(","))
-#: How long a packet's state seen here is kept for a lone opener's single round trip (ms), and for how many.
-KNOWN_TTL_MS, KNOWN_MAX_ENTRIES = 60_000, 10_000
-#: The condition of ``_open_alone``'s writes after its packet UPDATE: the UPDATE changed the row.
-_TAKEN = "@hb_taken = 1"
 _INSERT_PACKET = (
     f"INSERT INTO {{table}} ({PACKET_COLUMNS}) VALUES ({', '.join(['%s'] * 14)}) "
     "ON DUPLICATE KEY UPDATE order_id = order_id"
 )
-
-
-def _joined(ptable: str, rtable: str, users: int) -> str:
-    """The packet's row joined with the receipts of ``users`` users (``%s`` each, then the order id's)."""
-    return (
-        f"SELECT {_P_COLUMNS}, {_R_COLUMNS} FROM {ptable} p LEFT JOIN {rtable} r "
-        f"ON r.order_id = p.order_id AND r.user_id IN ({', '.join(['%s'] * users)}) WHERE p.order_id = %s"
-    )
-
-
-def _after(packet: Packet, plan: OpenPlan) -> Packet:
-    """``packet`` with the remainder ``plan`` left it (its status as before: ``_remember`` keeps open ones)."""
-    return replace(packet, remaining_fen=plan.remaining_fen, remaining_count=plan.remaining_count)
 
 
 class MysqlPacketStore:
@@ -86,25 +66,19 @@ class MysqlPacketStore:
     ledger), so an open may credit its receipts in its own transaction where the receiver's
     database is on the packet's server (``open_batches``)."""
 
-    __slots__ = ("_shards", "_ledger_here", "_known")
+    __slots__ = ("_shards", "_ledger_here")
 
     def __init__(self, shards: MysqlShards, *, ledger_here: bool = False) -> None:
         self._shards, self._ledger_here = shards, ledger_here
-        # order id -> the open packet as this store last committed or read it (``_open_alone``)
-        self._known: TtlCache[str, Packet] = TtlCache(KNOWN_TTL_MS, KNOWN_MAX_ENTRIES)
 
     def _where(self, order_id: str) -> tuple[int, str, str]:
         db, table, day = self._shards.layout.order_shard(order_id)
         return db, packet_table(table, day), receipt_table(table, day)
 
     async def insert_packet(self, packet: Packet) -> bool:
-        """Insert the packet row; False if the order id exists (idempotent pay). A packet inserted
-        here is remembered for its first opener's ``_open_alone`` (from its created_at_ms)."""
+        """Insert the packet row; False if the order id exists (idempotent pay)."""
         db, ptable, _ = self._where(packet.order_id)
-        inserted = await self._shards.execute(db, _INSERT_PACKET.format(table=ptable), packet_values(packet)) == 1
-        if inserted:
-            self._remember(packet, packet.created_at_ms)
-        return inserted
+        return await self._shards.execute(db, _INSERT_PACKET.format(table=ptable), packet_values(packet)) == 1
 
     async def get_packet(self, order_id: str) -> Packet | None:
         """The packet row, or None."""
@@ -132,116 +106,23 @@ class MysqlPacketStore:
         receipt table), writes the credits of those at or above ``credit_from`` whose receiver's
         database is on this server (``ledger_here``; their ledger rows and balances, ledger.
         credit_statements), updates each remainder, reads best luck of what finished, and commits.
-        A credit's ledger row already there (DUP_ENTRY) reruns the transaction with no credit in it.
-        A lone opener of a packet whose state this store saw last goes first by ``_open_alone``
-        (one round trip)."""
+        A credit's ledger row already there (DUP_ENTRY) reruns the transaction with no credit in it."""
         places = [self._where(order_id) for order_id, _ in batches]
         if len({db for db, _, _ in places}) > 1:
             raise ValueError("open_batches takes the packets of one database")
-        credit = None
-        if credit_from is not None and self._ledger_here:
-            layout, db = self._shards.layout, places[0][0]
+        if credit_from is None or not self._ledger_here:
+            return await self._open_batches(batches, places, now_ms, draw, None)
+        layout, db = self._shards.layout, places[0][0]
 
-            def credit(user_id: str, amount_fen: int) -> bool:
-                return amount_fen >= credit_from and self._shards.same_server(db, layout.key_shard(user_id)[0])
+        def credit(user_id: str, amount_fen: int) -> bool:
+            return amount_fen >= credit_from and self._shards.same_server(db, layout.key_shard(user_id)[0])
 
         try:
-            return await self._open(batches, places, now_ms, draw, credit)
+            return await self._open_batches(batches, places, now_ms, draw, credit)
         except IntegrityError as exc:
-            if credit is None or exc.args[0] != DUP_ENTRY:
-                raise
-            return await self._open(batches, places, now_ms, draw, None)
-
-    async def _open(
-        self,
-        batches: Sequence[tuple[str, Sequence[str]]],
-        places: list[tuple[int, str, str]],
-        now_ms: int,
-        draw: Draw,
-        credit: Callable[[str, int], bool] | None,
-    ) -> list[list[OpenResult]]:
-        """``open_batches`` with the credit rule ``credit(user_id, amount_fen)`` (None: no credit)."""
-        if len(batches) == 1 and len(batches[0][1]) == 1:
-            (order_id, (user_id,)), place = batches[0], places[0]
-            for _ in range(2):  # the known state, then the state that round trip read back
-                known = self._known.get(order_id, now_ms)
-                if known is None:
-                    break
-                result = await self._open_alone(known, user_id, place, now_ms, draw, credit)
-                if result is not None:
-                    return [[result]]
-        return await self._open_batches(batches, places, now_ms, draw, credit)
-
-    async def _open_alone(
-        self,
-        known: Packet,
-        user_id: str,
-        place: tuple[int, str, str],
-        now_ms: int,
-        draw: Draw,
-        credit: Callable[[str, int], bool] | None,
-    ) -> OpenResult | None:
-        """One new opener's share of a packet in one round trip, from ``known``, the packet as
-        this store last saw it: the share is drawn from it, and the packet's UPDATE changes the
-        row only while it is still in that state (same remainder, active, unexpired) and the user
-        has no receipt; the receipt's INSERT (and its credit) follow only if it did, and the COMMIT
-        goes with them. The row lock is the UPDATE's, so this serialises with every other open of
-        the packet as the locked read does. The packet is read back in the same round trip (with
-        the user's receipt) and remembered. Returns the result, or the receipt of a repeat; None
-        when the state had changed, or it would take the last share (best luck is the batched
-        transaction's), or the packet is no longer open: nothing was written, and the caller opens
-        the usual way (with the state read back, this may be tried once more)."""
-        plan = plan_opens(known, {}, [user_id], now_ms, draw, credit)
-        if not plan.inserts or plan.finished:
-            return None
-        db, ptable, rtable = place
-        order_id, [result] = known.order_id, plan.results
-        statements = [
-            f"UPDATE {ptable} SET remaining_fen = %s, remaining_count = %s WHERE order_id = %s AND status = %s "
-            "AND remaining_fen = %s AND remaining_count = %s AND expires_at > %s "
-            f"AND NOT EXISTS (SELECT 1 FROM {rtable} WHERE order_id = %s AND user_id = %s)",
-            "SET @hb_taken = ROW_COUNT()",
-            f"INSERT INTO {rtable} (order_id, user_id, position, amount_fen, opened_at, credit_status) "
-            + rows_sql(1, 6, _TAKEN),
-        ]
-        args: list[object] = [
-            plan.remaining_fen, plan.remaining_count, order_id, Status.ACTIVE.value,
-            known.remaining_fen, known.remaining_count, now_ms, order_id, user_id, *plan.inserts[0],
-        ]  # fmt: skip
-        if result.receipt is not None and result.receipt.credited:
-            more, values = credit_statements(self._shards.layout, [credit_entry(result.receipt, now_ms)], _TAKEN)
-            statements += more
-            args += values
-        statements += ["SELECT @hb_taken", _joined(ptable, rtable, 1)]
-        args += [user_id, order_id]
-
-        async def body(cur: Cursor) -> Committed[list[Row]]:
-            return Committed(await commit_with(cur, "; ".join(statements), args))
-
-        try:
-            rows: list[Row] = await self._shards.transaction(db, body)
-        except IntegrityError as exc:  # a receipt or credit committed meanwhile: rolled back, nothing written
             if exc.args[0] != DUP_ENTRY:
                 raise
-            rows = [(0,)]
-        [(taken,), *found] = rows
-        self._known.drop(order_id)
-        if not found:
-            return None
-        if int(taken) == 1:
-            self._remember(_after(known, plan), now_ms)
-            return result
-        if found[0][_N_P] is not None:  # a receipt committed before: the same answer as the locked read
-            return OpenResult(receipt_from_row(found[0][_N_P:]), repeat=True)
-        self._remember(packet_from_row(found[0][:_N_P]), now_ms)
-        return None
-
-    def _remember(self, packet: Packet, now_ms: int) -> None:
-        """Keep ``packet`` (as committed) for the next lone opener's ``_open_alone``, while it is open."""
-        if packet.status is Status.ACTIVE and packet.remaining_count > 1:
-            self._known.put(packet.order_id, packet, now_ms)
-        else:
-            self._known.drop(packet.order_id)
+            return await self._open_batches(batches, places, now_ms, draw, None)
 
     async def _open_batches(
         self,
@@ -257,7 +138,6 @@ class MysqlPacketStore:
         async def body(cur: Cursor) -> list[list[OpenResult]] | Committed[list[list[OpenResult]]]:
             results: list[list[OpenResult]] = [[] for _ in batches]
             plans: dict[int, OpenPlan] = {}
-            seen: dict[int, Packet] = {}
             for i, found in zip(
                 order, await self._lock(cur, [(places[i][1:], *batches[i]) for i in order]), strict=True
             ):
@@ -266,8 +146,7 @@ class MysqlPacketStore:
                     results[i] = [OpenResult(None, Refusal.NOT_FOUND) for _ in user_ids]
                     continue
                 existing = {str(r[_N_P + 1]): receipt_from_row(r[_N_P:]) for r in found if r[_N_P] is not None}
-                seen[i] = packet = packet_from_row(found[0][:_N_P])
-                plans[i] = plan = plan_opens(packet, existing, user_ids, now_ms, draw, credit)
+                plans[i] = plan = plan_opens(packet_from_row(found[0][:_N_P]), existing, user_ids, now_ms, draw, credit)
                 results[i] = plan.results
             writing = [i for i in order if i in plans and plans[i].inserts]
             if not writing:
@@ -310,7 +189,6 @@ class MysqlPacketStore:
             crowned = {i: receipt_from_row(row) for i, row in zip(finishing, bests, strict=True)}
             for i in writing:
                 results[i] = plans[i].crowned(crowned.get(i))
-                self._remember(_after(seen[i], plans[i]), now_ms)
             return Committed(results)
 
         return await self._shards.transaction(places[0][0], body)
@@ -323,7 +201,10 @@ class MysqlPacketStore:
         statements: list[str] = []
         args: list[object] = []
         for (ptable, rtable), order_id, user_ids in packets:
-            statements.append(_joined(ptable, rtable, len(user_ids)) + " FOR UPDATE")
+            statements.append(
+                f"SELECT {_P_COLUMNS}, {_R_COLUMNS} FROM {ptable} p LEFT JOIN {rtable} r "
+                f"ON r.order_id = p.order_id AND r.user_id IN ({marks(user_ids)}) WHERE p.order_id = %s FOR UPDATE"
+            )
             args += [*user_ids, order_id]
         if len(packets) == 1:  # one packet: one statement, prepared for a lone opener
             await run_statement(cur, statements[0], args, once=len(packets[0][2]) > 1)
